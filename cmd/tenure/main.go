@@ -1,0 +1,92 @@
+// Command tenure is tenure's server binary: one static multi-call binary whose
+// first argument names the service to run (replica, lease, promoter) or the
+// embedded dev cluster (dev). Every flag has an environment-variable
+// fallback (TENURE_<FLAG>, upper-case, '-' as '_'), so compose files and
+// shells configure it the same way.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// command is one subcommand of the tenure binary.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+// commands is filled by each command's file in init, so adding a service
+// touches only its own file.
+var commands = map[string]command{}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "tenure: the replication plane's server binary.\n\nUsage:\n  tenure <command> [flags]\n\nCommands:\n")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintf(os.Stderr, "\nRun 'tenure <command> --help' for a command's flags. Every flag can also be set\nwith an environment variable TENURE_<FLAG> (e.g. --data-dir as TENURE_DATA_DIR).\n")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage()
+		if len(os.Args) < 2 {
+			os.Exit(2)
+		}
+		return
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "tenure: unknown command %q\n\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cmd.run(ctx, os.Args[2:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "tenure %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags parses args into fs after applying environment fallbacks: a
+// flag not given on the command line takes TENURE_<NAME> if that is set.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		env := "TENURE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %v", env, v, e)
+			}
+		}
+	})
+	return err
+}

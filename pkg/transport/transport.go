@@ -1,0 +1,146 @@
+// Package transport runs and dials tenure's Connect services: HTTP/2
+// cleartext (so gRPC clients, grpcurl and buf curl work as well as Connect
+// clients), a read limit on every handler and client, gRPC health and
+// reflection on every server. It is the one place where every service's
+// network options are set, so they cannot drift apart.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/tenurelog/tenure/pkg/wire"
+)
+
+// Registration is one Connect service to serve: the path prefix and handler
+// returned by a generated NewXServiceHandler, and the service's full name
+// (the generated XServiceName constant) for health and reflection.
+type Registration struct {
+	Name    string
+	Path    string
+	Handler http.Handler
+}
+
+// HandlerOptions are the options every tenure handler is built with: the
+// read limit, so a peer cannot make us allocate on its say-so, plus any
+// interceptors installed with SetInterceptors.
+func HandlerOptions(extra ...connect.HandlerOption) []connect.HandlerOption {
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(wire.MaxMessageBytes)}
+	if ic := interceptors(); len(ic) > 0 {
+		opts = append(opts, connect.WithInterceptors(ic...))
+	}
+	return append(opts, extra...)
+}
+
+// ClientOptions are the options every tenure client is built with: the same
+// read limit as the handlers, gRPC protocol (binary, HTTP/2, works with any
+// gRPC peer) and the installed interceptors.
+func ClientOptions(extra ...connect.ClientOption) []connect.ClientOption {
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(wire.MaxMessageBytes), connect.WithGRPC()}
+	if ic := interceptors(); len(ic) > 0 {
+		opts = append(opts, connect.WithInterceptors(ic...))
+	}
+	return append(opts, extra...)
+}
+
+// NewHTTPClient returns an HTTP client that speaks HTTP/2 without TLS to
+// tenure servers (net/http's Protocols, no x/net/h2c). Calls are bounded by
+// their contexts; the dial timeout bounds a connect to a dead peer.
+func NewHTTPClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{
+		Protocols:           &p,
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+}
+
+// Server is a running Connect server.
+type Server struct {
+	Addr string // the bound address, e.g. "127.0.0.1:40123"
+	srv  *http.Server
+	done chan error
+}
+
+// Serve listens on addr ("127.0.0.1:0" picks a port) and serves the given
+// services plus grpc.health.v1 and gRPC reflection for each of them. It
+// returns once the listener is bound; Close stops it.
+func Serve(addr string, regs ...Registration) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen on %s: %w", addr, err)
+	}
+	return ServeListener(ln, regs...), nil
+}
+
+// ServeListener serves on an existing listener.
+func ServeListener(ln net.Listener, regs ...Registration) *Server {
+	mux := http.NewServeMux()
+	names := make([]string, 0, len(regs))
+	for _, r := range regs {
+		mux.Handle(r.Path, r.Handler)
+		names = append(names, r.Name)
+	}
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...)))
+	reflector := grpcreflect.NewStaticReflector(names...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	s := &Server{
+		Addr: ln.Addr().String(),
+		srv: &http.Server{
+			Handler:           mux,
+			Protocols:         &p,
+			ReadHeaderTimeout: 5 * time.Second,
+			// Long polls and streams (Fetch, Tail, WatchLeases) bound their
+			// own time; no global write timeout would fit them all.
+		},
+		done: make(chan error, 1),
+	}
+	go func() {
+		err := s.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		if err != nil {
+			slog.Error("transport: serve", "addr", s.Addr, "err", err)
+		}
+		s.done <- err
+	}()
+	return s
+}
+
+// URL is the server's base URL for clients.
+func (s *Server) URL() string { return "http://" + s.Addr }
+
+// Close stops the server at once, dropping open connections: what a crash
+// looks like to peers. Use Shutdown for a graceful stop.
+func (s *Server) Close() error {
+	err := s.srv.Close()
+	<-s.done
+	return err
+}
+
+// Shutdown stops accepting and waits (bounded by ctx) for in-flight calls.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		s.srv.Close()
+	}
+	<-s.done
+	return err
+}

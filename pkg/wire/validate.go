@@ -1,0 +1,151 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// ErrInvalid is wrapped by every validation failure, so callers map it to
+// connect.CodeInvalidArgument in one place.
+var ErrInvalid = errors.New("wire: invalid")
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// ValidateRangeID checks a range (or replica) id: 1 to MaxRangeIDBytes bytes
+// of [a-zA-Z0-9._-], not starting with '.' or '-'. Ids are etcd key
+// components, Badger key prefixes and journal file names, so the grammar
+// excludes '/', NUL and anything a path or key could be confused by.
+func ValidateRangeID(id string) error {
+	if id == "" {
+		return invalidf("range id is empty")
+	}
+	if len(id) > MaxRangeIDBytes {
+		return invalidf("range id is %d bytes, at most %d", len(id), MaxRangeIDBytes)
+	}
+	if id[0] == '.' || id[0] == '-' {
+		return invalidf("range id %q starts with %q", id, id[0])
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return invalidf("range id %q has byte %q at %d; allowed: letters, digits, '.', '_', '-'", id, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateHistory checks an epoch history received from a peer or read from
+// disk: at most MaxEpochStarts entries, no nil entry, no epoch 0, strictly
+// increasing epochs and non-decreasing starts. A peer's history is a claim:
+// a non-advancing one would hand the promoter a truncation target that
+// discards acknowledged records, so the receiver refuses it rather than
+// trusting whatever arrives.
+func ValidateHistory(h []*tenurev1.EpochStart) error {
+	if len(h) > MaxEpochStarts {
+		return invalidf("epoch history has %d entries, at most %d", len(h), MaxEpochStarts)
+	}
+	for i, e := range h {
+		if e == nil {
+			return invalidf("epoch history entry %d is missing", i)
+		}
+		if e.GetEpoch() == 0 {
+			return invalidf("epoch history entry %d has epoch 0 (\"no grant yet\" is never recorded)", i)
+		}
+		if i == 0 {
+			continue
+		}
+		prev := h[i-1]
+		// Epochs strictly increase: each entry is a later leadership.
+		if e.GetEpoch() <= prev.GetEpoch() {
+			return invalidf("epoch history entry %d: epoch %d does not follow epoch %d", i, e.GetEpoch(), prev.GetEpoch())
+		}
+		// Starts never decrease: a later epoch cannot have written below an
+		// earlier one's first record without that record being truncated,
+		// and truncation removes the earlier entry.
+		if e.GetStartOffset() < prev.GetStartOffset() {
+			return invalidf("epoch history entry %d: start %d is below the previous start %d", i, e.GetStartOffset(), prev.GetStartOffset())
+		}
+	}
+	return nil
+}
+
+// HistoryKnown reports whether a replica's reported history can be used for
+// epoch reconciliation. An empty history means "unknown" (a missing, broken or
+// older-version journal), except when the replica's log is empty: then there
+// is nothing to attribute and the empty history is complete. Without that
+// exception a brand-new range, where every replica is empty, could never
+// gather a quorum of known histories and never get its first leader.
+func HistoryKnown(h []*tenurev1.EpochStart, logEnd uint64) bool {
+	return len(h) > 0 || logEnd == 0
+}
+
+// ValidateHistoryAgainstLog additionally checks that a history fits the log it
+// describes: no epoch starts beyond the log end. (An epoch may start exactly
+// at the log end: a leader that journaled its epoch and has not yet written.)
+func ValidateHistoryAgainstLog(h []*tenurev1.EpochStart, logEnd uint64) error {
+	if err := ValidateHistory(h); err != nil {
+		return err
+	}
+	if n := len(h); n > 0 && h[n-1].GetStartOffset() > logEnd {
+		return invalidf("epoch %d starts at %d, beyond the log end %d", h[n-1].GetEpoch(), h[n-1].GetStartOffset(), logEnd)
+	}
+	return nil
+}
+
+// ValidateBatch checks the values of one Append: 1 to MaxBatchRecords
+// records, each at most MaxRecordBytes, at most MaxBatchBytes in all.
+func ValidateBatch(values [][]byte) error {
+	if len(values) == 0 {
+		return invalidf("batch is empty")
+	}
+	if len(values) > MaxBatchRecords {
+		return invalidf("batch has %d records, at most %d", len(values), MaxBatchRecords)
+	}
+	total := 0
+	for i, v := range values {
+		if len(v) > MaxRecordBytes {
+			return invalidf("record %d is %d bytes, at most %d", i, len(v), MaxRecordBytes)
+		}
+		total += len(v)
+	}
+	if total > MaxBatchBytes {
+		return invalidf("batch is %d bytes, at most %d", total, MaxBatchBytes)
+	}
+	return nil
+}
+
+// ValidateReplicas checks a replica set: 1 to MaxReplicas members with valid,
+// distinct ids and non-empty addresses.
+func ValidateReplicas(rs []*tenurev1.Replica) error {
+	if len(rs) == 0 {
+		return invalidf("replica set is empty")
+	}
+	if len(rs) > MaxReplicas {
+		return invalidf("replica set has %d members, at most %d", len(rs), MaxReplicas)
+	}
+	seen := make(map[string]bool, len(rs))
+	for i, r := range rs {
+		if r == nil {
+			return invalidf("replica %d is missing", i)
+		}
+		if err := ValidateRangeID(r.GetId()); err != nil {
+			return invalidf("replica %d id: %v", i, err)
+		}
+		if r.GetAddress() == "" {
+			return invalidf("replica %q has no address", r.GetId())
+		}
+		if seen[r.GetId()] {
+			return invalidf("replica %q is listed twice", r.GetId())
+		}
+		seen[r.GetId()] = true
+	}
+	return nil
+}
+
+// Quorum is the number of replicas that form a majority of n.
+func Quorum(n int) int { return n/2 + 1 }
