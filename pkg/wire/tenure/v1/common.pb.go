@@ -151,7 +151,12 @@ type Record struct {
 	// carries it, so a replica can rebuild its epoch history from its log.
 	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// The record's bytes, at most wire.MaxRecordBytes.
-	Value         []byte `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// True for the record a new leader writes at the start of its epoch. It
+	// carries no client data (value is empty); reads return it so offsets stay
+	// dense, and clients skip it. The new leader commits earlier epochs'
+	// records only through it (Raft section 5.4.2).
+	EpochStart    bool `protobuf:"varint,4,opt,name=epoch_start,json=epochStart,proto3" json:"epoch_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +210,13 @@ func (x *Record) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *Record) GetEpochStart() bool {
+	if x != nil {
+		return x.EpochStart
+	}
+	return false
 }
 
 // Replica names one member of a range's replica set.
@@ -270,11 +282,13 @@ const file_tenure_v1_common_proto_rawDesc = "" +
 	"\n" +
 	"EpochStart\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12!\n" +
-	"\fstart_offset\x18\x02 \x01(\x04R\vstartOffset\"L\n" +
+	"\fstart_offset\x18\x02 \x01(\x04R\vstartOffset\"m\n" +
 	"\x06Record\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value\"3\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x1f\n" +
+	"\vepoch_start\x18\x04 \x01(\bR\n" +
+	"epochStart\"3\n" +
 	"\aReplica\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress*Q\n" +
