@@ -1,0 +1,212 @@
+// Package bench is a side-by-side harness for acknowledged appends: it drives
+// any system behind the small Appender interface with the same load shapes and
+// reports throughput and per-call latency percentiles, so tenure and a
+// baseline (NATS JetStream, see jetstream_test.go) are measured identically.
+//
+// It is a separate Go module so that the baseline's dependencies never enter
+// the product's go.mod.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Appender appends records to a log. Append returns only when every record
+// of the call is acknowledged durably (fsynced on the replicas the system
+// requires for an acknowledgement), or with an error.
+//
+// When a shape has more than one call in flight per client
+// (InFlight/Batch > 1), Run calls Append on the same Appender concurrently,
+// so such an Appender must be safe for concurrent use. Append must not modify
+// or keep the records slices after it returns: Run reuses them.
+//
+// If an Appender also implements io.Closer, Run closes it when the run ends.
+type Appender interface {
+	Append(ctx context.Context, records [][]byte) error
+}
+
+// Shape is a load shape.
+type Shape struct {
+	Name     string
+	Clients  int // independent clients; Run asks newAppender for one Appender each
+	InFlight int // records outstanding per client
+	Batch    int // records per Append call; InFlight/Batch calls run concurrently per client
+}
+
+// Calls is the number of concurrent Append calls per client.
+func (s Shape) Calls() int { return max(1, s.InFlight/max(1, s.Batch)) }
+
+// Shapes are the shapes every system is measured with.
+var Shapes = []Shape{
+	{Name: "one-in-flight", Clients: 1, InFlight: 1, Batch: 1},
+	{Name: "256-in-flight", Clients: 1, InFlight: 256, Batch: 32}, // 8 concurrent calls of 32 records
+	{Name: "64-clients", Clients: 64, InFlight: 1, Batch: 1},
+}
+
+// RecordBytes is the record size every shape is measured with.
+const RecordBytes = 1024
+
+// DrainTimeout bounds how long Run waits, after the measured duration, for
+// calls already in flight to be acknowledged before it cancels them.
+var DrainTimeout = 30 * time.Second
+
+// Result is the outcome of one Run.
+type Result struct {
+	Records       int           // acknowledged records
+	Calls         int           // acknowledged Append calls (latency samples)
+	Elapsed       time.Duration // from the first call to the last acknowledgement (includes the drain)
+	RecordsPerSec float64
+	MBPerSec      float64 // 1 MB = 1e6 bytes of record payload
+	P50           time.Duration
+	P99           time.Duration
+	P999          time.Duration
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("%d records in %v: %.0f records/s, %.2f MB/s, p50 %v, p99 %v, p99.9 %v",
+		r.Records, r.Elapsed.Round(time.Millisecond), r.RecordsPerSec, r.MBPerSec,
+		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.P999.Round(10*time.Microsecond))
+}
+
+// Run drives shape against the appenders newAppender makes (one per client,
+// made before the clock starts) with records of recordBytes random bytes.
+// Every caller issues calls back to back until d has passed, then issues no
+// more; calls already in flight are drained (bounded by DrainTimeout) and
+// counted. Latency is measured per acknowledged call, which is per record
+// for batch 1. The first error ends the run and is returned.
+func Run(ctx context.Context, newAppender func(client int) (Appender, error), shape Shape, recordBytes int, d time.Duration) (Result, error) {
+	if shape.Clients < 1 || shape.InFlight < 1 || shape.Batch < 1 || shape.InFlight%shape.Batch != 0 {
+		return Result{}, fmt.Errorf("bench: bad shape %+v: need Clients, InFlight, Batch >= 1 and Batch dividing InFlight", shape)
+	}
+	if recordBytes < 1 || d <= 0 {
+		return Result{}, fmt.Errorf("bench: bad recordBytes %d or duration %v", recordBytes, d)
+	}
+
+	appenders := make([]Appender, 0, shape.Clients)
+	defer func() {
+		for _, a := range appenders {
+			if c, ok := a.(io.Closer); ok {
+				_ = c.Close()
+			}
+		}
+	}()
+	for i := range shape.Clients {
+		a, err := newAppender(i)
+		if err != nil {
+			return Result{}, fmt.Errorf("bench: appender for client %d: %w", i, err)
+		}
+		appenders = append(appenders, a)
+	}
+
+	// One random payload shared (read-only) by every record.
+	payload := make([]byte, recordBytes)
+	for i := range payload {
+		payload[i] = byte(rand.Uint32())
+	}
+
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	type sample struct {
+		lat     []time.Duration
+		records int
+		err     error
+	}
+	calls := shape.Calls()
+	samples := make([]sample, shape.Clients*calls)
+
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	drain := time.AfterFunc(d+DrainTimeout, cancel)
+	defer drain.Stop()
+	for c, a := range appenders {
+		for k := range calls {
+			s := &samples[c*calls+k]
+			wg.Go(func() {
+				records := make([][]byte, shape.Batch)
+				for i := range records {
+					records[i] = payload
+				}
+				s.lat = make([]time.Duration, 0, 1024)
+				for time.Now().Before(deadline) && callCtx.Err() == nil {
+					t0 := time.Now()
+					if err := a.Append(callCtx, records); err != nil {
+						s.err = err
+						cancel() // first error stops everyone
+						return
+					}
+					s.lat = append(s.lat, time.Since(t0))
+					s.records += len(records)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	var r Result
+	var lat []time.Duration
+	var errs []error
+	for _, s := range samples {
+		r.Records += s.records
+		lat = append(lat, s.lat...)
+		if s.err != nil && !errors.Is(s.err, context.Canceled) {
+			errs = append(errs, s.err)
+		}
+	}
+	if len(errs) == 0 {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+		} else if elapsed > d+DrainTimeout {
+			errs = append(errs, fmt.Errorf("bench: in-flight calls not acknowledged within drain timeout %v", DrainTimeout))
+		}
+	}
+	if len(errs) > 0 {
+		return Result{}, fmt.Errorf("bench: shape %s: %w", shape.Name, errors.Join(errs...))
+	}
+	r.Calls = len(lat)
+	r.Elapsed = elapsed
+	secs := elapsed.Seconds()
+	r.RecordsPerSec = float64(r.Records) / secs
+	r.MBPerSec = float64(r.Records) * float64(recordBytes) / 1e6 / secs
+	slices.Sort(lat)
+	r.P50 = Percentile(lat, 0.50)
+	r.P99 = Percentile(lat, 0.99)
+	r.P999 = Percentile(lat, 0.999)
+	return r, nil
+}
+
+// Percentile returns the nearest-rank p-quantile (0 < p <= 1) of sorted,
+// ascending latencies: the smallest sample that at least p of the samples do
+// not exceed. It returns 0 for no samples.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p * float64(len(sorted))))
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
+
+// Report reports r as the benchmark's metrics and suppresses ns/op, which is
+// meaningless for a run of fixed duration.
+func Report(b *testing.B, r Result) {
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(r.RecordsPerSec, "records/s")
+	b.ReportMetric(r.MBPerSec, "MB/s")
+	b.ReportMetric(ms(r.P50), "p50-ms")
+	b.ReportMetric(ms(r.P99), "p99-ms")
+	b.ReportMetric(ms(r.P999), "p99.9-ms")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

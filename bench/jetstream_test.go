@@ -1,0 +1,308 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// benchDuration is how long each shape runs. The benchmarks in this package
+// do not scale with b.N: each invocation runs its shape once for this long
+// (setup excluded) and reports the run's own metrics; ns/op is suppressed.
+// The testing framework only calls a benchmark again with a larger b.N when
+// the first call took less than -benchtime (default 1s), so keep
+// -bench.duration >= -benchtime (or pass -benchtime=1x). Use -count for
+// repetitions.
+var benchDuration = flag.Duration("bench.duration", 5*time.Second, "measured duration of each benchmark shape")
+
+// BenchmarkJetStream measures acknowledged publishes to an R3 file-storage
+// stream on an in-process 3-node JetStream cluster whose servers fsync every
+// write before acknowledging (jetstream { sync_interval: always }).
+func BenchmarkJetStream(b *testing.B) {
+	c := startJetStreamCluster(b, 3)
+	for i, shape := range Shapes {
+		b.Run(shape.Name, func(b *testing.B) {
+			stream := fmt.Sprintf("BENCH%d", i)
+			subject := "bench." + stream
+			c.createStream(b, stream, subject, 3)
+			defer c.deleteStream(b, stream)
+			newAppender := func(int) (Appender, error) { return c.newAppender(shape, subject) }
+			runShape(b, newAppender, shape)
+		})
+	}
+}
+
+// runShape runs shape once for -bench.duration and reports the result. It is
+// the common body of every system's sub-benchmarks.
+func runShape(b *testing.B, newAppender func(client int) (Appender, error), shape Shape) {
+	b.Helper()
+	b.ResetTimer()
+	r, err := Run(b.Context(), newAppender, shape, RecordBytes, *benchDuration)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%s: %v", shape.Name, r)
+	Report(b, r)
+}
+
+type jsCluster struct {
+	servers []*server.Server
+	urls    []string
+}
+
+// startJetStreamCluster starts n clustered JetStream servers on 127.0.0.1 with
+// file storage under tb.TempDir() and every write fsynced before it is
+// acknowledged, and shuts them down when tb ends.
+func startJetStreamCluster(tb testing.TB, n int) *jsCluster {
+	tb.Helper()
+	ports := freePorts(tb, n)
+	routes := make([]*url.URL, n)
+	for i, p := range ports {
+		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)}
+	}
+	c := &jsCluster{}
+	tb.Cleanup(func() {
+		for _, s := range c.servers {
+			s.Shutdown()
+		}
+		for _, s := range c.servers {
+			s.WaitForShutdown()
+		}
+	})
+	for i := range n {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("js%d", i),
+			Host:       "127.0.0.1",
+			Port:       -1, // random
+			HTTPPort:   0,  // no monitoring
+			NoLog:      true,
+			NoSigs:     true,
+			JetStream:  true,
+			StoreDir:   tb.TempDir(),
+			// Same as `jetstream { sync_interval: always }` (see opts.go,
+			// parseJetStream): fsync every write before it is acknowledged.
+			// With R>1 the server fsyncs the stream's Raft WAL on every
+			// append and flushes the message store on WAL compaction.
+			SyncAlways:   true,
+			SyncInterval: 2 * time.Minute, // server's defaultSyncInterval, as the config parser sets it
+			Cluster: server.ClusterOpts{
+				Name: "bench",
+				Host: "127.0.0.1",
+				Port: ports[i],
+			},
+			Routes: routes,
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			tb.Fatalf("nats server %d: %v", i, err)
+		}
+		// No logger is configured (NoLog, no ConfigureLogger): the servers are silent.
+		go s.Start()
+		c.servers = append(c.servers, s)
+	}
+	for i, s := range c.servers {
+		if !s.ReadyForConnections(10 * time.Second) {
+			tb.Fatalf("nats server %d not ready", i)
+		}
+		c.urls = append(c.urls, s.ClientURL())
+	}
+	// Wait for the full route mesh and a JetStream meta leader.
+	waitFor(tb, 30*time.Second, "JetStream cluster formed", func() error {
+		leaders := 0
+		for i, s := range c.servers {
+			if got := s.NumRoutes(); got < n-1 {
+				return fmt.Errorf("server %d has %d routes, want >= %d", i, got, n-1)
+			}
+			if !s.JetStreamIsCurrent() {
+				return fmt.Errorf("server %d: JetStream meta not current", i)
+			}
+			if s.JetStreamIsLeader() {
+				leaders++
+			}
+		}
+		if leaders != 1 {
+			return fmt.Errorf("%d meta leaders", leaders)
+		}
+		return nil
+	})
+	return c
+}
+
+func (c *jsCluster) connect() (*nats.Conn, error) {
+	return nats.Connect(c.urls[0]+","+c.urls[1]+","+c.urls[2], nats.Name("tenure-bench"), nats.RetryOnFailedConnect(false))
+}
+
+func (c *jsCluster) createStream(tb testing.TB, name, subject string, replicas int) {
+	tb.Helper()
+	nc, err := c.connect()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
+	defer cancel()
+	// The meta leader may still be settling: retry creation within the bound.
+	waitFor(tb, 30*time.Second, "stream "+name+" created", func() error {
+		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:      name,
+			Subjects:  []string{subject},
+			Storage:   jetstream.FileStorage,
+			Replicas:  replicas,
+			Retention: jetstream.LimitsPolicy,
+			Discard:   jetstream.DiscardOld,
+		})
+		return err
+	})
+	// Wait until the stream has a leader and every replica is current, then
+	// prove the write path works with one acknowledged publish.
+	waitFor(tb, 30*time.Second, "stream "+name+" leader and replicas current", func() error {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.Cluster == nil || info.Cluster.Leader == "" {
+			return errors.New("no stream leader")
+		}
+		if len(info.Cluster.Replicas) != replicas-1 {
+			return fmt.Errorf("%d followers, want %d", len(info.Cluster.Replicas), replicas-1)
+		}
+		for _, p := range info.Cluster.Replicas {
+			if !p.Current {
+				return fmt.Errorf("replica %s not current", p.Name)
+			}
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer pcancel()
+		_, err = js.Publish(pctx, subject, []byte("warmup"))
+		return err
+	})
+}
+
+func (c *jsCluster) deleteStream(tb testing.TB, name string) {
+	nc, err := c.connect()
+	if err != nil {
+		tb.Error(err)
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Error(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := js.DeleteStream(ctx, name); err != nil {
+		tb.Errorf("delete stream %s: %v", name, err)
+	}
+}
+
+// newAppender connects one client (its own connection). Shapes with batch 1
+// publish synchronously (js.Publish: one request, one ack); larger batches
+// publish the batch asynchronously and wait for every ack.
+func (c *jsCluster) newAppender(shape Shape, subject string) (Appender, error) {
+	nc, err := c.connect()
+	if err != nil {
+		return nil, err
+	}
+	// Allow exactly the shape's records outstanding per client; the harness
+	// never exceeds it, so publishers do not stall on the client's limit.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(shape.InFlight))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &jsAppender{nc: nc, js: js, subject: subject}, nil
+}
+
+type jsAppender struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	subject string
+}
+
+func (a *jsAppender) Append(ctx context.Context, records [][]byte) error {
+	if len(records) == 1 {
+		_, err := a.js.Publish(ctx, a.subject, records[0])
+		return err
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(records))
+	for _, r := range records {
+		// The stall wait only matters if acks are slow to be cleared from
+		// the client's pending set; be generous rather than fail the run.
+		f, err := a.js.PublishAsync(a.subject, r, jetstream.WithStallWait(5*time.Second))
+		if err != nil {
+			return err
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (a *jsAppender) Close() error {
+	a.nc.Close()
+	return nil
+}
+
+// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago.
+func freePorts(tb testing.TB, n int) []int {
+	tb.Helper()
+	ls := make([]net.Listener, n)
+	ports := make([]int, n)
+	for i := range ls {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ls[i] = l
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// waitFor polls check every 50ms until it returns nil, failing tb if it has
+// not within timeout.
+func waitFor(tb testing.TB, timeout time.Duration, what string, check func() error) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
