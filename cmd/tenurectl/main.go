@@ -1,0 +1,197 @@
+// Command tenurectl is tenure's command-line client and operator tool.
+//
+//	tenurectl COMMAND [flags] [args]
+//
+// Run "tenurectl --help" for the commands and "tenurectl COMMAND --help" for
+// a command's flags. Exit status: 0 on success, 1 when the command failed,
+// 2 when it was invoked wrongly.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+)
+
+// A command is one tenurectl subcommand. Related commands share a first word
+// ("journal dump", later "journal ..."), and each group keeps its commands in
+// one file named after it.
+type command struct {
+	// name is the command's words, space-separated.
+	name string
+	// summary is one line for the command list.
+	summary string
+	// run executes the command with the arguments after its name. A
+	// usageError means it was invoked wrongly; flag.ErrHelp that it printed
+	// its help.
+	run func(ctx context.Context, e *env, args []string) error
+}
+
+// commands is the command table: add new commands here.
+var commands = []command{
+	{name: "journal dump", summary: "print an epoch journal file, read-only: entries and any torn tail", run: runJournalDump},
+}
+
+// env is what a command may touch besides its arguments. It is passed in, not
+// taken from globals, so tests run commands in-process.
+type env struct {
+	stdout, stderr io.Writer
+	// getenv reads the environment, for flags with environment fallbacks.
+	getenv func(string) string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// run dispatches args to a command and returns the exit status.
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 {
+		printUsage(e.stderr)
+		return exitUsage
+	}
+	if isHelp(args[0]) || args[0] == "help" {
+		if len(args) > 1 && args[0] == "help" {
+			// "tenurectl help journal dump" is "tenurectl journal dump --help".
+			return run(ctx, e, append(slices.Clone(args[1:]), "--help"))
+		}
+		printUsage(e.stdout)
+		return exitOK
+	}
+	cmd, rest, err := lookup(args)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "tenurectl: %v\nRun 'tenurectl --help' for the list of commands.\n", err)
+		return exitUsage
+	}
+	err = cmd.run(ctx, e, rest)
+	var usage *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errUsageShown):
+		return exitUsage
+	case errors.As(err, &usage):
+		fmt.Fprintf(e.stderr, "tenurectl %s: %v\nRun 'tenurectl %s --help' for usage.\n", cmd.name, err, cmd.name)
+		return exitUsage
+	default:
+		fmt.Fprintf(e.stderr, "tenurectl %s: %v\n", cmd.name, err)
+		return exitFail
+	}
+}
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+// lookup finds the command whose words begin args, preferring the longest.
+func lookup(args []string) (*command, []string, error) {
+	var best *command
+	for i := range commands {
+		words := strings.Fields(commands[i].name)
+		if len(words) <= len(args) && slices.Equal(words, args[:len(words)]) &&
+			(best == nil || len(words) > len(strings.Fields(best.name))) {
+			best = &commands[i]
+		}
+	}
+	if best != nil {
+		return best, args[len(strings.Fields(best.name)):], nil
+	}
+	var group []string
+	for _, c := range commands {
+		if strings.HasPrefix(c.name, args[0]+" ") {
+			group = append(group, "'tenurectl "+c.name+"'")
+		}
+	}
+	if len(group) > 0 {
+		return nil, nil, fmt.Errorf("%q needs a subcommand: %s", args[0], strings.Join(group, ", "))
+	}
+	return nil, nil, fmt.Errorf("unknown command %q", args[0])
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, `tenurectl is the command-line client and operator tool of tenure, the
+replication plane of a replicated log.
+
+Usage:
+  tenurectl COMMAND [flags] [args]
+
+Commands:
+`)
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	for _, c := range commands {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	_ = tw.Flush()
+	fmt.Fprint(w, `
+Run 'tenurectl COMMAND --help' for a command's flags and arguments.
+`)
+}
+
+// usageError is a mistake in how a command was invoked (exit status 2).
+type usageError struct{ msg string }
+
+func (u *usageError) Error() string { return u.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// errUsageShown: the flag package already printed the error and the usage.
+var errUsageShown = errors.New("invalid flags")
+
+// newFlags returns a command's FlagSet. Its usage, printed for --help and
+// for a bad flag, is the synopsis, the description, then the flags.
+func newFlags(e *env, name, synopsis, description string) *flag.FlagSet {
+	fs := flag.NewFlagSet("tenurectl "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: tenurectl %s %s\n\n%s\n", name, synopsis, strings.TrimSpace(description))
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprint(fs.Output(), "\nFlags:\n")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parseArgs parses flags anywhere among the arguments ("dump PATH --json"
+// as well as "dump --json PATH") and returns the positional ones. After
+// "--" everything is positional.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, errUsageShown
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
