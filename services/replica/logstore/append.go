@@ -1,0 +1,295 @@
+package logstore
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// Append writes values at the log end under epoch (the leader path) and
+// returns the first offset once the records are written: readable by Read
+// and by followers' fetches, not yet fsynced. They are durable once
+// DurableEnd passes them (WaitDurable). Concurrent Appends share commits and
+// fsyncs; each gets a contiguous run of offsets, in call order.
+//
+// epochStart marks the epoch-start record a new leader writes first; values
+// must then be exactly one empty value. The first record of an epoch on this
+// log must be its epoch-start record, written at the start the journal holds
+// for the epoch, and no other record may be one.
+//
+// Refused: an epoch below the fenced epoch or the log's last epoch
+// (ErrStaleEpoch); an epoch that is not the journal's latest (ErrUnjournaled,
+// or ErrStaleEpoch when a newer one is journaled: the leader journals first);
+// a malformed batch (ErrInvalid); during a truncation (ErrBusy); after a
+// failure or close.
+func (r *Range) Append(epoch uint64, epochStart bool, values [][]byte) (base uint64, err error) {
+	if epoch == 0 {
+		return 0, fmt.Errorf("%w: Append on %s: epoch 0 never writes", ErrInvalid, r.id)
+	}
+	if err := wire.ValidateBatch(values); err != nil {
+		return 0, fmt.Errorf("%w: Append on %s: %w", ErrInvalid, r.id, err)
+	}
+	var flags byte
+	if epochStart {
+		if len(values) != 1 || len(values[0]) != 0 {
+			return 0, fmt.Errorf("%w: Append on %s: an epoch-start record is one empty value", ErrInvalid, r.id)
+		}
+		flags = flagEpochStart
+	}
+	p := prepare(len(values), func(i int) []byte { return values[i] })
+	if err := r.s.reserve(len(values), p.bytes); err != nil {
+		return 0, err
+	}
+	w, err := r.appendLocked(epoch, epochStart, flags, p)
+	if err != nil {
+		r.s.release(len(values), p.bytes)
+		return 0, err
+	}
+	<-w.done
+	return w.base, w.err
+}
+
+func (r *Range) appendLocked(epoch uint64, epochStart bool, flags byte, p prepared) (*write, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.s.writeErr(); err != nil {
+		return nil, err
+	}
+	if r.truncating {
+		return nil, fmt.Errorf("%w: Append(%d) on %s", ErrBusy, epoch, r.id)
+	}
+	// A replica fenced at E never again accepts a record from an epoch below
+	// E (invariant 4): a deposed leader's appends stop at the fence, before
+	// the new epoch reaches its journal or log.
+	if epoch < r.state.FencedEpoch {
+		return nil, fmt.Errorf("%w: Append(%d) on %s: fenced at %d", ErrStaleEpoch, epoch, r.id, r.state.FencedEpoch)
+	}
+	// A deposed leader's late append: the log already holds records of a
+	// newer epoch, and an older epoch after them would run the log backwards.
+	if epoch < r.tailEpoch {
+		return nil, fmt.Errorf("%w: Append(%d) on %s: the log holds epoch %d", ErrStaleEpoch, epoch, r.id, r.tailEpoch)
+	}
+	// The leader journals its epoch before writing under it (invariant 5), so
+	// the journal's latest epoch is the only one a leader may append under. A
+	// newer one journaled means this leader was superseded.
+	latest, ok := r.j.Latest()
+	if !ok || latest.Epoch != epoch {
+		if ok && epoch < latest.Epoch {
+			return nil, fmt.Errorf("%w: Append(%d) on %s: the journal holds epoch %d", ErrStaleEpoch, epoch, r.id, latest.Epoch)
+		}
+		return nil, fmt.Errorf("%w: Append(%d) on %s: the journal's latest entry is %+v; RecordEpoch first", ErrUnjournaled, epoch, r.id, latest)
+	}
+	// The first record of an epoch here is its epoch-start record, and only
+	// it: earlier epochs' records commit only through it (Raft 5.4.2), and a
+	// second one would claim the epoch started twice.
+	if newEpoch := epoch > r.tailEpoch; epochStart != newEpoch {
+		if epochStart {
+			return nil, fmt.Errorf("%w: Append(%d, epochStart) on %s: epoch %d already has records here", ErrInvalid, epoch, r.id, epoch)
+		}
+		return nil, fmt.Errorf("%w: Append(%d) on %s: the first record of epoch %d must be its epoch-start record", ErrInvalid, epoch, r.id, epoch)
+	}
+	// The journal says where the epoch starts; the start record must sit
+	// exactly there, or the history would misattribute records.
+	if epochStart && latest.Start != r.next {
+		return nil, fmt.Errorf("%w: Append(%d, epochStart) on %s: epoch %d is journaled at %d, the log ends at %d", ErrOutOfRange, epoch, r.id, epoch, latest.Start, r.next)
+	}
+	return r.enqueueLocked(p, func(int) (uint64, byte) { return epoch, flags })
+}
+
+// AppendRecords writes records fetched from the leader (the follower path)
+// and returns once they are written; they are durable later, as with Append.
+//
+// recs[0].Offset must be the log end (including records still being
+// written), offsets contiguous, epochs non-decreasing and at least the log's
+// last epoch. A record marked epoch-start must begin its epoch. When a
+// record's epoch is newer than the journal's latest, (epoch, offset) is
+// journaled and fsynced before that record is written: the follower's
+// history mirrors the leader's, from the record's own epoch and offset,
+// rather than claiming an epoch started wherever the follower happened to be.
+func (r *Range) AppendRecords(recs []*tenurev1.Record) error {
+	if err := validateRecords(recs); err != nil {
+		return fmt.Errorf("%w: AppendRecords on %s: %w", ErrInvalid, r.id, err)
+	}
+	p := prepare(len(recs), func(i int) []byte { return recs[i].GetValue() })
+	if err := r.s.reserve(len(recs), p.bytes); err != nil {
+		return err
+	}
+	w, err := r.appendRecordsLocked(recs, p)
+	if err != nil {
+		r.s.release(len(recs), p.bytes)
+		return err
+	}
+	<-w.done
+	return w.err
+}
+
+// validateRecords checks a fetched batch on its own: bounds, no nil record,
+// no epoch 0, contiguous offsets, non-decreasing epochs, and epoch-start
+// records that are empty and begin their epoch.
+func validateRecords(recs []*tenurev1.Record) error {
+	if len(recs) == 0 || len(recs) > wire.MaxBatchRecords {
+		return fmt.Errorf("%d records, want 1 to %d", len(recs), wire.MaxBatchRecords)
+	}
+	total := 0
+	for i, rec := range recs {
+		if rec == nil {
+			return fmt.Errorf("record %d is missing", i)
+		}
+		if err := checkRecordFields(rec.GetEpoch(), epochStartFlag(rec), len(rec.GetValue())); err != nil {
+			return fmt.Errorf("record %d (offset %d): %w", i, rec.GetOffset(), err)
+		}
+		total += len(rec.GetValue())
+		if i == 0 {
+			continue
+		}
+		prev := recs[i-1]
+		if prev.GetOffset() == math.MaxUint64 || rec.GetOffset() != prev.GetOffset()+1 {
+			return fmt.Errorf("record %d has offset %d after offset %d", i, rec.GetOffset(), prev.GetOffset())
+		}
+		// Epochs only grow along a log: each stretch was written by a later
+		// leadership than the one before it.
+		if rec.GetEpoch() < prev.GetEpoch() {
+			return fmt.Errorf("record %d (offset %d) has epoch %d after epoch %d", i, rec.GetOffset(), rec.GetEpoch(), prev.GetEpoch())
+		}
+		if rec.GetEpochStart() && rec.GetEpoch() == prev.GetEpoch() {
+			return fmt.Errorf("epoch-start record %d (offset %d) does not begin epoch %d", i, rec.GetOffset(), rec.GetEpoch())
+		}
+	}
+	if total > wire.MaxBatchBytes {
+		return fmt.Errorf("%d value bytes, at most %d", total, wire.MaxBatchBytes)
+	}
+	return nil
+}
+
+func epochStartFlag(rec *tenurev1.Record) byte {
+	if rec.GetEpochStart() {
+		return flagEpochStart
+	}
+	return 0
+}
+
+func (r *Range) appendRecordsLocked(recs []*tenurev1.Record, p prepared) (*write, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.s.writeErr(); err != nil {
+		return nil, err
+	}
+	if r.truncating {
+		return nil, fmt.Errorf("%w: AppendRecords on %s", ErrBusy, r.id)
+	}
+	first := recs[0]
+	if first.GetOffset() != r.next {
+		return nil, fmt.Errorf("%w: AppendRecords on %s: records start at %d, the log ends at %d", ErrOutOfRange, r.id, first.GetOffset(), r.next)
+	}
+	// The fetch check (last_fetched_epoch against the leader's history)
+	// guarantees the leader's record here is at least our last epoch; an
+	// older one means the sender's log and ours disagree below this offset.
+	if first.GetEpoch() < r.tailEpoch {
+		return nil, fmt.Errorf("%w: AppendRecords on %s: record %d has epoch %d, the log holds epoch %d", ErrStaleEpoch, r.id, first.GetOffset(), first.GetEpoch(), r.tailEpoch)
+	}
+	if first.GetEpochStart() && first.GetEpoch() == r.tailEpoch {
+		return nil, fmt.Errorf("%w: AppendRecords on %s: epoch-start record %d does not begin epoch %d", ErrInvalid, r.id, first.GetOffset(), first.GetEpoch())
+	}
+	journaled, err := r.journalNewEpochs(recs)
+	if err != nil {
+		return nil, err
+	}
+	if journaled {
+		r.notifyLocked() // the history changed
+		if err := r.s.crash(CrashAppendJournal); err != nil {
+			return nil, err
+		}
+	}
+	return r.enqueueLocked(p, func(i int) (uint64, byte) { return recs[i].GetEpoch(), epochStartFlag(recs[i]) })
+}
+
+// journalNewEpochs journals, and fsyncs, each epoch of recs newer than the
+// log's last, at its first record's offset, before any of recs is written
+// (invariant 5). It reports whether the journal changed. r.mu is held.
+func (r *Range) journalNewEpochs(recs []*tenurev1.Record) (changed bool, err error) {
+	// Entries starting at the log end with an epoch above the first
+	// record's describe epochs that wrote nothing here: a leader that
+	// journaled its epoch and crashed before its epoch-start record, or
+	// records of that epoch lost unsynced. The leader's log holds an older
+	// epoch at this offset, so keeping them would claim records that are not
+	// theirs; drop them, as Truncate(LogEnd) would.
+	if latest, ok := r.j.Latest(); ok && latest.Epoch > recs[0].GetEpoch() {
+		if latest.Start != r.next {
+			// By the range invariant only entries at the log end can be newer
+			// than the log's last epoch.
+			return false, fmt.Errorf("%w: range %s: journal epoch %d starts at %d, below the log end %d, above the log's last epoch %d", ErrCorrupt, r.id, latest.Epoch, latest.Start, r.next, r.tailEpoch)
+		}
+		if err := r.j.TruncateFrom(r.next); err != nil {
+			return false, r.journalErr(fmt.Errorf("logstore: AppendRecords on %s: drop epochs above %d at %d: %w", r.id, recs[0].GetEpoch(), r.next, err))
+		}
+		r.s.log.Info("dropped journal entries of epochs that wrote nothing here", "range", r.id, "at", r.next, "above_epoch", recs[0].GetEpoch())
+		changed = true
+	}
+	prev := r.tailEpoch
+	for _, rec := range recs {
+		e, off := rec.GetEpoch(), rec.GetOffset()
+		if e > prev {
+			latest, ok := r.j.Latest()
+			switch {
+			case ok && latest.Epoch == e && latest.Start == off:
+				// Already journaled here (a retry after a crash at
+				// append:journal, or a pending leader entry): nothing to do.
+			case ok && latest.Epoch >= e:
+				return changed, fmt.Errorf("%w: range %s: journal's latest entry %+v, record %d has epoch %d", ErrCorrupt, r.id, latest, off, e)
+			default:
+				if err := r.j.Record(e, off); err != nil {
+					return changed, r.journalErr(fmt.Errorf("logstore: AppendRecords on %s: journal (%d, %d): %w", r.id, e, off, err))
+				}
+				changed = true
+			}
+		}
+		prev = e
+	}
+	return changed, nil
+}
+
+// prepared is a batch's values copied into stored-record buffers, header
+// not yet filled in, with each value's checksum: the per-byte work of an
+// append, done before taking the range lock.
+type prepared struct {
+	vals  [][]byte
+	crcs  []uint32
+	bytes int
+}
+
+func prepare(n int, value func(i int) []byte) prepared {
+	p := prepared{vals: make([][]byte, n), crcs: make([]uint32, n)}
+	for i := range n {
+		v := value(i)
+		p.vals[i], p.crcs[i] = newRecordValue(v)
+		p.bytes += len(v)
+	}
+	return p
+}
+
+// enqueueLocked assigns offsets from r.next to p's records, seals them with
+// epochAt's epoch and flags and queues them for the committer. r.mu is held:
+// that is what makes offsets contiguous in call order, and the queue order
+// the offset order.
+func (r *Range) enqueueLocked(p prepared, epochAt func(i int) (uint64, byte)) (*write, error) {
+	n := uint64(len(p.vals))
+	w := &write{r: r, base: r.next, end: r.next + n, keys: make([][]byte, n), vals: p.vals, bytes: p.bytes, done: make(chan struct{})}
+	for i := range p.vals {
+		epoch, flags := epochAt(i)
+		// Assert before writing: nothing that decodeRecord would refuse
+		// reaches the disk.
+		if err := checkRecordFields(epoch, flags, len(p.vals[i])-recordHeaderBytes); err != nil {
+			return nil, fmt.Errorf("%w: range %s offset %d: %w", ErrInvalid, r.id, w.base+uint64(i), err)
+		}
+		w.keys[i] = logKey(r.id, w.base+uint64(i))
+		sealRecord(p.vals[i], p.crcs[i], w.keys[i], epoch, flags)
+		w.lastEpoch = epoch
+	}
+	if err := r.s.enqueue(w); err != nil {
+		return nil, err
+	}
+	r.next, r.tailEpoch = w.end, w.lastEpoch
+	return w, nil
+}

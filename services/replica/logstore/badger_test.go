@@ -1,0 +1,49 @@
+package logstore
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// syncSealedWALs fsyncs each rotated-away memtable WAL once, never the
+// newest (db.Sync's), and forgets files Badger removed.
+func TestSyncSealedWALs(t *testing.T) {
+	dir := t.TempDir()
+	s := &Store{badgerDir: dir, sealed: map[string]bool{}}
+	touch := func(names ...string) {
+		for _, n := range names {
+			if err := os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sealed := func() []string { return slices.Sorted(maps.Keys(s.sealed)) }
+
+	touch("00001.mem", "000001.vlog", "MANIFEST")
+	if err := s.syncSealedWALs(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sealed(); len(got) != 0 {
+		t.Fatalf("sealed with one WAL = %v, want none (it is the active one)", got)
+	}
+	touch("00002.mem", "00003.mem") // two rotations since the last sync
+	if err := s.syncSealedWALs(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sealed(); !slices.Equal(got, []string{"00001.mem", "00002.mem"}) {
+		t.Fatalf("sealed = %v, want [00001.mem 00002.mem]", got)
+	}
+	// 00001 was flushed to an SST and removed.
+	if err := os.Remove(filepath.Join(dir, "00001.mem")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.syncSealedWALs(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sealed(); !slices.Equal(got, []string{"00002.mem"}) {
+		t.Fatalf("sealed after removal = %v, want [00002.mem]", got)
+	}
+}

@@ -1,0 +1,275 @@
+package logstore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tenurelog/tenure/pkg/journal"
+)
+
+// Group commit.
+//
+// Badger fsyncs once per commit request, and one small synced transaction
+// per append tops out near 400 commits/s on the target box, while one
+// WriteBatch of 20,000 entries commits in a quarter of a second. So appends
+// do not commit themselves. Append and AppendRecords assign offsets under
+// their range's mutex and put a write on the store's queue; one committer
+// goroutine per Store loops:
+//
+//  1. take every queued write (across all ranges) and the dirty HWMs;
+//  2. write them in one WriteBatch, with each touched range's synced-end
+//     marker, and commit it;
+//  3. publish the new log ends: the records are readable, Append returns,
+//     Changed wakes (a follower's fetch can take them now);
+//  4. db.Sync once (syncDB), then publish the new durable ends and wake
+//     again (the leader can count them toward the commit).
+//
+// While the sync runs, the next batch accumulates, so under load one fsync
+// serves every append that arrived during the previous one.
+//
+// Offsets are assigned in call order under the range mutex, and a write is
+// queued before that mutex is released, so each range's writes sit in the
+// queue in offset order and commit in offset order. Badger replays its WAL
+// as a prefix, so a crash leaves each range's log a prefix too (see
+// recoverLogEnd for the power-loss case).
+
+// The queue is bounded so that a burst of appends (or a slow disk) applies
+// backpressure to writers instead of growing memory: at most maxQueueBytes of
+// values or maxQueueRecords records wait or are being committed at once. 64
+// MiB is 8 full batches (wire.MaxBatchBytes) and well below what the box can
+// spare; 64k records is 16 full batches (wire.MaxBatchRecords). A single
+// write is always admitted into an empty queue, so any valid batch fits.
+const (
+	maxQueueBytes   = 64 << 20
+	maxQueueRecords = 64 << 10
+)
+
+// write is one Append or AppendRecords on the queue: records [base, end) of
+// range r, encoded.
+type write struct {
+	r         *Range
+	base, end uint64
+	lastEpoch uint64 // epoch of the record at end-1
+	keys      [][]byte
+	vals      [][]byte
+	bytes     int // value bytes, as reserved
+
+	err  error
+	done chan struct{} // closed when committed (err nil) or failed
+}
+
+func (w *write) finish(err error) {
+	w.err = err
+	close(w.done)
+}
+
+// reserve waits for room for records and bytes in the queue and takes it.
+func (s *Store) reserve(records, bytes int) error {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	for {
+		if err := s.writeErrLocked(); err != nil {
+			return err
+		}
+		empty := s.queuedRecords == 0
+		if empty || s.queuedRecords+records <= maxQueueRecords && s.queuedBytes+bytes <= maxQueueBytes {
+			break
+		}
+		s.space.Wait()
+	}
+	s.queuedRecords += records
+	s.queuedBytes += bytes
+	return nil
+}
+
+// release returns room taken by reserve.
+func (s *Store) release(records, bytes int) {
+	s.qmu.Lock()
+	s.queuedRecords -= records
+	s.queuedBytes -= bytes
+	s.space.Broadcast()
+	s.qmu.Unlock()
+}
+
+// enqueue puts w on the queue. The caller holds w.r.mu, which is what keeps a
+// range's writes in offset order on the queue.
+func (s *Store) enqueue(w *write) error {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if err := s.writeErrLocked(); err != nil {
+		return err
+	}
+	s.queue = append(s.queue, w)
+	s.work.Signal()
+	return nil
+}
+
+// markDirty asks the committer to persist r's HWM. The caller holds r.mu.
+func (s *Store) markDirty(r *Range) {
+	s.qmu.Lock()
+	s.dirty[r] = struct{}{}
+	s.work.Signal()
+	s.qmu.Unlock()
+}
+
+// batch is what the committer takes from the queue in one go.
+type batch struct {
+	writes []*write
+	hwms   []*Range
+}
+
+// run is the committer loop. It exits once the store is closing and the
+// queue is drained, or at the first failure.
+func (s *Store) run() {
+	defer func() {
+		s.qmu.Lock()
+		s.stopped = true
+		s.qmu.Unlock()
+		close(s.done)
+		s.wakeAll()
+	}()
+	for {
+		b, ok := s.take()
+		if !ok {
+			return
+		}
+		if err := s.commitBatch(b); err != nil {
+			return // commitBatch failed the store
+		}
+	}
+}
+
+// take waits for work and takes all of it; false means exit.
+func (s *Store) take() (batch, bool) {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	for len(s.queue) == 0 && len(s.dirty) == 0 && !s.closing && s.failed == nil {
+		s.work.Wait()
+	}
+	if s.failed != nil || len(s.queue) == 0 && len(s.dirty) == 0 {
+		// Failed (fail already failed the queue) or closing and drained.
+		return batch{}, false
+	}
+	b := batch{writes: s.queue}
+	for r := range s.dirty {
+		b.hwms = append(b.hwms, r)
+	}
+	s.queue = nil
+	clear(s.dirty)
+	return b, true
+}
+
+// commitBatch writes, commits, publishes and syncs one batch. An error has
+// failed the store: what reached the disk is unknown until reopened.
+func (s *Store) commitBatch(b batch) error {
+	records, bytes := 0, 0
+	for _, w := range b.writes {
+		records += len(w.keys)
+		bytes += w.bytes
+	}
+	err := s.writeBatch(b)
+	// Committed (or failed): Badger holds its own copy now, so the room
+	// goes back to writers while this batch syncs.
+	s.release(records, bytes)
+	if err != nil {
+		err = s.fail(err)
+		for _, w := range b.writes {
+			w.finish(err)
+		}
+		return err
+	}
+	s.commits.Add(1)
+
+	// Publish in queue order: each range's writes are in offset order.
+	ends := map[*Range]uint64{}
+	for _, w := range b.writes {
+		w.r.published(w)
+		ends[w.r] = w.end
+		w.finish(nil)
+	}
+	if len(ends) == 0 {
+		// Only HWMs: they ride the next sync (see SetHWM), so an idle
+		// follower's HWM updates cost no fsync of their own.
+		return nil
+	}
+	if err := s.syncDB(); err != nil {
+		// The records stay written but never become durable: WaitDurable
+		// returns the failure.
+		return s.fail(err)
+	}
+	for r, end := range ends {
+		r.madeDurable(end)
+	}
+	return nil
+}
+
+// writeBatch writes and commits b's records, each touched range's synced-end
+// marker and the dirty HWMs in one WriteBatch.
+func (s *Store) writeBatch(b batch) error {
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	touched := map[*Range]bool{}
+	for _, w := range b.writes {
+		for i := range w.keys {
+			if err := wb.Set(w.keys[i], w.vals[i]); err != nil {
+				return fmt.Errorf("logstore: write batch: %w", err)
+			}
+		}
+		touched[w.r] = true
+	}
+	// The synced-end marker says "records below this were fsynced before
+	// this batch was written": whatever survives of this batch after a
+	// crash, recovery trusts the log up to the marker and checks only the
+	// tail above it for records lost to an unsynced write (recoverLogEnd).
+	for r := range touched {
+		key := rangeKey(prefixSynced, r.id)
+		if err := wb.Set(key, encodeU64(key, r.DurableEnd())); err != nil {
+			return fmt.Errorf("logstore: write batch: %w", err)
+		}
+	}
+	// HWMs after the records: a HWM is never persisted ahead of the records
+	// it covers within one commit.
+	for _, r := range b.hwms {
+		key := rangeKey(prefixHWM, r.id)
+		if err := wb.Set(key, encodeU64(key, r.HWM())); err != nil {
+			return fmt.Errorf("logstore: write batch: %w", err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return fmt.Errorf("logstore: commit batch: %w", err)
+	}
+	return nil
+}
+
+// published makes w's records visible: the committer calls it in queue
+// order after the commit.
+func (r *Range) published(w *write) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Assert the contiguity the queue order guarantees: a write that does
+	// not start at the log end means offsets were handed out wrongly.
+	if w.base != r.logEnd {
+		panic(fmt.Sprintf("logstore: range %s: committed write at %d, log end is %d", r.id, w.base, r.logEnd))
+	}
+	r.logEnd, r.lastEpoch = w.end, w.lastEpoch
+	r.notifyLocked()
+}
+
+// madeDurable raises durableEnd to end after a sync.
+func (r *Range) madeDurable(end uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Truncate waits for the range to be durable before cutting, so end
+	// never exceeds logEnd; min keeps the invariant if that ever changed.
+	if end = min(end, r.logEnd); end > r.durableEnd {
+		r.durableEnd = end
+		r.notifyLocked()
+	}
+}
+
+// isJournalIOFailure reports whether a journal error means the journal's
+// file is in an unknown state (a failed write, fsync or truncate), as
+// opposed to a refusal of the request.
+func isJournalIOFailure(err error) bool {
+	return errors.Is(err, journal.ErrPoisoned)
+}

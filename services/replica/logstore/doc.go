@@ -1,0 +1,78 @@
+// Package logstore is a replica's storage: each range's log of records, its
+// durable state (fence, role, leader) and high-water mark in one Badger
+// database, and its epoch journal (package journal) in a file of its own.
+//
+// A Store is opened once per replica process; a Range is one range in it.
+// The leader appends with Append, a follower with AppendRecords; both return
+// once the records are written (readable), and DurableEnd/WaitDurable say
+// when they are fsynced. Concurrent appends across all ranges share one
+// Badger commit and one fsync (group commit, commit.go).
+//
+// # Invariants
+//
+// Per range, after every operation and after Open:
+//
+//   - offsets are dense from LogStart (0) to LogEnd, and every record's epoch
+//     is at least its predecessor's;
+//   - DurableEnd <= LogEnd, and HWM <= LogEnd; the HWM never decreases while
+//     open (after a power loss that took records it counted, Open lowers it
+//     to what the log holds);
+//   - FencedEpoch never decreases, and Epoch <= FencedEpoch; once SetState
+//     raises it, no Append or RecordEpoch under a lower epoch is accepted,
+//     and none accepted before is still pending;
+//   - the journal describes the log: every entry starts at or below LogEnd
+//     (exactly at LogEnd only for an epoch that wrote nothing yet), and the
+//     last entry starting at or below a record's offset carries that
+//     record's epoch;
+//   - a journal entry is fsynced before any record of its epoch is written.
+//
+// # On-disk format
+//
+// dir/journal/<range>.journal is a journal file (see package journal).
+// dir/badger is a Badger v4 database holding, for range id (which never
+// contains '/'):
+//
+//	key                               value
+//	l/<id>/<offset u64 BE>            record
+//	s/<id>                            state
+//	h/<id>                            high-water mark       (u64 value)
+//	d/<id>                            synced-end marker     (u64 value)
+//	t/<id>                            truncation target     (u64 value, present only mid-truncation)
+//
+//	record:  +-------------+----------+---------------+-----------------+
+//	         | epoch u64   | flags u8 | crc32c u32    | value           |
+//	         +-------------+----------+---------------+-----------------+
+//	         flags bit 0: epoch-start record (value then empty); other bits 0.
+//	         crc32c (Castagnoli) over value, then the key, then epoch and
+//	         flags: a record under any other range or offset fails it.
+//
+//	u64 value: v u64 | crc32c u32 over the key then v.
+//
+//	state:   version u8 (1) | fenced epoch u64 | epoch u64 | role u32 |
+//	         leader id str | leader address str | replica count u8 |
+//	         (replica id str, replica address str) per replica |
+//	         crc32c u32 over the key then everything before it
+//	         (str: u16 length, then the bytes, at most 1024)
+//
+// All integers are big-endian. These constants are part of the on-disk
+// format: a store written by one version of tenure must be read by the next.
+// Change them only with a new version byte and a migration.
+//
+// Every value is checked before it is written and verified right after it is
+// read: the checksum says the bytes are the ones written, and the decoded
+// fields are asserted too (epoch 0, unknown flags, an epoch-start record with
+// data, Epoch > FencedEpoch are all refused as ErrCorrupt).
+//
+// The synced-end marker d/<id> is written with every commit that touches the
+// range: records below it were fsynced before that commit. Open trusts the
+// log below it and checks only the tail above it (see recoverLogEnd).
+//
+// # Crash safety
+//
+// Truncate persists an intent before cutting journal and log, and Open
+// redoes it. Open also cuts an unsynced log tail at its first hole, removes
+// journal entries beyond the log end, verifies the journal against the log
+// and rebuilds a missing, empty or corrupt journal from the records' epochs
+// before the range is served. Options.CrashAt injects crashes at the steps
+// of Truncate and AppendRecords; Options.JournalFS injects journal faults.
+package logstore

@@ -1,0 +1,369 @@
+package logstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/tenurelog/tenure/pkg/journal"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// State is a range's durable metadata.
+type State struct {
+	// FencedEpoch is the highest epoch this replica has been fenced at.
+	// Invariant: never decreases (SetState refuses).
+	FencedEpoch uint64
+	// Epoch is the epoch the replica acts under (leads or follows).
+	// Invariant: Epoch <= FencedEpoch.
+	Epoch uint64
+	// Role is what the replica does for the range.
+	Role tenurev1.Role
+	// LeaderID and LeaderAddress name the leader this replica knows of.
+	LeaderID, LeaderAddress string
+	// Replicas is the range's replica set, at most wire.MaxReplicas.
+	Replicas []*tenurev1.Replica
+}
+
+// clone returns a deep copy, so no caller shares Replicas with the Range.
+func (st State) clone() State {
+	c := st
+	c.Replicas = make([]*tenurev1.Replica, len(st.Replicas))
+	for i, r := range st.Replicas {
+		c.Replicas[i] = &tenurev1.Replica{Id: r.GetId(), Address: r.GetAddress()}
+	}
+	if len(c.Replicas) == 0 {
+		c.Replicas = nil
+	}
+	return c
+}
+
+// A Range is one range's log, journal and state in a Store. It is safe for
+// concurrent use.
+//
+// Offsets move through three stages: assigned (an Append or AppendRecords
+// took them, next), written (committed to Badger and readable, logEnd) and
+// durable (fsynced, durableEnd).
+type Range struct {
+	s  *Store
+	id string
+	// j is the range's epoch journal, opened (or rebuilt) at load and never
+	// replaced while the Store is open.
+	// Invariant (with the log): every entry starts at or below logEnd; the
+	// last entry starting at or below an offset below logEnd carries the
+	// epoch of the record there; every record's epoch has an entry.
+	j *journal.Journal
+
+	// cutMu is held exclusively by Truncate and shared by reads of records,
+	// so a read never sees records vanish under it.
+	cutMu sync.RWMutex
+	// stateMu serializes SetState, whose fsync runs outside mu.
+	stateMu sync.Mutex
+
+	mu    sync.Mutex
+	state State
+	// next is the next offset to assign. Invariant: logEnd <= next.
+	next uint64
+	// tailEpoch is the epoch of the record at next-1 (0 when none).
+	// Invariant: lastEpoch <= tailEpoch.
+	tailEpoch uint64
+	// logEnd is the next offset to be written: records below it are
+	// committed and readable. Invariant: durableEnd <= logEnd.
+	logEnd uint64
+	// lastEpoch is the epoch of the record at logEnd-1 (0 when empty).
+	lastEpoch uint64
+	// durableEnd: records below it are fsynced.
+	durableEnd uint64
+	// hwm is the high-water mark: records below it are committed.
+	// Invariant: hwm <= logEnd, and hwm never decreases while open.
+	hwm uint64
+	// truncating is set while Truncate runs; writes are refused and the HWM
+	// may not rise above truncTo, so the bound checked at the start holds.
+	truncating bool
+	truncTo    uint64
+	// truncGen counts completed truncations; lastTruncTo is the latest one's
+	// target. WaitDurable uses them to notice its offset was cut.
+	truncGen, lastTruncTo uint64
+	// changed is closed and replaced at every change of logEnd, durableEnd,
+	// hwm, state or history.
+	changed chan struct{}
+}
+
+func newRange(s *Store, id string, j *journal.Journal) *Range {
+	return &Range{s: s, id: id, j: j, changed: make(chan struct{})}
+}
+
+// notifyLocked wakes Changed waiters. r.mu is held.
+func (r *Range) notifyLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// ID returns the range id.
+func (r *Range) ID() string { return r.id }
+
+// State returns a copy of the range's durable state.
+func (r *Range) State() State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state.clone()
+}
+
+// SetState writes st and fsyncs it before returning: a fence must be durable
+// before the fence reply is sent, or a restarted replica could accept the
+// deposed epoch it promised to refuse. A decreasing FencedEpoch is refused
+// (ErrStaleEpoch), and so is Epoch > FencedEpoch (ErrInvalid).
+//
+// Raising FencedEpoch also stops writes under lower epochs (Append refuses
+// them from then on) and waits for writes already accepted to be committed
+// and synced, so LogEnd, DurableEnd and History read after SetState returns
+// are final for every epoch below the fence: what the fence reply reports is
+// what the replica holds.
+func (r *Range) SetState(st State) error {
+	if err := checkState(st); err != nil {
+		return fmt.Errorf("%w: SetState(%s): %w", ErrInvalid, r.id, err)
+	}
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
+	// Read under stateMu: no other SetState can change it before the write.
+	if cur := r.State(); st.FencedEpoch < cur.FencedEpoch {
+		// A fence is a promise never to act under a lower epoch again;
+		// lowering it would let a deposed leader's epoch back in.
+		return fmt.Errorf("%w: SetState(%s): fenced epoch %d is below the current fence %d", ErrStaleEpoch, r.id, st.FencedEpoch, cur.FencedEpoch)
+	}
+	end, err := r.s.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
+	if err := r.s.writeErr(); err != nil {
+		return err
+	}
+	key := rangeKey(prefixState, r.id)
+	val := encodeState(key, st)
+	// Assert before writing: what would be read back is what was meant.
+	if back, err := decodeState(key, val); err != nil || back.FencedEpoch != st.FencedEpoch || back.Epoch != st.Epoch {
+		return fmt.Errorf("logstore: SetState(%s): encoding does not round-trip: %v", r.id, err)
+	}
+	if err := r.s.putSynced(key, val); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fenced := st.FencedEpoch > r.state.FencedEpoch
+	r.state = st.clone()
+	r.notifyLocked()
+	if fenced {
+		return r.quiesceLocked()
+	}
+	return nil
+}
+
+// quiesceLocked waits until every write accepted for the range is committed
+// and synced: next == logEnd == durableEnd. r.mu is held (and released
+// while waiting).
+func (r *Range) quiesceLocked() error {
+	for r.next != r.logEnd || r.durableEnd != r.logEnd {
+		if err := r.s.waitErr(); err != nil {
+			return err
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		<-ch
+		r.mu.Lock()
+	}
+	return nil
+}
+
+// LogStart returns the lowest offset the log holds: 0, as nothing is ever
+// removed from the front yet (no retention).
+func (r *Range) LogStart() uint64 { return 0 }
+
+// LogEnd returns the next offset to be written: records below it are written
+// and readable (by Read, and so by followers' fetches), not necessarily
+// durable.
+func (r *Range) LogEnd() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.logEnd
+}
+
+// DurableEnd returns the offset below which every record is fsynced.
+// DurableEnd <= LogEnd.
+func (r *Range) DurableEnd() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.durableEnd
+}
+
+// HWM returns the high-water mark.
+func (r *Range) HWM() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hwm
+}
+
+// SetHWM raises the high-water mark to h. A lower h is ignored: the HWM
+// never decreases, and a late, smaller report is stale, not a rewind. h above
+// LogEnd is refused: a replica never claims as committed a record it does not
+// hold. (A follower should pass min(leader's HWM, DurableEnd), which keeps
+// HWM <= DurableEnd; the store only enforces LogEnd.)
+//
+// The HWM is persisted without its own fsync: the committer writes it with
+// the next group commit, which the following sync (or a SetState's) makes
+// durable. That is safe because a persisted HWM can only lag: after a crash
+// the replica reports a smaller HWM, which only makes a promotion's committed
+// bound smaller, never wrong (the committed records are still on a quorum),
+// and readers of a restarted replica see committed records only up to the
+// recovered HWM until a new adoption raises it again.
+func (r *Range) SetHWM(h uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h <= r.hwm {
+		return nil
+	}
+	bound := r.logEnd
+	if r.truncating {
+		// Truncate checked its target against the HWM before it started;
+		// the HWM must not overtake the target while it runs.
+		bound = min(bound, r.truncTo)
+	}
+	if h > bound {
+		return fmt.Errorf("%w: SetHWM(%d) on %s: above the log end %d", ErrOutOfRange, h, r.id, bound)
+	}
+	if err := r.s.writeErr(); err != nil {
+		return err
+	}
+	r.hwm = h
+	r.notifyLocked()
+	r.s.markDirty(r)
+	return nil
+}
+
+// LastEpoch returns the epoch of the record at LogEnd-1, 0 when the log is
+// empty. It is the last_fetched_epoch a follower sends.
+func (r *Range) LastEpoch() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastEpoch
+}
+
+// EpochAt returns the epoch of the record at offset, read from the log and
+// verified. Offsets at or above LogEnd are ErrOutOfRange.
+func (r *Range) EpochAt(offset uint64) (uint64, error) {
+	r.cutMu.RLock()
+	defer r.cutMu.RUnlock()
+	r.mu.Lock()
+	end, last := r.logEnd, r.lastEpoch
+	r.mu.Unlock()
+	if offset >= end {
+		return 0, fmt.Errorf("%w: EpochAt(%d) on %s: log ends at %d", ErrOutOfRange, offset, r.id, end)
+	}
+	if offset == end-1 {
+		return last, nil
+	}
+	done, err := r.s.begin()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	epoch, _, _, err := r.s.readRecord(r.id, offset)
+	return epoch, err
+}
+
+// History returns the journal's entries: this replica's epoch history. Empty
+// means unknown (or, with an empty log, complete); a poisoned journal reads
+// empty, never partial.
+func (r *Range) History() []journal.EpochStart { return r.j.Entries() }
+
+// RecordEpoch journals (epoch, start) and fsyncs it before returning. A
+// leader calls it at Adopt before its epoch can be observed and before it
+// appends the epoch-start record: invariant 5, the epoch's start is durable
+// before any record of the epoch exists.
+//
+// start must be the current log end (including records still being
+// written): an epoch starts where the log ends, and any other start would
+// misattribute records or leave a gap. An epoch below the log's last epoch or
+// the journal's latest is ErrStaleEpoch (the journal would silently ignore
+// it, and the caller would then believe it had recorded it).
+func (r *Range) RecordEpoch(epoch, start uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.s.writeErr(); err != nil {
+		return err
+	}
+	if r.truncating {
+		return fmt.Errorf("%w: RecordEpoch(%d, %d) on %s", ErrBusy, epoch, start, r.id)
+	}
+	// The leader journals the epoch it was fenced at; a lower one is a
+	// deposed promoter's or leader's late command.
+	if epoch < r.state.FencedEpoch {
+		return fmt.Errorf("%w: RecordEpoch(%d, %d) on %s: fenced at %d", ErrStaleEpoch, epoch, start, r.id, r.state.FencedEpoch)
+	}
+	if start != r.next {
+		return fmt.Errorf("%w: RecordEpoch(%d, %d) on %s: an epoch starts at the log end %d", ErrOutOfRange, epoch, start, r.id, r.next)
+	}
+	// The log already holds records of tailEpoch; an older epoch cannot
+	// start after them.
+	if epoch < r.tailEpoch {
+		return fmt.Errorf("%w: RecordEpoch(%d, %d) on %s: the log holds epoch %d", ErrStaleEpoch, epoch, start, r.id, r.tailEpoch)
+	}
+	if latest, ok := r.j.Latest(); ok && epoch < latest.Epoch {
+		return fmt.Errorf("%w: RecordEpoch(%d, %d) on %s: the journal holds epoch %d", ErrStaleEpoch, epoch, start, r.id, latest.Epoch)
+	}
+	// Under mu, so no append can take the offset before the entry is durable.
+	if err := r.j.Record(epoch, start); err != nil {
+		return r.journalErr(fmt.Errorf("logstore: RecordEpoch(%d, %d) on %s: %w", epoch, start, r.id, err))
+	}
+	r.notifyLocked()
+	return nil
+}
+
+// journalErr fails the store when a journal write failed (the journal is
+// poisoned: its tail is unknown until reopened) and passes refusals through.
+func (r *Range) journalErr(err error) error {
+	if isJournalIOFailure(err) {
+		return r.s.fail(err)
+	}
+	return err
+}
+
+// Changed returns a channel closed at the next change of LogEnd, DurableEnd,
+// HWM, state or history, or when the store fails or closes. Take a new
+// channel after each wake (broadcast pattern); check the condition after
+// taking the channel, so no change is missed between the two.
+func (r *Range) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
+// WaitDurable waits until DurableEnd >= off, ctx is done, the store fails
+// or closes, or a truncation cuts below off (ErrTruncated: the records it
+// waited for are gone, and later records at those offsets are not them).
+func (r *Range) WaitDurable(ctx context.Context, off uint64) error {
+	r.mu.Lock()
+	gen := r.truncGen
+	for {
+		if r.truncGen != gen && (r.truncGen-gen > 1 || r.lastTruncTo < off) {
+			r.mu.Unlock()
+			return fmt.Errorf("%w: WaitDurable(%d) on %s: the log was cut to %d", ErrTruncated, off, r.id, r.lastTruncTo)
+		}
+		if r.durableEnd >= off {
+			r.mu.Unlock()
+			return nil
+		}
+		if err := r.s.waitErr(); err != nil {
+			r.mu.Unlock()
+			return err
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+		r.mu.Lock()
+	}
+}

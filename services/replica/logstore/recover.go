@@ -1,0 +1,322 @@
+package logstore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tenurelog/tenure/pkg/journal"
+)
+
+// loadRange loads range id at Open and brings its journal and log into
+// agreement before anything is served from it:
+//
+//  1. read its state (a fence that cannot be read cannot be kept, so a
+//     corrupt state refuses the Open), HWM, synced-end marker and intent;
+//  2. open its journal; a corrupt one is rebuilt in step 5;
+//  3. redo a pending truncation;
+//  4. recover the log end, cutting an unsynced tail at its first hole;
+//  5. reconcile the journal with the log, or rebuild it from the log;
+//  6. clamp the HWM to the log end.
+//
+// DurableEnd starts at the log end: after a restart everything on disk was
+// either synced or has been lost already.
+func (s *Store) loadRange(id string) (*Range, error) {
+	wrap := func(err error) error { return fmt.Errorf("logstore: load range %s: %w", id, err) }
+	stKey := rangeKey(prefixState, id)
+	b, _, err := s.get(stKey)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	st, err := decodeState(stKey, b)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	hwm, _, err := s.getU64(prefixHWM, id)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	synced, _, err := s.getU64(prefixSynced, id)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	intentTo, hasIntent, err := s.getU64(prefixIntent, id)
+	if err != nil {
+		return nil, wrap(err)
+	}
+
+	var rebuild string
+	j, err := journal.OpenFS(s.jfs, s.journalPath(id))
+	if errors.Is(err, journal.ErrCorrupt) {
+		rebuild = err.Error()
+	} else if err != nil {
+		return nil, wrap(err)
+	}
+	closeJournal := func() {
+		if j != nil {
+			_ = j.Close()
+			j = nil
+		}
+	}
+
+	if hasIntent {
+		if err := s.redoTruncate(id, j, intentTo, synced); err != nil {
+			closeJournal()
+			return nil, wrap(err)
+		}
+		synced = min(synced, intentTo)
+	}
+	end, lastEpoch, err := s.recoverLogEnd(id, synced)
+	if err != nil {
+		closeJournal()
+		return nil, wrap(err)
+	}
+	if j != nil {
+		if rebuild, err = s.reconcileJournal(id, j, end); err != nil {
+			closeJournal()
+			return nil, wrap(err)
+		}
+	}
+	if rebuild != "" {
+		closeJournal()
+		if j, err = s.rebuildJournal(id, end, rebuild); err != nil {
+			return nil, wrap(err)
+		}
+	}
+
+	r := newRange(s, id, j)
+	r.state = st
+	r.next, r.logEnd, r.durableEnd = end, end, end
+	r.tailEpoch, r.lastEpoch = lastEpoch, lastEpoch
+	r.hwm = hwm
+	if hwm > end {
+		// The HWM is persisted after the records it covers, so this needs
+		// records lost after they were counted: a power loss took this
+		// replica's unsynced tail, which a leader may count toward the
+		// commit through the followers. Claiming records it does not hold
+		// would be wrong; a lower HWM only makes a promotion's committed
+		// bound smaller, and the replica catches up by fetching.
+		s.log.Warn("persisted HWM is above the recovered log end; lowering it", "range", id, "hwm", hwm, "log_end", end)
+		r.hwm = end
+		s.dirty[r] = struct{}{}
+	}
+	return r, nil
+}
+
+// redoTruncate finishes a truncation a crash interrupted: every step is
+// idempotent, so redoing a finished one changes nothing. j is nil when the
+// journal is corrupt; it is rebuilt from the cut log afterwards.
+func (s *Store) redoTruncate(id string, j *journal.Journal, to, synced uint64) error {
+	if j != nil {
+		if err := j.TruncateFrom(to); err != nil {
+			return err
+		}
+	}
+	n, err := s.cutLog(id, to, min(synced, to))
+	if err != nil {
+		return err
+	}
+	if err := s.syncDB(); err != nil {
+		return err
+	}
+	intent := rangeKey(prefixIntent, id)
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(intent) }); err != nil {
+		return fmt.Errorf("clear truncation intent: %w", err)
+	}
+	s.log.Warn("redid an interrupted truncation", "range", id, "to", to, "removed", n)
+	return nil
+}
+
+// recoverLogEnd returns the log end of range id and the epoch of its last
+// record, given its synced-end marker.
+//
+// Records below the marker were fsynced before the batch that wrote the
+// marker (commit.go), so they are trusted: only the record just below it is
+// read, and damage there is ErrCorrupt. Records at and above it may not have
+// been synced when the machine stopped. Badger replays each WAL file as a
+// prefix, but a power loss can keep a later memtable's WAL and lose an
+// earlier one's unsynced pages, leaving a hole. Everything above a hole was
+// committed after the lost record and so was never covered by a completed
+// sync: it was never reported durable, and the tail is cut at the first
+// missing or unreadable record.
+func (s *Store) recoverLogEnd(id string, synced uint64) (end, lastEpoch uint64, err error) {
+	if synced > 0 {
+		if lastEpoch, _, _, err = s.readRecord(id, synced-1); err != nil {
+			return 0, 0, fmt.Errorf("record below the synced marker %d: %w", synced, err)
+		}
+	}
+	end = synced
+	var hole string
+	prefix := logPrefix(id)
+	err = s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(logKey(id, synced)); it.Valid(); it.Next() {
+			item := it.Item()
+			off, err := parseLogKey(prefix, item.Key())
+			if err != nil {
+				return err
+			}
+			if off != end {
+				hole = fmt.Sprintf("record %d is missing, %d follows", end, off)
+				return nil
+			}
+			var epoch uint64
+			if err := item.Value(func(b []byte) error {
+				epoch, _, _, err = decodeRecord(item.Key(), b)
+				return err
+			}); err != nil {
+				hole = fmt.Sprintf("record %d is unreadable: %v", off, err)
+				return nil
+			}
+			// Epochs never decrease along a log, and a lost write cannot
+			// make them: this is damage, not a torn tail.
+			if epoch < lastEpoch {
+				return fmt.Errorf("%w: record %d has epoch %d after epoch %d", ErrCorrupt, off, epoch, lastEpoch)
+			}
+			lastEpoch = epoch
+			end++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if hole != "" {
+		n, err := s.cutLog(id, end, synced)
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := s.syncDB(); err != nil {
+			return 0, 0, err
+		}
+		s.log.Warn("cut the unsynced log tail at its first hole", "range", id, "at", end, "removed", n, "reason", hole)
+	}
+	return end, lastEpoch, nil
+}
+
+// reconcileJournal brings an opened journal into agreement with a log
+// ending at end. Entries starting beyond end are removed: their records were
+// lost unsynced (an entry starting exactly at end is legal: a leader
+// journals (E, LogEnd) before writing its epoch-start record, and a follower
+// its epoch before the record). It returns a reason to rebuild the journal
+// from the log instead, or "" when the journal describes the log.
+func (s *Store) reconcileJournal(id string, j *journal.Journal, end uint64) (rebuild string, err error) {
+	entries := j.Entries()
+	if n := len(entries); n > 0 && entries[n-1].Start > end {
+		if err := j.TruncateFrom(end + 1); err != nil {
+			return "", err
+		}
+		s.log.Warn("removed journal entries beyond the log end", "range", id, "log_end", end, "latest", entries[n-1])
+		entries = j.Entries()
+	}
+	if len(entries) == 0 {
+		if end > 0 {
+			// Empty means unknown; with records present it is a lost or
+			// missing journal, and the log can say what it was.
+			return "the journal is empty and the log is not", nil
+		}
+		// An empty log and an empty journal: empty is complete.
+		return "", nil
+	}
+	return s.checkJournal(id, entries, end)
+}
+
+// checkJournal verifies that entries describe the log below end: the first
+// epoch starts at 0, and each non-empty stretch [start, next start) holds
+// its epoch at both ends. Epochs never decrease along the log, so both ends
+// agreeing means every record between does; three point reads per entry,
+// instead of reading the log. A mismatch is a reason to rebuild.
+func (s *Store) checkJournal(id string, entries []journal.EpochStart, end uint64) (rebuild string, err error) {
+	if end == 0 {
+		return "", nil // every entry starts at 0 == end: epochs that wrote nothing yet
+	}
+	if entries[0].Start > 0 {
+		return fmt.Sprintf("the journal's first epoch %d starts at %d, records below it are unattributed", entries[0].Epoch, entries[0].Start), nil
+	}
+	for i, e := range entries {
+		if e.Start >= end {
+			break
+		}
+		stretchEnd := end
+		if i+1 < len(entries) {
+			stretchEnd = min(entries[i+1].Start, end)
+		}
+		if stretchEnd == e.Start {
+			continue // an epoch that wrote nothing before the next began
+		}
+		for _, off := range []uint64{e.Start, stretchEnd - 1} {
+			epoch, _, _, err := s.readRecord(id, off)
+			if err != nil {
+				return "", err
+			}
+			if epoch != e.Epoch {
+				return fmt.Sprintf("the journal says epoch %d holds [%d, %d), the log has epoch %d at %d", e.Epoch, e.Start, stretchEnd, epoch, off), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// rebuildJournal scans the log of range id below end, where every record
+// carries its epoch, and atomically installs the history it finds
+// (journal.Create: written, fsynced, renamed, directory fsynced) before the
+// range is served. Epochs that wrote nothing here are not recovered; they
+// describe no record, so the history still describes the log.
+func (s *Store) rebuildJournal(id string, end uint64, reason string) (*journal.Journal, error) {
+	entries, err := s.scanEpochs(id, end)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild journal (%s): %w", reason, err)
+	}
+	j, err := journal.CreateFS(s.jfs, s.journalPath(id), entries)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild journal (%s): %w", reason, err)
+	}
+	s.log.Warn("rebuilt the epoch journal from the log", "range", id, "reason", reason, "entries", len(entries), "log_end", end)
+	return j, nil
+}
+
+// scanEpochs reads every record of range id below end, verifying each, and
+// returns the first offset of each epoch.
+func (s *Store) scanEpochs(id string, end uint64) ([]journal.EpochStart, error) {
+	var entries []journal.EpochStart
+	prefix := logPrefix(id)
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		next := uint64(0)
+		for it.Rewind(); it.Valid() && next < end; it.Next() {
+			item := it.Item()
+			off, err := parseLogKey(prefix, item.Key())
+			if err != nil {
+				return err
+			}
+			if off != next {
+				return fmt.Errorf("%w: record %d is missing", ErrCorrupt, next)
+			}
+			var epoch uint64
+			if err := item.Value(func(b []byte) error {
+				epoch, _, _, err = decodeRecord(item.Key(), b)
+				return err
+			}); err != nil {
+				return err
+			}
+			switch n := len(entries); {
+			case n > 0 && epoch < entries[n-1].Epoch:
+				return fmt.Errorf("%w: record %d has epoch %d after epoch %d", ErrCorrupt, off, epoch, entries[n-1].Epoch)
+			case n == 0 || epoch > entries[n-1].Epoch:
+				if n == journal.MaxEntries {
+					return fmt.Errorf("the log holds more than %d epochs", journal.MaxEntries)
+				}
+				entries = append(entries, journal.EpochStart{Epoch: epoch, Start: off})
+			}
+			next++
+		}
+		if next < end {
+			return fmt.Errorf("%w: record %d is missing (log ends at %d)", ErrCorrupt, next, end)
+		}
+		return nil
+	})
+	return entries, err
+}

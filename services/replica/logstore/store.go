@@ -1,0 +1,409 @@
+package logstore
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tenurelog/tenure/pkg/journal"
+	"github.com/tenurelog/tenure/pkg/wire"
+)
+
+// Errors, matched with errors.Is. Every error from this package starts with
+// "logstore: ".
+var (
+	// ErrCorrupt: stored bytes fail their checksum or break a rule the writer
+	// never breaks (a missing record below the log end, a decreasing epoch).
+	ErrCorrupt = errors.New("logstore: corrupt")
+	// ErrBelowHWM: a truncation would remove committed records.
+	ErrBelowHWM = errors.New("logstore: below the high-water mark")
+	// ErrClosed: the Store was closed.
+	ErrClosed = errors.New("logstore: closed")
+	// ErrFailed: an earlier write, fsync or journal update failed, or
+	// Options.CrashAt simulated a crash. What reached the disk is unknown
+	// until the Store is closed and reopened, so it refuses every write.
+	ErrFailed = errors.New("logstore: failed, reopen to recover")
+	// ErrStaleEpoch: an epoch below one this range has already written or
+	// been fenced at. A deposed leader's late write lands here.
+	ErrStaleEpoch = errors.New("logstore: stale epoch")
+	// ErrUnjournaled: Append under an epoch that is not the journal's latest:
+	// the leader must journal its epoch (RecordEpoch) before writing under it.
+	ErrUnjournaled = errors.New("logstore: epoch not journaled")
+	// ErrOutOfRange: an offset outside the log, or records that do not
+	// start at the log end.
+	ErrOutOfRange = errors.New("logstore: offset out of range")
+	// ErrTruncated: WaitDurable's offset was cut by a Truncate while it
+	// waited; the records it waited for are gone.
+	ErrTruncated = errors.New("logstore: truncated while waiting")
+	// ErrBusy: a write arrived while the range is being truncated. A
+	// truncation runs only on a fenced replica, so the writer is stale.
+	ErrBusy = errors.New("logstore: range is being truncated")
+	// ErrInvalid: the arguments break the rules (epoch 0, a malformed
+	// batch, a gap between records, a decreasing epoch within a batch).
+	ErrInvalid = errors.New("logstore: invalid argument")
+)
+
+// Options configure a Store. The zero value is valid.
+type Options struct {
+	// Logger receives the store's and Badger's warnings. nil means slog.Default().
+	Logger *slog.Logger
+	// JournalFS is the filesystem of the epoch journals. nil means the
+	// operating system's (journal.OSFS).
+	JournalFS journal.FS
+	// CrashAt, if set, is called at named points inside Truncate and
+	// AppendRecords; a non-nil return simulates a crash there: the operation
+	// stops at once leaving the disk as it is, and the Store refuses every
+	// further write (ErrFailed) until it is closed and reopened. Points:
+	// "truncate:intent" (intent synced), "truncate:journal" (journal cut),
+	// "truncate:log" (log keys deleted, not yet synced), "append:journal"
+	// (a new epoch journaled, its records not yet written).
+	CrashAt func(point string) error
+}
+
+// Crash points, the arguments Options.CrashAt receives.
+const (
+	CrashTruncateIntent  = "truncate:intent"
+	CrashTruncateJournal = "truncate:journal"
+	CrashTruncateLog     = "truncate:log"
+	CrashAppendJournal   = "append:journal"
+)
+
+// A Store is one replica's storage: one Badger database for every range's
+// records and metadata, and one epoch journal file per range. It is safe for
+// concurrent use.
+type Store struct {
+	badgerDir  string
+	journalDir string
+	db         *badger.DB
+	jfs        journal.FS
+	log        *slog.Logger
+	crashAt    func(string) error
+
+	// life is held shared by every operation that touches db directly and
+	// exclusively by Close, so nothing uses db after it is closed.
+	life   sync.RWMutex
+	closed bool // guarded by life
+
+	createMu sync.Mutex // serializes CreateRange
+	rangesMu sync.RWMutex
+	ranges   map[string]*Range // guarded by rangesMu
+
+	// The group-commit queue; see commit.go.
+	qmu   sync.Mutex
+	work  *sync.Cond // the committer waits here for writes, dirty HWMs or closing
+	space *sync.Cond // appenders wait here for room in the queue
+	// queue holds accepted writes not yet taken by the committer, each
+	// range's in the order their offsets were assigned.
+	queue []*write
+	// dirty holds ranges whose HWM changed since the committer last wrote it.
+	dirty map[*Range]struct{}
+	// queuedRecords and queuedBytes count the records and value bytes
+	// admitted but not yet committed.
+	// Invariant: at most maxQueueRecords and maxQueueBytes, except that one
+	// write is always admitted into an empty queue.
+	queuedRecords, queuedBytes int
+	closing                    bool  // Close began: no new writes
+	stopped                    bool  // the committer exited
+	failed                     error // first fatal failure; see ErrFailed
+	done                       chan struct{}
+
+	syncMu sync.Mutex
+	// sealed names the memtable WAL files already fsynced after Badger
+	// rotated away from them. Guarded by syncMu; see syncDB.
+	sealed map[string]bool
+
+	// Sync coalescing (see syncDB), guarded by syncGate. Invariant:
+	// syncDone <= syncWanted. Tickets are taken after the caller's write
+	// committed, so a sync that starts after a ticket covers that write.
+	syncGate   sync.Mutex
+	syncCond   *sync.Cond // on syncGate; broadcast when a sync ends
+	syncing    bool       // a sync is running
+	syncWanted uint64     // highest ticket handed out
+	syncDone   uint64     // every ticket up to this is durable
+
+	syncs, commits atomic.Uint64
+}
+
+// Stats are counters for tests and metrics.
+type Stats struct {
+	// Syncs counts durability syncs of the database (group commits and
+	// SetState/Truncate syncs).
+	Syncs uint64
+	// Commits counts group-commit transactions (each one WriteBatch).
+	Commits uint64
+}
+
+// Open opens the store in dir, creating it if missing: dir/badger holds one
+// Badger database for all ranges, dir/journal/<range>.journal one epoch
+// journal per range. Open loads every range, redoes pending truncations,
+// recovers each log's end and reconciles each journal with its log (see
+// recover.go) before returning: nothing is served from an unreconciled range.
+func Open(dir string, opts Options) (*Store, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "logstore")
+	jfs := opts.JournalFS
+	if jfs == nil {
+		jfs = journal.OSFS{}
+	}
+	s := &Store{
+		badgerDir:  filepath.Join(dir, "badger"),
+		journalDir: filepath.Join(dir, "journal"),
+		jfs:        jfs,
+		log:        log,
+		crashAt:    opts.CrashAt,
+		ranges:     map[string]*Range{},
+		dirty:      map[*Range]struct{}{},
+		done:       make(chan struct{}),
+		sealed:     map[string]bool{},
+	}
+	s.work = sync.NewCond(&s.qmu)
+	s.space = sync.NewCond(&s.qmu)
+	for _, d := range []string{s.badgerDir, s.journalDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("logstore: %w", err)
+		}
+	}
+	// Badger fsyncs its own directory; the journal directory's entry in dir
+	// (and dir's in its parent, if MkdirAll just made it) must be durable
+	// before a journal inside it is.
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := (journal.OSFS{}).SyncDir(d); err != nil {
+			return nil, fmt.Errorf("logstore: sync directory %s: %w", d, err)
+		}
+	}
+	db, err := badger.Open(badgerOptions(s.badgerDir, log))
+	if err != nil {
+		return nil, fmt.Errorf("logstore: open badger in %s: %w", s.badgerDir, err)
+	}
+	s.db = db
+	ids, err := s.persistedRangeIDs()
+	if err == nil {
+		for _, id := range ids {
+			var r *Range
+			if r, err = s.loadRange(id); err != nil {
+				break
+			}
+			s.ranges[id] = r
+		}
+	}
+	if err != nil {
+		for _, r := range s.ranges {
+			_ = r.j.Close()
+		}
+		_ = db.Close()
+		return nil, err
+	}
+	go s.run()
+	return s, nil
+}
+
+// Close commits and syncs every write already accepted, persists dirty
+// HWMs, and closes the journals and the database. After a failure
+// (ErrFailed) it writes nothing more: the disk stays as the failure left it.
+// Closing twice returns ErrClosed.
+func (s *Store) Close() error {
+	s.qmu.Lock()
+	if s.closing {
+		s.qmu.Unlock()
+		return ErrClosed
+	}
+	s.closing = true
+	s.work.Broadcast()
+	s.space.Broadcast()
+	s.qmu.Unlock()
+	<-s.done // the committer drained the queue (or failed it) and exited
+	s.wakeAll()
+
+	s.life.Lock()
+	defer s.life.Unlock()
+	s.closed = true
+	var errs []error
+	for _, r := range s.snapshotRanges() {
+		errs = append(errs, r.j.Close())
+	}
+	errs = append(errs, s.db.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("logstore: close: %w", err)
+	}
+	return nil
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Syncs: s.syncs.Load(), Commits: s.commits.Load()}
+}
+
+// RangeIDs returns the ids of the ranges with persisted state, sorted.
+func (s *Store) RangeIDs() []string {
+	s.rangesMu.RLock()
+	defer s.rangesMu.RUnlock()
+	ids := make([]string, 0, len(s.ranges))
+	for id := range s.ranges {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Range returns a loaded range.
+func (s *Store) Range(id string) (*Range, bool) {
+	s.rangesMu.RLock()
+	defer s.rangesMu.RUnlock()
+	r, ok := s.ranges[id]
+	return r, ok
+}
+
+// CreateRange returns range id, creating it if it does not exist: an empty
+// journal, then its (zero) State, fsynced before CreateRange returns. The
+// journal comes first so that every range with persisted state has one.
+func (s *Store) CreateRange(id string) (*Range, error) {
+	if err := wire.ValidateRangeID(id); err != nil {
+		return nil, fmt.Errorf("%w: CreateRange: %w", ErrInvalid, err)
+	}
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	if r, ok := s.Range(id); ok {
+		return r, nil
+	}
+	end, err := s.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	if err := s.writeErr(); err != nil {
+		return nil, err
+	}
+	// A journal file may exist without state: a crash between the two steps
+	// below. Its range never existed, so it is replaced, not trusted.
+	j, err := journal.CreateFS(s.jfs, s.journalPath(id), nil)
+	if err != nil {
+		return nil, fmt.Errorf("logstore: CreateRange(%s): %w", id, err)
+	}
+	if err := s.putSynced(rangeKey(prefixState, id), encodeState(rangeKey(prefixState, id), State{})); err != nil {
+		_ = j.Close()
+		return nil, fmt.Errorf("logstore: CreateRange(%s): %w", id, err)
+	}
+	r := newRange(s, id, j)
+	s.rangesMu.Lock()
+	s.ranges[id] = r
+	s.rangesMu.Unlock()
+	s.log.Info("created range", "range", id)
+	return r, nil
+}
+
+func (s *Store) journalPath(id string) string {
+	return filepath.Join(s.journalDir, id+".journal")
+}
+
+func (s *Store) snapshotRanges() []*Range {
+	s.rangesMu.RLock()
+	defer s.rangesMu.RUnlock()
+	rs := make([]*Range, 0, len(s.ranges))
+	for _, r := range s.ranges {
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// begin admits an operation that uses db directly; end must be called after.
+func (s *Store) begin() (end func(), err error) {
+	s.life.RLock()
+	if s.closed {
+		s.life.RUnlock()
+		return nil, ErrClosed
+	}
+	return s.life.RUnlock, nil
+}
+
+// writeErr reports why the store accepts no writes, if it does not.
+func (s *Store) writeErr() error {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	return s.writeErrLocked()
+}
+
+func (s *Store) writeErrLocked() error {
+	if s.failed != nil {
+		return s.failed
+	}
+	if s.closing {
+		return ErrClosed
+	}
+	return nil
+}
+
+// waitErr reports why a waiter will never see more progress: the store
+// failed, or it closed and the committer has made durable all it ever will.
+func (s *Store) waitErr() error {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if s.failed != nil {
+		return s.failed
+	}
+	if s.stopped {
+		return ErrClosed
+	}
+	return nil
+}
+
+// fail records the first fatal failure, fails every queued write and wakes
+// every waiter. After a failed write or fsync the disk holds an unknown
+// prefix of what was written, so continuing could acknowledge records that
+// are not there; only reopening, which recovers from what is on disk, knows.
+func (s *Store) fail(cause error) error {
+	err := cause
+	if !errors.Is(cause, ErrFailed) {
+		err = fmt.Errorf("%w: %w", ErrFailed, cause)
+	}
+	s.qmu.Lock()
+	first := s.failed == nil
+	if first {
+		s.failed = err
+	}
+	queue := s.queue
+	s.queue = nil
+	s.work.Broadcast()
+	s.space.Broadcast()
+	s.qmu.Unlock()
+	if first {
+		s.log.Error("store failed; refusing writes until reopened", "err", err)
+	}
+	for _, w := range queue {
+		w.finish(err)
+	}
+	// In a goroutine: fail may be called with a range's mu held, and
+	// wakeAll takes every range's mu.
+	go s.wakeAll()
+	return err
+}
+
+// crash calls Options.CrashAt at point and fails the store if it says so.
+func (s *Store) crash(point string) error {
+	if s.crashAt == nil {
+		return nil
+	}
+	if err := s.crashAt(point); err != nil {
+		return s.fail(fmt.Errorf("simulated crash at %s: %w", point, err))
+	}
+	return nil
+}
+
+// wakeAll wakes every range's Changed waiters, so they notice a failure or
+// a close.
+func (s *Store) wakeAll() {
+	for _, r := range s.snapshotRanges() {
+		r.mu.Lock()
+		r.notifyLocked()
+		r.mu.Unlock()
+	}
+}

@@ -1,0 +1,165 @@
+package logstore
+
+import (
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Truncate cuts the log to end at to: records at and above to are removed,
+// and journal entries starting at or above to (epochs whose first record is
+// gone, or that wrote nothing here). It returns how many records it removed.
+// to at or above LogEnd removes no records, only such journal entries.
+//
+// to below the HWM is refused with ErrBelowHWM: records below the HWM are
+// committed, and no truncation ever removes a committed record (invariant 3).
+// The service also refuses Truncate on a leader and at any epoch but the
+// fenced one; the store refuses concurrent writes (ErrBusy) and waits for
+// writes already queued to be durable before cutting.
+//
+// Truncate is crash-atomic with the journal. In order: persist the intent
+// (t/<range> = to) and sync; cut the journal (fsynced); delete the log keys
+// from to (with the synced-end marker lowered to to); sync; clear the intent.
+// A crash anywhere leaves the intent, and Open redoes the cut (every step is
+// idempotent) before the range is served, so journal and log never disagree
+// after a restart.
+func (r *Range) Truncate(to uint64) (removed uint64, err error) {
+	r.cutMu.Lock()
+	defer r.cutMu.Unlock()
+	done, err := r.s.begin()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+
+	oldEnd, err := r.startTruncate(to)
+	if err != nil {
+		return 0, err
+	}
+	if to >= oldEnd {
+		// No record to cut; entries at or above to can only be epochs that
+		// wrote nothing here (a leader's journaled start at the log end).
+		// The journal's own cut is crash-safe, so no intent is needed.
+		err := r.j.TruncateFrom(to)
+		r.finishTruncate(to, oldEnd, 0)
+		if err != nil {
+			return 0, r.journalErr(fmt.Errorf("logstore: Truncate(%d) on %s: %w", to, r.id, err))
+		}
+		return 0, nil
+	}
+
+	s := r.s
+	intent := rangeKey(prefixIntent, r.id)
+	if err := s.putSynced(intent, encodeU64(intent, to)); err != nil {
+		return 0, err
+	}
+	if err := s.crash(CrashTruncateIntent); err != nil {
+		return 0, err
+	}
+	if err := r.j.TruncateFrom(to); err != nil {
+		// Even a refusal here is fatal: the intent is persisted, and only a
+		// reopen redoes it.
+		return 0, s.fail(fmt.Errorf("logstore: Truncate(%d) on %s: journal: %w", to, r.id, err))
+	}
+	if err := s.crash(CrashTruncateJournal); err != nil {
+		return 0, err
+	}
+	removed, err = s.cutLog(r.id, to, to)
+	if err != nil {
+		return 0, s.fail(err)
+	}
+	if err := s.crash(CrashTruncateLog); err != nil {
+		return 0, err
+	}
+	if err := s.syncDB(); err != nil {
+		return 0, s.fail(err)
+	}
+	// Not synced: a lost delete only makes Open redo a finished cut.
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(intent) }); err != nil {
+		return 0, s.fail(fmt.Errorf("logstore: Truncate(%d) on %s: clear intent: %w", to, r.id, err))
+	}
+	var last uint64
+	if to > 0 {
+		if last, _, _, err = s.readRecord(r.id, to-1); err != nil {
+			return 0, s.fail(err)
+		}
+	}
+	r.finishTruncate(to, to, last)
+	if removed != oldEnd-to {
+		// The keys counted are the keys that were there: fewer means the log
+		// had holes below its end, which no writer makes.
+		return removed, fmt.Errorf("%w: Truncate(%d) on %s: removed %d records, the log end said %d", ErrCorrupt, to, r.id, removed, oldEnd-to)
+	}
+	s.log.Info("truncated log", "range", r.id, "to", to, "removed", removed)
+	return removed, nil
+}
+
+// startTruncate checks to against the HWM, marks the range truncating and
+// waits until every queued write to it is committed and durable, so the cut
+// sees a quiet, fully synced log. It returns the log end.
+func (r *Range) startTruncate(to uint64) (uint64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if to < r.hwm {
+		return 0, fmt.Errorf("%w: Truncate(%d) on %s: the high-water mark is %d, and records below it are committed", ErrBelowHWM, to, r.id, r.hwm)
+	}
+	if err := r.s.writeErr(); err != nil {
+		return 0, err
+	}
+	r.truncating, r.truncTo = true, to
+	if err := r.quiesceLocked(); err != nil {
+		r.truncating = false
+		return 0, err
+	}
+	return r.logEnd, nil
+}
+
+// finishTruncate publishes the cut log: everything below to was synced
+// before the cut began, so it is all durable.
+func (r *Range) finishTruncate(to, end, lastEpoch uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if end < r.logEnd {
+		r.next, r.logEnd, r.durableEnd = end, end, end
+		r.tailEpoch, r.lastEpoch = lastEpoch, lastEpoch
+		r.truncGen++
+		r.lastTruncTo = to
+	}
+	r.truncating = false
+	r.notifyLocked()
+}
+
+// cutLog deletes range id's record keys at and above to and sets its
+// synced-end marker to synced, in one WriteBatch, not synced. Badger has no
+// range delete, so it iterates keys only (no values are read) and deletes
+// each. It returns how many keys it deleted.
+func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	prefix := logPrefix(id)
+	var n uint64
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(logKey(id, to)); it.Valid(); it.Next() {
+			if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("logstore: cut %s to %d: %w", id, to, err)
+	}
+	// The marker must not claim records at or above the cut were synced:
+	// the next ones written there will not be, yet.
+	key := rangeKey(prefixSynced, id)
+	if err := wb.Set(key, encodeU64(key, synced)); err != nil {
+		return 0, fmt.Errorf("logstore: cut %s to %d: %w", id, to, err)
+	}
+	if err := wb.Flush(); err != nil {
+		return 0, fmt.Errorf("logstore: cut %s to %d: %w", id, to, err)
+	}
+	return n, nil
+}
