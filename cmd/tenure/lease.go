@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/services/lease"
+)
+
+func init() {
+	commands["lease"] = command{summary: "run the lease service: epochs, leases and membership per range, on etcd", run: runLease}
+}
+
+// leaseStartTimeout bounds how long the lease service waits for etcd at
+// start; under compose etcd may come up a little after it.
+const leaseStartTimeout = 30 * time.Second
+
+func runLease(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("lease", flag.ContinueOnError)
+	etcd := fs.String("etcd", "127.0.0.1:2379", "comma-separated etcd endpoints; all state lives there, so any number of lease services can share one etcd")
+	listen := fs.String("listen", "127.0.0.1:7000", "address to serve LeaseService on (HTTP/2 cleartext: Connect, gRPC and gRPC-Web clients)")
+	defaultTTL := fs.Duration("default-ttl", lease.DefaultSessionTTL, "TTL of sessions opened with ttl_ms 0; whole seconds, at least etcd's minimum lease TTL (1.5 election timeouts rounded up: 2s for etcd's defaults)")
+	prefix := fs.String("prefix", lease.DefaultPrefix, "etcd key prefix for ranges, epochs, leases and sessions; lease services and promoters of one cluster must agree on it")
+	requestTimeout := fs.Duration("request-timeout", lease.DefaultRequestTimeout, "bound on the etcd work of one request; an etcd slower than this answers Unavailable")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: tenure lease [flags]\n\nRuns the lease service. Per range it keeps in etcd the current epoch (granted\nby compare-and-swap, strictly increasing), the lease of that epoch (bound to a\nholder session with a TTL) and the membership, and streams lease events.\nFlags (env TENURE_<FLAG> as fallback):\n")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(*logFormat)
+	if err != nil {
+		return err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger()})
+	if err != nil {
+		return fmt.Errorf("etcd client for %s: %w", *etcd, err)
+	}
+	defer cli.Close()
+
+	sctx, cancel := context.WithTimeout(ctx, leaseStartTimeout)
+	svc, err := lease.New(sctx, cli,
+		lease.WithPrefix(*prefix), lease.WithDefaultTTL(*defaultTTL),
+		lease.WithRequestTimeout(*requestTimeout), lease.WithLogger(log))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("start against etcd %s: %w", *etcd, err)
+	}
+	srv, err := transport.Serve(*listen, svc.Registration())
+	if err != nil {
+		return err
+	}
+	log.Info("lease service serving", "addr", srv.URL(), "etcd", *etcd, "prefix", *prefix, "default_ttl", *defaultTTL)
+
+	<-ctx.Done()
+	// Watch streams end first (Unavailable: their clients resume elsewhere
+	// with after_revision); then in-flight unary calls finish, bounded.
+	svc.Close()
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer dcancel()
+	if err := srv.Shutdown(dctx); err != nil {
+		log.Warn("lease service: shutdown not graceful", "err", err)
+	}
+	log.Info("lease service stopped")
+	return nil
+}

@@ -1,0 +1,227 @@
+package lease
+
+import (
+	"context"
+	"math"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// releaseAttempts bounds ReleaseLease's read-compare-write retries when the
+// lease changes between its read and its write.
+const releaseAttempts = 3
+
+func (s *Service) grantEpoch(ctx context.Context, req *tenurev1.GrantEpochRequest) (*tenurev1.GrantEpochResponse, error) {
+	id, prev, holder := req.GetRangeId(), req.GetPreviousEpoch(), req.GetHolderId()
+	if err := wire.ValidateRangeID(id); err != nil {
+		return nil, err
+	}
+	if err := checkHolder(holder); err != nil {
+		return nil, err
+	}
+	if prev == math.MaxUint64 {
+		// prev+1 would wrap to 0, "no grant yet": refuse rather than reuse.
+		return nil, failedf("range %q: epoch space exhausted", id)
+	}
+	sess, err := s.resolveSession(ctx, holder, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	next := prev + 1
+	rec := leaseRecord{Epoch: next, HolderID: holder, HolderAddress: sess.rec.HolderAddress, SessionID: sess.id}
+	epochKey := s.keys.epoch(id)
+	resp, err := s.kv.Txn(ctx).If(
+		// The whole safety of a grant is this compare: next is written only
+		// if the stored epoch is still exactly prev. etcd applies transactions
+		// one at a time in revision order, so of two callers that both read
+		// prev, only the first to commit finds the compare true; the other
+		// compares against prev+1 and loses. A value compare on a missing key
+		// is false, so an unknown range never gets epoch 1 out of nothing; and
+		// the epoch key is never deleted, so the sequence never restarts.
+		// The next epoch is always exactly prev+1: no gaps, no repeats.
+		clientv3.Compare(clientv3.Value(epochKey), "=", formatEpoch(prev)),
+		// The session the new lease is attached to is still this live
+		// session when the transaction applies (it could expire in between).
+		clientv3.Compare(clientv3.CreateRevision(sess.key), "=", sess.createRev),
+	).Then(
+		clientv3.OpPut(epochKey, formatEpoch(next)),
+		// Overwriting the lease key also detaches it from the previous
+		// holder's session: the deposed holder's lease ends with the grant.
+		clientv3.OpPut(s.keys.lease(id), mustJSON(rec), clientv3.WithLease(clientv3.LeaseID(sess.id))),
+	).Else(
+		clientv3.OpGet(epochKey),
+	).Commit()
+	if err != nil {
+		return nil, err
+	}
+	if !resp.Succeeded {
+		kv := txnKV(resp, 0)
+		if kv == nil {
+			return nil, rangeNotFound(id)
+		}
+		cur, err := parseEpoch(epochKey, kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		if cur != prev {
+			return nil, lostGrant(id, prev, cur)
+		}
+		// The epoch compare held, so the session compare failed.
+		return nil, failedf("session %d of holder %q expired or was closed before the grant; nothing was granted", sess.id, holder)
+	}
+	return &tenurev1.GrantEpochResponse{Epoch: next, Lease: s.boundLease(ctx, id, rec)}, nil
+}
+
+// boundLease is the Lease just bound by a successful transaction. The TTL is
+// best effort: the grant or bind has happened, and failing the call now
+// would tell the caller it had not.
+func (s *Service) boundLease(ctx context.Context, rangeID string, rec leaseRecord) *tenurev1.Lease {
+	l := &tenurev1.Lease{
+		RangeId: rangeID, Epoch: rec.Epoch, HolderId: rec.HolderID, HolderAddress: rec.HolderAddress,
+		SessionId: rec.SessionID, Live: true,
+	}
+	if ms, live, err := s.remaining(ctx, rec.SessionID, ttlCache{}); err == nil {
+		l.TtlRemainingMs, l.Live = ms, live
+	}
+	return l
+}
+
+func (s *Service) bindLease(ctx context.Context, req *tenurev1.BindLeaseRequest) (*tenurev1.BindLeaseResponse, error) {
+	id, epoch, holder := req.GetRangeId(), req.GetEpoch(), req.GetHolderId()
+	if err := wire.ValidateRangeID(id); err != nil {
+		return nil, err
+	}
+	if epoch == 0 {
+		return nil, invalidf("epoch 0 is never granted: bind the current epoch")
+	}
+	if err := checkHolder(holder); err != nil {
+		return nil, err
+	}
+	sess, err := s.resolveSession(ctx, holder, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	rec := leaseRecord{Epoch: epoch, HolderID: holder, HolderAddress: sess.rec.HolderAddress, SessionID: sess.id}
+	epochKey := s.keys.epoch(id)
+	resp, err := s.kv.Txn(ctx).If(
+		// Only the current epoch's lease can move: binding an old epoch would
+		// hand a lease to a leader that a later grant has already deposed.
+		// Comparing in the same transaction closes the window between
+		// checking and writing.
+		clientv3.Compare(clientv3.Value(epochKey), "=", formatEpoch(epoch)),
+		clientv3.Compare(clientv3.CreateRevision(sess.key), "=", sess.createRev),
+	).Then(
+		clientv3.OpPut(s.keys.lease(id), mustJSON(rec), clientv3.WithLease(clientv3.LeaseID(sess.id))),
+	).Else(
+		clientv3.OpGet(epochKey),
+	).Commit()
+	if err != nil {
+		return nil, err
+	}
+	if !resp.Succeeded {
+		kv := txnKV(resp, 0)
+		if kv == nil {
+			return nil, rangeNotFound(id)
+		}
+		cur, err := parseEpoch(epochKey, kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		if cur != epoch {
+			return nil, notCurrent(id, epoch, cur)
+		}
+		return nil, failedf("session %d of holder %q expired or was closed before the bind; nothing was bound", sess.id, holder)
+	}
+	return &tenurev1.BindLeaseResponse{Lease: s.boundLease(ctx, id, rec)}, nil
+}
+
+func (s *Service) releaseLease(ctx context.Context, req *tenurev1.ReleaseLeaseRequest) (*tenurev1.ReleaseLeaseResponse, error) {
+	id, epoch, sid := req.GetRangeId(), req.GetEpoch(), req.GetSessionId()
+	if err := wire.ValidateRangeID(id); err != nil {
+		return nil, err
+	}
+	if epoch == 0 {
+		return nil, invalidf("epoch 0 is never granted: release the current epoch")
+	}
+	if sid <= 0 {
+		return nil, invalidf("session_id %d: name the session that holds the lease", sid)
+	}
+	epochKey, leaseKey := s.keys.epoch(id), s.keys.lease(id)
+	for range releaseAttempts {
+		snap, err := s.readRange(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if snap.epoch == nil {
+			return nil, rangeNotFound(id)
+		}
+		cur, err := parseEpoch(epochKey, snap.epoch.Value)
+		if err != nil {
+			return nil, err
+		}
+		// Only the current epoch's lease can be released: an old epoch's
+		// holder releasing would end the lease of the leader that replaced it.
+		if cur != epoch {
+			return nil, notCurrent(id, epoch, cur)
+		}
+		if snap.lease == nil {
+			return nil, failedf("range %q has no lease at epoch %d: its session expired or was closed", id, epoch)
+		}
+		rec, err := decodeLease(leaseKey, snap.lease.Value)
+		if err != nil {
+			return nil, err
+		}
+		if rec.SessionID != sid || rec.Epoch != epoch {
+			return nil, failedf("range %q: the lease of epoch %d is held by session %d (holder %q), not session %d",
+				id, rec.Epoch, rec.SessionID, rec.HolderID, sid)
+		}
+		if rec.Released {
+			return &tenurev1.ReleaseLeaseResponse{}, nil // released already: same outcome
+		}
+		rec.Released = true
+		resp, err := s.kv.Txn(ctx).If(
+			// Still the current epoch, and still the very lease read above.
+			clientv3.Compare(clientv3.Value(epochKey), "=", formatEpoch(epoch)),
+			clientv3.Compare(clientv3.ModRevision(leaseKey), "=", snap.lease.ModRevision),
+		).Then(
+			// A put without a lease detaches the key from the session: a
+			// released lease no longer ends with it, and the put (not a
+			// delete) is how watchers tell RELEASED from EXPIRED.
+			clientv3.OpPut(leaseKey, mustJSON(rec)),
+		).Commit()
+		if err != nil {
+			return nil, err
+		}
+		if resp.Succeeded {
+			return &tenurev1.ReleaseLeaseResponse{}, nil
+		}
+		// Changed since the read: re-read, and answer from the new state.
+	}
+	return nil, abortedf("range %q: the lease changed %d times while being released; re-read and retry", id, releaseAttempts)
+}
+
+func (s *Service) getLease(ctx context.Context, req *tenurev1.GetLeaseRequest) (*tenurev1.GetLeaseResponse, error) {
+	id := req.GetRangeId()
+	if err := wire.ValidateRangeID(id); err != nil {
+		return nil, err
+	}
+	snap, err := s.readRange(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if snap.epoch == nil {
+		return nil, rangeNotFound(id)
+	}
+	cur, err := parseEpoch(s.keys.epoch(id), snap.epoch.Value)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.leaseInfo(ctx, id, cur, snap.lease, ttlCache{})
+	if err != nil {
+		return nil, err
+	}
+	return &tenurev1.GetLeaseResponse{Lease: l}, nil
+}

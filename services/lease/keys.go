@@ -1,0 +1,182 @@
+package lease
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// The subtree names under the prefix. Part of the storage format.
+const (
+	epochsDir   = "epochs/"
+	leasesDir   = "leases/"
+	membersDir  = "members/"
+	sessionsDir = "sessions/"
+)
+
+// layout builds and parses the keys of one prefix (see the package comment).
+type layout struct{ prefix string }
+
+func (l layout) epoch(rangeID string) string   { return l.prefix + epochsDir + rangeID }
+func (l layout) lease(rangeID string) string   { return l.prefix + leasesDir + rangeID }
+func (l layout) members(rangeID string) string { return l.prefix + membersDir + rangeID }
+func (l layout) epochs() string                { return l.prefix + epochsDir }
+func (l layout) leases() string                { return l.prefix + leasesDir }
+func (l layout) membersAll() string            { return l.prefix + membersDir }
+
+// sessions is the directory of one holder's live sessions.
+func (l layout) sessions(holderID string) string { return l.prefix + sessionsDir + holderID + "/" }
+
+// session is one session's record. Fixed-width hex keeps a holder's sessions
+// in id order and makes the key independent of how ids are printed elsewhere.
+func (l layout) session(holderID string, sessionID int64) string {
+	return fmt.Sprintf("%s%016x", l.sessions(holderID), uint64(sessionID))
+}
+
+// keyKind is which subtree a key is in.
+type keyKind int
+
+const (
+	kindOther keyKind = iota
+	kindEpoch
+	kindLease
+	kindMembers
+	kindSession
+)
+
+// parse names the subtree of key and the range id (for epochs, leases and
+// members). Keys that do not parse, e.g. written by hand, are kindOther.
+func (l layout) parse(key string) (keyKind, string) {
+	rest, ok := strings.CutPrefix(key, l.prefix)
+	if !ok {
+		return kindOther, ""
+	}
+	for _, d := range []struct {
+		dir  string
+		kind keyKind
+	}{{epochsDir, kindEpoch}, {leasesDir, kindLease}, {membersDir, kindMembers}} {
+		if id, ok := strings.CutPrefix(rest, d.dir); ok {
+			if wire.ValidateRangeID(id) != nil {
+				return kindOther, ""
+			}
+			return d.kind, id
+		}
+	}
+	if strings.HasPrefix(rest, sessionsDir) {
+		return kindSession, ""
+	}
+	return kindOther, ""
+}
+
+// formatEpoch and parseEpoch are the epoch key's value format: decimal ASCII,
+// so that etcdctl shows it and GrantEpoch can compare it as a string.
+// Equality of the canonical decimal form is equality of the number, which is
+// all the compare-and-swap needs.
+func formatEpoch(e uint64) string { return strconv.FormatUint(e, 10) }
+
+func parseEpoch(key string, v []byte) (uint64, error) {
+	e, err := strconv.ParseUint(string(v), 10, 64)
+	if err != nil || formatEpoch(e) != string(v) {
+		return 0, fmt.Errorf("%w: %s holds %q, not a decimal epoch", errCorrupt, key, v)
+	}
+	return e, nil
+}
+
+// leaseRecord is the value of leases/<range>.
+type leaseRecord struct {
+	Epoch         uint64 `json:"epoch"`
+	HolderID      string `json:"holder_id"`
+	HolderAddress string `json:"holder_address,omitempty"`
+	// SessionID is the etcd lease the key is attached to; it is kept in a
+	// released record for the history, but nothing holds the lease then.
+	SessionID int64 `json:"session_id"`
+	// Released marks a lease given up by ReleaseLease (see the package comment).
+	Released bool `json:"released,omitempty"`
+}
+
+func decodeLease(key string, v []byte) (leaseRecord, error) {
+	var r leaseRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return r, fmt.Errorf("%w: %s: %v", errCorrupt, key, err)
+	}
+	// Checked after reading, like any stored record: epoch 0 is never granted,
+	// so a lease for it means the value was not written by this service.
+	if r.Epoch == 0 || wire.ValidateRangeID(r.HolderID) != nil || r.SessionID <= 0 {
+		return r, fmt.Errorf("%w: %s holds a malformed lease record %q", errCorrupt, key, v)
+	}
+	return r, nil
+}
+
+// sessionRecord is the value of sessions/<holder>/<id>.
+type sessionRecord struct {
+	HolderID      string `json:"holder_id"`
+	HolderAddress string `json:"holder_address,omitempty"`
+	TTLMillis     int64  `json:"ttl_ms"`
+	// Closing is set by CloseSession just before it revokes the session, so
+	// watchers report the leases that go with it as RELEASED, not EXPIRED.
+	Closing bool `json:"closing,omitempty"`
+}
+
+func decodeSession(key string, v []byte) (sessionRecord, error) {
+	var r sessionRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return r, fmt.Errorf("%w: %s: %v", errCorrupt, key, err)
+	}
+	if wire.ValidateRangeID(r.HolderID) != nil {
+		return r, fmt.Errorf("%w: %s holds a malformed session record %q", errCorrupt, key, v)
+	}
+	return r, nil
+}
+
+// membersRecord is the value of members/<range>.
+type membersRecord struct {
+	Replicas           []replicaRecord `json:"replicas"`
+	PreferredReplicaID string          `json:"preferred_replica_id,omitempty"`
+}
+
+type replicaRecord struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+}
+
+func newMembersRecord(rs []*tenurev1.Replica, preferred string) membersRecord {
+	m := membersRecord{Replicas: make([]replicaRecord, 0, len(rs)), PreferredReplicaID: preferred}
+	for _, r := range rs {
+		m.Replicas = append(m.Replicas, replicaRecord{ID: r.GetId(), Address: r.GetAddress()})
+	}
+	return m
+}
+
+func (m membersRecord) proto() []*tenurev1.Replica {
+	out := make([]*tenurev1.Replica, 0, len(m.Replicas))
+	for _, r := range m.Replicas {
+		out = append(out, &tenurev1.Replica{Id: r.ID, Address: r.Address})
+	}
+	return out
+}
+
+func decodeMembers(key string, v []byte) (membersRecord, error) {
+	var m membersRecord
+	if err := json.Unmarshal(v, &m); err != nil {
+		return m, fmt.Errorf("%w: %s: %v", errCorrupt, key, err)
+	}
+	// %v, not %w: a bad stored set is corruption, not the caller's invalid input.
+	if err := wire.ValidateReplicas(m.proto()); err != nil {
+		return m, fmt.Errorf("%w: %s holds a malformed replica set: %v", errCorrupt, key, err)
+	}
+	return m, nil
+}
+
+// mustJSON encodes one of the records above; they are plain structs of
+// strings, numbers and bools, which cannot fail to encode.
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("lease: encode %T: %v", v, err))
+	}
+	return string(b)
+}
