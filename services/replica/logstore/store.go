@@ -91,7 +91,12 @@ type Store struct {
 	life   sync.RWMutex
 	closed bool // guarded by life
 
-	createMu sync.Mutex // serializes CreateRange
+	// creating holds a lock per range id being created, so concurrent
+	// CreateRange calls for one id create it once, while different ids
+	// (a promoter fencing a thousand new ranges) create in parallel and
+	// share their fsyncs. Guarded by createMu.
+	createMu sync.Mutex
+	creating map[string]*sync.Mutex
 	rangesMu sync.RWMutex
 	ranges   map[string]*Range // guarded by rangesMu
 
@@ -271,7 +276,22 @@ func (s *Store) CreateRange(id string) (*Range, error) {
 		return nil, fmt.Errorf("%w: CreateRange: %w", ErrInvalid, err)
 	}
 	s.createMu.Lock()
-	defer s.createMu.Unlock()
+	if s.creating == nil {
+		s.creating = map[string]*sync.Mutex{}
+	}
+	idMu := s.creating[id]
+	if idMu == nil {
+		idMu = &sync.Mutex{}
+		s.creating[id] = idMu
+	}
+	s.createMu.Unlock()
+	idMu.Lock()
+	defer func() {
+		idMu.Unlock()
+		s.createMu.Lock()
+		delete(s.creating, id)
+		s.createMu.Unlock()
+	}()
 	if r, ok := s.Range(id); ok {
 		return r, nil
 	}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/pkg/wire"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+	"github.com/tenurelog/tenure/services/lease"
+	"github.com/tenurelog/tenure/services/replica"
+)
+
+func init() {
+	commands["replica"] = command{summary: "run a replica: range logs in Badger, replicated by fetch, committed by quorum, fenced by epoch", run: runReplica}
+}
+
+// replicaShutdownTimeout bounds the graceful stop: in-flight appends and
+// fetch long polls (at most a follower's fetch wait) get this long to end.
+const replicaShutdownTimeout = 5 * time.Second
+
+func runReplica(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("replica", flag.ContinueOnError)
+	id := fs.String("id", "", "replica id, unique in the cluster: 1-128 of letters, digits, '.', '_', '-' (required)")
+	listen := fs.String("listen", "127.0.0.1:7101", "address to serve LogService and ReplicaService on (HTTP/2 cleartext: Connect, gRPC and gRPC-Web clients)")
+	advertise := fs.String("advertise", "", "base URL that followers, clients and the promoter reach this replica at (default http://<listen>)")
+	dataDir := fs.String("data-dir", "", "directory for the Badger log, the epoch journals and each range's state (default ./data/<id>); one replica per directory")
+	leaseURL := fs.String("lease", "", "lease service base URL; when set, a leader keeps its lease alive there and stops acknowledging appends and serving reads when it cannot renew. Empty: no lease service, a leader's lease is always valid (fencing alone keeps it safe)")
+	leaseTTL := fs.Duration("lease-ttl", 0, "TTL of this replica's lease session, whole seconds (0: the lease service's default); only with --lease")
+	fetchWait := fs.Duration("fetch-wait", time.Second, fmt.Sprintf("how long a follower lets its leader hold a fetch with nothing new (at most %dms)", wire.MaxFetchWaitMillis))
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: tenure replica --id ID [flags]\n\nRuns a replica. It hosts a range from the first Fence that names it (the\npromoter brings replicas into ranges), stores the range's log in Badger, and\nleads or follows it as Adopt says: a leader assigns offsets and acknowledges\nappends once a quorum holds them durably; a follower fetches from its leader.\nA restarted replica reloads every range; a follower resumes fetching, a leader\nwaits to be fenced and adopted again.\n\nFlags (env TENURE_<FLAG> as fallback):\n")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *id == "" {
+		return errors.New("--id is required (see --help)")
+	}
+	if err := wire.ValidateRangeID(*id); err != nil {
+		return fmt.Errorf("--id: %w", err)
+	}
+	if *dataDir == "" {
+		*dataDir = filepath.Join("data", *id)
+	}
+	log, err := newLogger(*logFormat)
+	if err != nil {
+		return err
+	}
+
+	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait}
+	var keeper *lease.Keeper
+	if *leaseURL != "" {
+		lc := tenurev1connect.NewLeaseServiceClient(transport.NewHTTPClient(), *leaseURL, transport.ClientOptions()...)
+		// The Keeper opens its session in the background and retries, so a
+		// replica can start before the lease service does.
+		keeper, err = lease.NewKeeper(lc, *id, advertiseURL(*advertise, *listen), lease.WithSessionTTL(*leaseTTL), lease.WithKeeperLogger(log))
+		if err != nil {
+			return fmt.Errorf("lease keeper for %s: %w", *leaseURL, err)
+		}
+		cfg.Lease = keeper
+	}
+	r, srv, err := replica.Start(cfg, *listen)
+	if err != nil {
+		return err
+	}
+	log.Info("replica serving", "id", *id, "addr", srv.URL(), "advertise", r.Address(), "data_dir", *dataDir, "lease", *leaseURL)
+
+	<-ctx.Done()
+	// Stop taking requests and let in-flight ones end (bounded), then stop
+	// the ranges (waiting appends fail, loops stop, the store closes), then
+	// close the lease session so the promoter need not wait out its TTL.
+	sctx, cancel := context.WithTimeout(context.Background(), replicaShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("replica: shutdown not graceful", "err", err)
+	}
+	if err := r.Close(); err != nil {
+		log.Error("replica: close", "err", err)
+	}
+	if keeper != nil {
+		if err := keeper.Close(sctx); err != nil {
+			log.Warn("replica: close lease session", "err", err)
+		}
+	}
+	log.Info("replica stopped")
+	return nil
+}
+
+// advertiseURL is the URL the replica is reached at: --advertise, or the
+// listen address. (With --listen on port 0 and no --advertise, Start
+// advertises the port it bound; the lease holder address names the flag's.)
+func advertiseURL(advertise, listen string) string {
+	if advertise != "" {
+		return advertise
+	}
+	return "http://" + listen
+}

@@ -1,0 +1,109 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/wire"
+	"github.com/tenurelog/tenure/services/replica/logstore"
+)
+
+// This file is the one place where the replica's errors meet Connect codes.
+// Handlers build errors with the constructors below (or return wire and
+// logstore errors as they come) and every handler's error goes out through
+// toConnect, so one meaning keeps one code:
+//
+//	NotFound           the range is not hosted here (no Fence named it yet)
+//	InvalidArgument    a malformed request (wire.ErrInvalid)
+//	FailedPrecondition not leader / fenced / stale epoch / would discard
+//	                   committed records (the message names the current
+//	                   epoch, leader or offsets)
+//	OutOfRange         an offset the log does not hold (a read past the HWM)
+//	DataLoss           the range stopped after a safety violation
+//	Unavailable        the replica is closing
+//	DeadlineExceeded   an append that did not commit within its bound
+
+// statusError is an error with the Connect code it maps to.
+type statusError struct {
+	code connect.Code
+	msg  string
+}
+
+func (e *statusError) Error() string { return "replica: " + e.msg }
+
+func coded(code connect.Code, format string, args ...any) error {
+	return &statusError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// notFoundf: the range is not hosted here.
+func notFoundf(format string, args ...any) error {
+	return coded(connect.CodeNotFound, format, args...)
+}
+
+// invalidf: the request is malformed. Wraps wire.ErrInvalid so a caller can
+// test for it the same way it tests wire's own validation errors.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{wire.ErrInvalid}, args...)...)
+}
+
+// preconditionf: the request is well-formed but the range's state refuses
+// it: a stale or future epoch, not the leader, fenced, below the HWM.
+func preconditionf(format string, args ...any) error {
+	return coded(connect.CodeFailedPrecondition, format, args...)
+}
+
+// outOfRangef: an offset outside what the log can serve.
+func outOfRangef(format string, args ...any) error {
+	return coded(connect.CodeOutOfRange, format, args...)
+}
+
+// deadlinef: the request did not complete within the replica's own bound.
+func deadlinef(format string, args ...any) error {
+	return coded(connect.CodeDeadlineExceeded, format, args...)
+}
+
+// errSafety marks a safety violation: the range stops serving (see halt).
+var errSafety = errors.New("safety violation")
+
+// safetyf builds a safety violation. It maps to DataLoss: a committed record
+// and what a peer claims about it disagree, which only a bug or a damaged disk
+// can cause, and no automatic step may paper over it.
+func safetyf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errSafety}, args...)...)
+}
+
+// errClosed: the replica is shutting down.
+var errClosed = coded(connect.CodeUnavailable, "replica is closing")
+
+// toConnect maps any error a handler returns to a *connect.Error. Errors that
+// are already Connect errors (from a peer, or built here) keep their code.
+func toConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	var se *statusError
+	switch {
+	case errors.As(err, &se):
+		return connect.NewError(se.code, err)
+	case errors.Is(err, wire.ErrInvalid):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, errSafety):
+		return connect.NewError(connect.CodeDataLoss, err)
+	case errors.Is(err, logstore.ErrBelowHWM):
+		// The store's own guard: a truncation that would remove committed
+		// records. The handler checks first; this is the backstop.
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}

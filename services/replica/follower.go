@@ -1,0 +1,256 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+)
+
+const (
+	// fetchBackoffMin and fetchBackoffMax bound the wait between failed
+	// fetches: short enough that a follower adopted before its leader
+	// starts fetching promptly, long enough not to spin on a dead leader.
+	fetchBackoffMin = 10 * time.Millisecond
+	fetchBackoffMax = 500 * time.Millisecond
+	// fetchSlack is how much longer than the long poll a fetch may take
+	// before the follower gives up on it (network and a full batch read).
+	fetchSlack = 5 * time.Second
+)
+
+// errStaleAnswer: the log moved under a fetch (a Truncate command while the
+// fetch was in flight); the answer is for a position this follower no longer
+// holds, so it is dropped and the next fetch starts from the new log end.
+var errStaleAnswer = errors.New("log moved during the fetch")
+
+// storeError marks a failure of this replica's own store while following:
+// unlike a leader's refusal or a network error it will not go away by
+// fetching again, so the range stops.
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+// follower is one fetch loop: this range following one leader at one epoch.
+type follower struct {
+	h             *hosted
+	epoch         uint64
+	leaderID      string
+	leaderAddress string
+	client        tenurev1connect.ReplicaServiceClient
+
+	// ctx is cancelled, with the reason, when following ends (a fence, a
+	// halt, Close).
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// startFollowerLocked starts the fetch loop for the leader in h.st.
+// h.mu is held exclusively.
+func (h *hosted) startFollowerLocked() {
+	ctx, cancel := context.WithCancelCause(h.s.ctx)
+	f := &follower{
+		h:             h,
+		epoch:         h.st.Epoch,
+		leaderID:      h.st.LeaderID,
+		leaderAddress: h.st.LeaderAddress,
+		client:        tenurev1connect.NewReplicaServiceClient(h.s.httpClient(), h.st.LeaderAddress, transport.ClientOptions()...),
+		ctx:           ctx,
+		cancel:        cancel,
+	}
+	h.follow = f
+	h.s.goLoop(f.run)
+}
+
+// run fetches until following ends. Errors from the leader or the network
+// back off (bounded, with jitter) and retry; a safety violation or a failure
+// of the local store stops the range.
+func (f *follower) run() {
+	log := f.h.log.With("epoch", f.epoch, "leader", f.leaderID)
+	var bo backoff
+	lastErr := ""
+	for f.ctx.Err() == nil {
+		err := f.step()
+		if f.ctx.Err() != nil {
+			return
+		}
+		var se *storeError
+		switch {
+		case err == nil:
+			bo.reset()
+			lastErr = ""
+			continue
+		case errors.Is(err, errSafety), errors.As(err, &se):
+			f.h.halt(err)
+			return
+		case errors.Is(err, errStaleAnswer):
+			continue
+		}
+		// Log a failure when it changes, not on every retry: a follower
+		// adopted before its leader retries until the leader serves.
+		if msg := err.Error(); msg != lastErr {
+			log.Info("fetch failed; retrying with backoff", "err", err)
+			lastErr = msg
+		}
+		if !sleepCtx(f.ctx, bo.next()) {
+			return
+		}
+	}
+}
+
+// step is one fetch round trip: fetch from the durable log end, check and
+// apply the answer, then raise the HWM over what is durable.
+func (f *follower) step() error {
+	r := f.h.r
+	end := r.LogEnd()
+	// The leader counts fetch_offset toward the commit, so report only a
+	// log end that is durable here.
+	if err := r.WaitDurable(f.ctx, end); err != nil {
+		return &storeError{fmt.Errorf("wait durable to %d: %w", end, err)}
+	}
+	lastEpoch, err := f.position(end)
+	if err != nil {
+		return err
+	}
+	wait := f.h.s.cfg.FetchWait
+	ctx, cancel := context.WithTimeout(f.ctx, wait+fetchSlack)
+	resp, err := f.client.Fetch(ctx, connect.NewRequest(&tenurev1.FetchRequest{
+		RangeId:          f.h.id,
+		Epoch:            f.epoch,
+		ReplicaId:        f.h.s.cfg.ID,
+		FetchOffset:      end,
+		LastFetchedEpoch: lastEpoch,
+		MaxBytes:         wire.MaxBatchBytes,
+		MaxWaitMs:        uint32(wait / time.Millisecond),
+	}))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("fetch from %s at %s (offset %d, epoch %d): %w", f.leaderID, f.leaderAddress, end, f.epoch, err)
+	}
+	a := resp.Msg
+	if err := validateFetchAnswer(f.epoch, end, lastEpoch, a); err != nil {
+		return fmt.Errorf("answer from leader %s: %w", f.leaderID, err)
+	}
+	newEnd, err := f.apply(end, a)
+	if err != nil || a.GetDiverging() != nil {
+		return err
+	}
+	// The HWM covers only what is durable here: a crash must not leave an
+	// HWM above records that did not survive it.
+	if err := r.WaitDurable(f.ctx, newEnd); err != nil {
+		return &storeError{fmt.Errorf("wait durable to %d: %w", newEnd, err)}
+	}
+	return f.raiseHWM(min(a.GetHighWaterMark(), newEnd))
+}
+
+// position reads the epoch of the record at end-1, the other half of the
+// pair the leader checks, and confirms the log still ends at end: the pair
+// must describe one log, or the leader could count an offset we no longer
+// hold.
+func (f *follower) position(end uint64) (lastEpoch uint64, err error) {
+	h, r := f.h, f.h.r
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.follow != f {
+		return 0, context.Cause(f.ctx)
+	}
+	if r.LogEnd() != end {
+		return 0, errStaleAnswer
+	}
+	return r.LastEpoch(), nil
+}
+
+// apply writes the records of a checked answer, or truncates on a
+// divergence. It holds h.mu shared and rechecks that this loop still follows
+// at its epoch, so nothing is written after a fence has been recorded.
+func (f *follower) apply(end uint64, a *tenurev1.FetchResponse) (newEnd uint64, err error) {
+	h, r := f.h, f.h.r
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.follow != f {
+		return 0, context.Cause(f.ctx)
+	}
+	if r.LogEnd() != end {
+		return 0, errStaleAnswer
+	}
+	if d := a.GetDiverging(); d != nil {
+		hwm := r.HWM()
+		target, ok := followerTruncateTarget(d, r.History(), end, hwm)
+		if !ok {
+			return 0, safetyf("range %q: leader %s at epoch %d answers that our log diverges at %d (its epoch %d ends at %d), below our HWM %d: a committed record disagrees; not truncating, not fetching",
+				h.id, f.leaderID, f.epoch, target, d.GetEpoch(), d.GetEndOffset(), hwm)
+		}
+		if target >= end {
+			// Nothing of ours to cut, yet the leader disagrees with our
+			// position: our history and our records disagree. Fetching
+			// again would only ask the same question; back off and say so.
+			return 0, fmt.Errorf("range %q: leader %s reports a divergence (its epoch %d ends at %d) but our history leaves nothing to cut at %d", h.id, f.leaderID, d.GetEpoch(), d.GetEndOffset(), end)
+		}
+		removed, err := r.Truncate(target)
+		if err != nil {
+			return 0, &storeError{fmt.Errorf("truncate to %d on divergence: %w", target, err)}
+		}
+		h.log.Info("truncated on divergence", "epoch", f.epoch, "leader", f.leaderID, "diverging_epoch", d.GetEpoch(), "leader_end", d.GetEndOffset(), "from", end, "to", target, "removed", removed, "hwm", hwm)
+		return target, nil
+	}
+	recs := a.GetRecords()
+	if len(recs) == 0 {
+		return end, nil
+	}
+	if err := r.AppendRecords(recs); err != nil {
+		return 0, &storeError{fmt.Errorf("append %d records at %d: %w", len(recs), end, err)}
+	}
+	return end + uint64(len(recs)), nil
+}
+
+// raiseHWM raises the HWM to to, capped at the durable log end.
+func (f *follower) raiseHWM(to uint64) error {
+	h, r := f.h, f.h.r
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.follow != f {
+		return context.Cause(f.ctx)
+	}
+	// A Truncate command may have cut the log since the records were
+	// written; the HWM never covers what the log does not durably hold.
+	to = min(to, r.DurableEnd(), r.LogEnd())
+	if to <= r.HWM() {
+		return nil
+	}
+	if err := r.SetHWM(to); err != nil {
+		return &storeError{fmt.Errorf("raise HWM to %d: %w", to, err)}
+	}
+	return nil
+}
+
+// backoff is a bounded exponential backoff with jitter.
+type backoff struct{ cur time.Duration }
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// next returns a wait drawn from [cur/2, cur] and doubles cur up to the cap,
+// so followers of a dead leader do not retry in lockstep.
+func (b *backoff) next() time.Duration {
+	b.cur = min(max(b.cur*2, fetchBackoffMin), fetchBackoffMax)
+	return b.cur/2 + rand.N(b.cur/2+1)
+}
+
+// sleepCtx sleeps for d or until ctx is done; false if ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

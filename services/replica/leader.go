@@ -1,0 +1,269 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// leaseRecheck bounds how long a waiting append or read goes without
+// rechecking the lease, which changes without telling us.
+const leaseRecheck = 100 * time.Millisecond
+
+// journaledEpoch is an epoch whose journal entry (epoch, start) is durable.
+// Only journalEpoch makes one, and a leader can only be built from one: that
+// is how "the entry is fsynced before anyone can observe the epoch" is written
+// in the code's shape rather than in a comment.
+type journaledEpoch struct {
+	epoch uint64
+	start uint64
+}
+
+// leader is one active leadership of a range at one epoch.
+type leader struct {
+	h     *hosted
+	epoch uint64
+	// epochStart is the offset of this epoch's epoch-start record: the
+	// commit rule counts nothing until a quorum holds it.
+	epochStart uint64
+	// replicas is the range's replica set at this epoch, self included.
+	replicas []*tenurev1.Replica
+
+	// ctx is cancelled, with the reason, when the leadership ends.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// finalHWM is the HWM when the leadership ended, set under h.mu before
+	// h.lead is cleared: appends still waiting are acknowledged only up to it.
+	finalHWM uint64
+
+	mu sync.Mutex
+	// progress is each other member's fetch progress, by replica id.
+	progress map[string]*progress
+	// poke wakes the committer when a follower's checked offset moved.
+	poke chan struct{}
+}
+
+// progress is a leader's view of one follower.
+type progress struct {
+	// offset is the follower's last fetch offset that passed the fetch
+	// check: its durable log end, a prefix of the leader's log. It is what
+	// counts toward the commit.
+	// Invariant: checked || offset == 0.
+	offset  uint64
+	checked bool
+	// sentHWM is the HWM in the last answer sent to this follower: a newer
+	// one is worth answering a long poll for even without records.
+	sentHWM uint64
+	// lastFetch is when the follower last fetched (zero: never).
+	lastFetch time.Time
+}
+
+// newLeader builds the leadership of an epoch already journaled. The caller
+// installs it as h.lead under h.mu and then starts its committer.
+func (h *hosted) newLeader(je journaledEpoch, replicas []*tenurev1.Replica) *leader {
+	ctx, cancel := context.WithCancelCause(h.s.ctx)
+	l := &leader{
+		h:          h,
+		epoch:      je.epoch,
+		epochStart: je.start,
+		replicas:   replicas,
+		ctx:        ctx,
+		cancel:     cancel,
+		progress:   map[string]*progress{},
+		poke:       make(chan struct{}, 1),
+	}
+	for _, r := range replicas {
+		if r.GetId() != h.s.cfg.ID {
+			l.progress[r.GetId()] = &progress{}
+		}
+	}
+	return l
+}
+
+// endedErr is why the leadership ended.
+func (l *leader) endedErr() error {
+	if err := context.Cause(l.ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return preconditionf("range %q: leadership at epoch %d ended", l.h.id, l.epoch)
+}
+
+// commitLoop is the only writer of the leader's HWM. It wakes on any store
+// change (the leader's own fsync moving its durable end) and on follower
+// progress, and raises the HWM to the commit point.
+func (l *leader) commitLoop() {
+	for {
+		changed := l.h.r.Changed()
+		if err := l.advance(); err != nil {
+			l.h.halt(fmt.Errorf("raise HWM at epoch %d: %w", l.epoch, err))
+			return
+		}
+		select {
+		case <-changed:
+		case <-l.poke:
+		case <-l.ctx.Done():
+			return
+		}
+	}
+}
+
+// advance raises the HWM to the commit point, if it moved.
+func (l *leader) advance() error {
+	followers := l.checkedOffsets()
+	h := l.h
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	// A deposed leader's HWM must not move after the fence that deposed it:
+	// the fence answer reported it, and the promotion planned from it.
+	if h.acting() != l {
+		return nil
+	}
+	next, ok := commitPoint(h.r.DurableEnd(), followers, len(l.replicas), l.epochStart)
+	// Monotonic: the HWM never steps back (the committed bound may have
+	// raised it above what this epoch's quorum has reached so far).
+	if !ok || next <= h.r.HWM() {
+		return nil
+	}
+	return h.r.SetHWM(next)
+}
+
+// checkedOffsets lists the followers' checked fetch offsets.
+func (l *leader) checkedOffsets() []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]uint64, 0, len(l.progress))
+	for _, p := range l.progress {
+		if p.checked {
+			out = append(out, p.offset)
+		}
+	}
+	return out
+}
+
+// member reports whether id is another member of the replica set.
+func (l *leader) member(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.progress[id]
+	return ok
+}
+
+// waitCommitted waits until the HWM passes end (the batch [base, end) is on
+// a quorum) and returns the HWM then. It fails when the leadership ends
+// first (unless the batch had committed before it ended), when the lease is
+// lost, or after the append timeout.
+func (l *leader) waitCommitted(ctx context.Context, base, end uint64) (uint64, error) {
+	h := l.h
+	waitCtx, cancel := context.WithTimeout(ctx, h.s.cfg.AppendTimeout)
+	defer cancel()
+	var tick <-chan time.Time
+	if h.s.cfg.Lease != nil {
+		t := time.NewTicker(leaseRecheck)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		changed := h.r.Changed()
+		hwm, err := l.committed(end)
+		if err != nil || hwm >= end {
+			return hwm, err
+		}
+		select {
+		case <-changed:
+		case <-l.ctx.Done():
+		case <-tick:
+		case <-waitCtx.Done():
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			return 0, deadlinef("range %q: append [%d, %d) not committed within %v (HWM %d); outcome unknown", h.id, base, end, h.s.cfg.AppendTimeout, hwm)
+		}
+	}
+}
+
+// committed reads the HWM that may acknowledge a batch ending at end: the
+// live HWM while this leadership lasts, the frozen finalHWM after it ended.
+func (l *leader) committed(end uint64) (uint64, error) {
+	h := l.h
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.lead != l {
+		// Appends that committed before the fence may still be
+		// acknowledged; the rest have an unknown outcome.
+		if l.finalHWM >= end {
+			return l.finalHWM, nil
+		}
+		return l.finalHWM, l.endedErr()
+	}
+	if l.ctx.Err() != nil {
+		// Ending (Close is stopping the range): the committer has stopped,
+		// so the HWM is as final as it gets.
+		if hwm := h.r.HWM(); hwm >= end {
+			return hwm, nil
+		}
+		return 0, l.endedErr()
+	}
+	if !h.leaseValid(l.epoch) {
+		return 0, preconditionf("range %q: leader %s lost its lease at epoch %d; not acknowledging", h.id, h.s.cfg.ID, l.epoch)
+	}
+	return h.r.HWM(), nil
+}
+
+// record notes a follower's fetch. A checked offset replaces the previous
+// one (not the maximum: a follower that reports less now holds less) and
+// wakes the committer when it moved; a diverged follower counts for nothing
+// until it has truncated and fetched again. It returns the HWM last sent.
+func (l *leader) record(id string, offset uint64, checked bool, now time.Time) (sentHWM uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.progress[id]
+	if p == nil {
+		return 0
+	}
+	if !checked {
+		offset = 0
+	}
+	moved := p.checked != checked || p.offset != offset
+	p.offset, p.checked, p.lastFetch = offset, checked, now
+	if moved && checked {
+		select {
+		case l.poke <- struct{}{}:
+		default:
+		}
+	}
+	return p.sentHWM
+}
+
+// noteSent records the HWM sent to a follower.
+func (l *leader) noteSent(id string, hwm uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.progress[id]; p != nil {
+		p.sentHWM = max(p.sentHWM, hwm)
+	}
+}
+
+// followers reports each follower's progress for status. logEnd is the
+// leader's log end, for the lag.
+func (l *leader) followers(logEnd uint64) []*tenurev1.FollowerProgress {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*tenurev1.FollowerProgress, 0, len(l.progress))
+	for _, r := range l.replicas {
+		p := l.progress[r.GetId()]
+		if p == nil {
+			continue
+		}
+		fp := &tenurev1.FollowerProgress{ReplicaId: r.GetId(), FetchOffset: p.offset, Lag: logEnd - min(p.offset, logEnd)}
+		if !p.lastFetch.IsZero() {
+			fp.LastFetchUnixMs = p.lastFetch.UnixMilli()
+		}
+		out = append(out, fp)
+	}
+	return out
+}

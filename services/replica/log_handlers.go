@@ -1,0 +1,208 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// tailWait bounds one wait of a Tail stream for the HWM to move, so a
+// stream rechecks leadership and lease at least this often.
+const tailWait = time.Second
+
+// Append assigns offsets to a batch under the leader's epoch and answers
+// once the HWM has passed it.
+func (s *Replica) Append(ctx context.Context, req *connect.Request[tenurev1.AppendRequest]) (*connect.Response[tenurev1.AppendResponse], error) {
+	return respond(s.append(ctx, req.Msg))
+}
+
+func (s *Replica) append(ctx context.Context, m *tenurev1.AppendRequest) (*tenurev1.AppendResponse, error) {
+	if err := wire.ValidateRangeID(m.GetRangeId()); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidateBatch(m.GetRecords()); err != nil {
+		return nil, err
+	}
+	h, err := s.lookup(m.GetRangeId())
+	if err != nil {
+		return nil, err
+	}
+	l, base, err := h.appendLocal(m.GetRecords())
+	if err != nil {
+		return nil, err
+	}
+	hwm, err := l.waitCommitted(ctx, base, base+uint64(len(m.GetRecords())))
+	if err != nil {
+		return nil, err
+	}
+	return &tenurev1.AppendResponse{BaseOffset: base, Epoch: l.epoch, HighWaterMark: hwm}, nil
+}
+
+// appendLocal writes a batch to the leader's log under its epoch. The
+// leadership check and the write happen under one shared hold of h.mu, so a
+// fence cannot land between them: nothing is written under an epoch after a
+// fence above it has been recorded. The store returns once the batch is
+// readable; followers fetch it while the group commit fsyncs it here.
+func (h *hosted) appendLocal(values [][]byte) (*leader, uint64, error) {
+	h.mu.RLock()
+	l := h.acting()
+	if l == nil {
+		defer h.mu.RUnlock()
+		return nil, 0, h.notLeaderErr()
+	}
+	if !h.leaseValid(l.epoch) {
+		defer h.mu.RUnlock()
+		return nil, 0, preconditionf("range %q: leader %s has no valid lease at epoch %d; not accepting appends", h.id, h.s.cfg.ID, l.epoch)
+	}
+	base, err := h.r.Append(l.epoch, false, values)
+	h.mu.RUnlock()
+	if err != nil {
+		// The log's state after a failed write is unknown: stop leading.
+		err = fmt.Errorf("range %q: append %d records at epoch %d: %w", h.id, len(values), l.epoch, err)
+		h.halt(err)
+		return nil, 0, err
+	}
+	return l, base, nil
+}
+
+// readableLeader returns the leadership if this range may serve reads: it
+// leads and holds its lease. h.mu is taken shared.
+func (h *hosted) readableLeader() (*leader, error) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	l := h.acting()
+	if l == nil {
+		return nil, h.notLeaderErr()
+	}
+	if !h.leaseValid(l.epoch) {
+		return nil, preconditionf("range %q: leader %s has no valid lease at epoch %d; not serving reads", h.id, h.s.cfg.ID, l.epoch)
+	}
+	return l, nil
+}
+
+// readBounds resolves a request's bounds: 0 means the maximum, and larger
+// values are capped at it.
+func readBounds(maxRecords, maxBytes uint32) (int, int) {
+	n, b := int(maxRecords), int(maxBytes)
+	if n == 0 || n > wire.MaxReadRecords {
+		n = wire.MaxReadRecords
+	}
+	if b == 0 || b > wire.MaxBatchBytes {
+		b = wire.MaxBatchBytes
+	}
+	return n, b
+}
+
+// Read returns committed records from an offset. Reading at exactly the
+// HWM is the caught-up position and answers no records; an offset beyond
+// the HWM (or below the log start) is OutOfRange: it names a record that is
+// not committed, which a client can only have learned of by mistake.
+func (s *Replica) Read(ctx context.Context, req *connect.Request[tenurev1.ReadRequest]) (*connect.Response[tenurev1.ReadResponse], error) {
+	return respond(s.read(req.Msg))
+}
+
+func (s *Replica) read(m *tenurev1.ReadRequest) (*tenurev1.ReadResponse, error) {
+	h, err := s.lookup(m.GetRangeId())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := h.readableLeader(); err != nil {
+		return nil, err
+	}
+	// Records below the HWM never change (nothing truncates below it), so
+	// the read itself needs no lock.
+	hwm, start := h.r.HWM(), h.r.LogStart()
+	off := m.GetOffset()
+	if err := checkReadOffset(h.id, off, start, hwm); err != nil {
+		return nil, err
+	}
+	maxRecords, maxBytes := readBounds(m.GetMaxRecords(), m.GetMaxBytes())
+	recs, err := h.readCommitted(off, hwm, maxRecords, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	return &tenurev1.ReadResponse{Records: recs, HighWaterMark: hwm, LogStart: start}, nil
+}
+
+// checkReadOffset refuses offsets a read cannot start at.
+func checkReadOffset(rangeID string, off, start, hwm uint64) error {
+	if off < start {
+		return outOfRangef("range %q: offset %d is below the log start %d", rangeID, off, start)
+	}
+	if off > hwm {
+		return outOfRangef("range %q: offset %d is beyond the high-water mark %d (only committed records are read)", rangeID, off, hwm)
+	}
+	return nil
+}
+
+// readCommitted reads records in [off, hwm), bounded.
+func (h *hosted) readCommitted(off, hwm uint64, maxRecords, maxBytes int) ([]*tenurev1.Record, error) {
+	n := min(uint64(maxRecords), hwm-off)
+	if n == 0 {
+		return nil, nil
+	}
+	recs, err := h.r.Read(off, int(n), maxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("range %q: read %d records from %d: %w", h.id, n, off, err)
+	}
+	return recs, nil
+}
+
+// Tail streams committed records from an offset as the HWM passes them. It
+// ends when the client goes away, or with FailedPrecondition when this
+// replica stops leading or loses its lease.
+func (s *Replica) Tail(ctx context.Context, req *connect.Request[tenurev1.TailRequest], stream *connect.ServerStream[tenurev1.TailResponse]) error {
+	return toConnect(s.tail(ctx, req.Msg, stream))
+}
+
+func (s *Replica) tail(ctx context.Context, m *tenurev1.TailRequest, stream *connect.ServerStream[tenurev1.TailResponse]) error {
+	h, err := s.lookup(m.GetRangeId())
+	if err != nil {
+		return err
+	}
+	l, err := h.readableLeader()
+	if err != nil {
+		return err
+	}
+	next := m.GetOffset()
+	if err := checkReadOffset(h.id, next, h.r.LogStart(), h.r.HWM()); err != nil {
+		return err
+	}
+	wait := time.NewTimer(tailWait)
+	defer wait.Stop()
+	for {
+		changed := h.r.Changed()
+		// Recheck every round: a tail served by a deposed leader would
+		// keep streaming a log that is no longer the range's.
+		if l, err = h.readableLeader(); err != nil {
+			return err
+		}
+		if hwm := h.r.HWM(); hwm > next {
+			recs, err := h.readCommitted(next, hwm, wire.MaxReadRecords, wire.MaxBatchBytes)
+			if err != nil {
+				return err
+			}
+			if len(recs) == 0 {
+				return fmt.Errorf("range %q: store read nothing at %d below the HWM %d", h.id, next, hwm)
+			}
+			if err := stream.Send(&tenurev1.TailResponse{Records: recs, HighWaterMark: hwm}); err != nil {
+				return err
+			}
+			next += uint64(len(recs))
+			continue
+		}
+		wait.Reset(tailWait)
+		select {
+		case <-changed:
+		case <-wait.C:
+		case <-l.ctx.Done():
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}

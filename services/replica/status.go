@@ -1,0 +1,80 @@
+package replica
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// GetStatus reports one hosted range, or all of them sorted by id.
+func (s *Replica) GetStatus(ctx context.Context, req *connect.Request[tenurev1.ReplicaServiceGetStatusRequest]) (*connect.Response[tenurev1.ReplicaServiceGetStatusResponse], error) {
+	return respond(s.status(req.Msg))
+}
+
+func (s *Replica) status(m *tenurev1.ReplicaServiceGetStatusRequest) (*tenurev1.ReplicaServiceGetStatusResponse, error) {
+	var hs []*hosted
+	if id := m.GetRangeId(); id != "" {
+		h, err := s.lookup(id)
+		if err != nil {
+			return nil, err
+		}
+		hs = []*hosted{h}
+	} else {
+		var err error
+		if hs, err = s.hostedRanges(); err != nil {
+			return nil, err
+		}
+	}
+	out := &tenurev1.ReplicaServiceGetStatusResponse{ReplicaId: s.cfg.ID}
+	for _, h := range hs {
+		out.Ranges = append(out.Ranges, h.status())
+	}
+	return out, nil
+}
+
+// status reports the range's state.
+func (h *hosted) status() *tenurev1.RangeStatus {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	logEnd := h.r.LogEnd()
+	st := &tenurev1.RangeStatus{
+		RangeId:       h.id,
+		Role:          h.role(),
+		FencedEpoch:   h.st.FencedEpoch,
+		Epoch:         h.st.Epoch,
+		LogStart:      h.r.LogStart(),
+		LogEnd:        logEnd,
+		HighWaterMark: h.r.HWM(),
+		LeaderId:      h.st.LeaderID,
+		LeaderAddress: h.st.LeaderAddress,
+		LastEpoch:     h.r.LastEpoch(),
+		// Without a lease service a leader's lease is always valid.
+		LeaseValid: h.s.cfg.Lease == nil,
+	}
+	if l := h.lead; l != nil {
+		st.Followers = l.followers(logEnd)
+		st.LeaseValid = h.leaseValid(l.epoch)
+	}
+	return st
+}
+
+// GetEpochHistory returns one range's epoch history, log end and HWM.
+func (s *Replica) GetEpochHistory(ctx context.Context, req *connect.Request[tenurev1.GetEpochHistoryRequest]) (*connect.Response[tenurev1.GetEpochHistoryResponse], error) {
+	return respond(s.epochHistory(req.Msg))
+}
+
+func (s *Replica) epochHistory(m *tenurev1.GetEpochHistoryRequest) (*tenurev1.GetEpochHistoryResponse, error) {
+	h, err := s.lookup(m.GetRangeId())
+	if err != nil {
+		return nil, err
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return &tenurev1.GetEpochHistoryResponse{
+		History:       historyToWire(h.r.History()),
+		LogEnd:        h.r.LogEnd(),
+		HighWaterMark: h.r.HWM(),
+	}, nil
+}
