@@ -13,6 +13,8 @@ GOFILES = $(shell git ls-files --cached --others --exclude-standard '*.go')
 TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-connect-go
 FUZZTIME ?= 10s
 TEST_TIMEOUT ?= 15m
+# GOTESTFLAGS=-count=1 bypasses the test cache (CI sets it).
+GOTESTFLAGS ?=
 
 .PHONY: help
 help: ## List the targets.
@@ -55,7 +57,7 @@ proto-check: $(TOOLS) ## Fail if buf generate would change pkg/wire.
 
 .PHONY: gotest
 gotest: ## go test -race ./...
-	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) ./...
 
 .PHONY: fuzz
 fuzz: ## A short fuzz run of the journal decoder (FUZZTIME=10s).

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -71,6 +72,9 @@ type Server struct {
 	Addr string // the bound address, e.g. "127.0.0.1:40123"
 	srv  *http.Server
 	done chan error
+
+	stopOnce sync.Once
+	stopErr  error // what Serve returned; set once stopped
 }
 
 // Serve listens on addr ("127.0.0.1:0" picks a port) and serves the given
@@ -129,10 +133,16 @@ func (s *Server) URL() string { return "http://" + s.Addr }
 
 // Close stops the server at once, dropping open connections: what a crash
 // looks like to peers. Use Shutdown for a graceful stop.
+// Calling Close or Shutdown again is a no-op.
 func (s *Server) Close() error {
 	err := s.srv.Close()
-	<-s.done
+	s.wait()
 	return err
+}
+
+// wait waits for Serve to return; safe to call more than once.
+func (s *Server) wait() {
+	s.stopOnce.Do(func() { s.stopErr = <-s.done })
 }
 
 // Shutdown stops accepting and waits (bounded by ctx) for in-flight calls.
@@ -141,6 +151,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if err != nil {
 		s.srv.Close()
 	}
-	<-s.done
+	s.wait()
 	return err
 }

@@ -120,3 +120,21 @@ func TestReadLimit(t *testing.T) {
 		t.Errorf("Read() after an oversized request: %v", err)
 	}
 }
+
+// Stopping a server twice (a test cleanup after a test already killed it)
+// must not hang.
+func TestCloseTwice(t *testing.T) {
+	srv := start(t)
+	done := make(chan struct{})
+	go func() {
+		srv.Close()
+		srv.Close()
+		srv.Shutdown(context.Background())
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("second Close did not return")
+	}
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/services/promoter"
+)
+
+func init() {
+	commands["promoter"] = command{summary: "run a promoter: failure detection and safe promotion (etcd-elected)", run: runPromoter}
+}
+
+func runPromoter(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("promoter", flag.ContinueOnError)
+	host, _ := os.Hostname()
+	id := fs.String("id", "promoter-"+host, "promoter id, unique among promoters (shown in transition records and the election)")
+	etcd := fs.String("etcd", "127.0.0.1:2379", "comma-separated etcd endpoints (the election and transition records live there)")
+	leaseURL := fs.String("lease", "http://127.0.0.1:7000", "lease service base URL")
+	listen := fs.String("listen", "127.0.0.1:7200", "address to serve PromoterService on")
+	prefix := fs.String("prefix", "/tenure/", "etcd key prefix; must match the lease service's")
+	probe := fs.Duration("probe-interval", 100*time.Millisecond, "how often each replica is probed; a leader refusing connections or missing --probe-misses probes is promoted away before its lease expires")
+	misses := fs.Int("probe-misses", 3, "consecutive missed probes that make a leader suspect")
+	fenceTimeout := fs.Duration("fence-timeout", time.Second, "how long a promotion waits for fence answers; replicas not answering by then do not count")
+	parallel := fs.Int("max-parallel", 64, "at most this many promotions run at once (mass failover fan-out)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes. Flags (env TENURE_<FLAG> as fallback):\n")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(*logFormat)
+	if err != nil {
+		return err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger()})
+	if err != nil {
+		return fmt.Errorf("etcd client for %s: %w", *etcd, err)
+	}
+	defer cli.Close()
+	p, err := promoter.New(promoter.Config{
+		ID: *id, Etcd: cli, Prefix: *prefix, LeaseURL: *leaseURL, Logger: log,
+		ProbeInterval: *probe, ProbeMisses: *misses, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
+	})
+	if err != nil {
+		return err
+	}
+	srv, err := transport.Serve(*listen, p.Handlers()...)
+	if err != nil {
+		return err
+	}
+	log.Info("promoter serving", "id", *id, "addr", srv.URL(), "etcd", *etcd, "lease", *leaseURL)
+	runErr := p.Run(ctx)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	return runErr
+}

@@ -1,0 +1,115 @@
+package promoter
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// Kill the leader: a new leader is promoted, appends continue, and no
+// acknowledged record is lost.
+func TestKillLeaderPromotesNewLeader(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("orders", "r1")
+	c.newPromoter("p1", true)
+	first, e1 := c.leader("orders", 1, 20*time.Second)
+	if first != "r1" {
+		t.Errorf("initial leader = %s, want the preferred r1", first)
+	}
+
+	var acks []acked
+	for i := range 20 {
+		a, err := c.appendOne("orders", fmt.Sprintf("before-%d", i), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, a)
+	}
+	c.stop(c.byID[first])
+	killed := time.Now()
+
+	next, e2 := c.leader("orders", e1+1, 20*time.Second)
+	if next == first {
+		t.Fatalf("leader after kill = %s, the killed replica", next)
+	}
+	a, err := c.appendOne("orders", "after-0", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("failover: leader %s killed, %s leads at epoch %d, first append acknowledged after %v", first, next, e2, time.Since(killed))
+	acks = append(acks, a)
+	for i := 1; i < 10; i++ {
+		a, err := c.appendOne("orders", fmt.Sprintf("after-%d", i), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, a)
+	}
+	c.checkAcked("orders", acks)
+
+	// The old leader comes back: the reconcile loop makes it a follower of
+	// the new leader at the current epoch.
+	c.start(c.byID[first])
+	waitFor(t, "the restarted replica to follow the new leader", 20*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := c.replicaClient(c.byID[first].srv.URL()).GetStatus(ctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: "orders"}))
+		if err != nil || len(resp.Msg.GetRanges()) != 1 {
+			return false
+		}
+		st := resp.Msg.GetRanges()[0]
+		return st.GetRole() == tenurev1.Role_ROLE_FOLLOWER && st.GetLeaderId() == next && st.GetEpoch() >= e2
+	})
+}
+
+// No quorum: with two of three replicas down nothing is promoted, and the
+// promotion succeeds once a quorum is back.
+func TestNoQuorumThenRecovery(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	p := c.newPromoter("p1", true)
+	_, e1 := c.leader("r", 1, 20*time.Second)
+	a, err := c.appendOne("r", "committed", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.stop(c.byID["r1"])
+	c.stop(c.byID["r2"])
+
+	// The promoter keeps trying and keeps failing for want of a quorum.
+	waitFor(t, "a failed promotion attempt for want of a quorum", 20*time.Second, func() bool {
+		resp, _ := handler{p}.GetStatus(context.Background(), connect.NewRequest(&tenurev1.PromoterServiceGetStatusRequest{}))
+		for _, r := range resp.Msg.GetRanges() {
+			if r.GetRangeId() == "r" && r.GetAttempts() > 0 && r.GetState() == "unavailable" {
+				return true
+			}
+		}
+		return false
+	})
+	// r3 alone never leads: it is one of three.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	resp, err := c.replicaClient(c.byID["r3"].srv.URL()).GetStatus(ctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: "r"}))
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp.Msg.GetRanges()[0]; st.GetRole() == tenurev1.Role_ROLE_LEADER && st.GetEpoch() > e1 {
+		t.Fatalf("r3 leads at epoch %d without a quorum", st.GetEpoch())
+	}
+
+	c.start(c.byID["r2"])
+	leader, _ := c.leader("r", e1+1, 20*time.Second)
+	if leader == "r1" {
+		t.Fatalf("leader = r1, which is down")
+	}
+	b, err := c.appendOne("r", "after", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.checkAcked("r", []acked{a, b})
+}

@@ -1,0 +1,116 @@
+package promoter
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// massRanges is how many ranges the mass failover spreads over three
+// replicas: 1,000 as the issue asks, 200 under the race detector, where one
+// process hosting 3,000 range replicas on two cores measures the detector.
+func massRanges() int {
+	if raceEnabled {
+		return 200
+	}
+	return 1000
+}
+
+// Mass failover: a replica leading most of 1,000 ranges is killed; every range gets a
+// new leader, promotions run in parallel with a bounded fan-out, and none is
+// lost or done twice.
+func TestMassFailover(t *testing.T) {
+	c := newClusterWait(t, 3, time.Second)
+	ids := make([]string, massRanges())
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m%04d", i)
+		c.createRange(ids[i], "r1")
+	}
+	// Creating a thousand ranges' journals and state at once is a burst of
+	// fsyncs on a two-core box shared with other test packages: give the
+	// fence and each RPC room, so the test measures the failover, not
+	// timeouts tuned for a quiet machine.
+	p := c.newPromoter("p1", true, func(cfg *Config) {
+		cfg.FenceTimeout, cfg.RPCTimeout = 10*time.Second, 10*time.Second
+	})
+	// r1 is preferred, but a promotion proceeds once a quorum has answered
+	// (plus a short grace), so under load a few ranges may start on r2.
+	waitFor(t, "every range to have a leader", 120*time.Second, func() bool {
+		return len(c.ledBy("r1", 1))+len(c.ledBy("r2", 1))+len(c.ledBy("r3", 1)) == massRanges()
+	})
+	victims := c.ledBy("r1", 1)
+	if len(victims) < massRanges()/2 {
+		t.Fatalf("r1 leads only %d of %d ranges", len(victims), massRanges())
+	}
+
+	c.stop(c.byID["r1"])
+	killed := time.Now()
+	waitFor(t, "every range of the killed replica to have a new leader", 120*time.Second, func() bool {
+		n := 0
+		for _, id := range []string{"r2", "r3"} {
+			for r := range c.ledBy(id, 2) {
+				if victims[r] {
+					n++
+				}
+			}
+		}
+		return n == len(victims)
+	})
+	t.Logf("mass failover: the %d ranges of the killed leader re-led %v after the kill", len(victims), time.Since(killed))
+
+	// None lost or done twice: every range of the killed leader moved
+	// exactly once, from epoch 1 to 2; every other range did not move. The
+	// record is written just after adoption, so give it a moment.
+	ctx := context.Background()
+	var bad []string
+	waitFor(t, "every transition record", 30*time.Second, func() bool {
+		bad = bad[:0]
+		for _, id := range ids {
+			trs, err := p.transitions(ctx, id, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []uint64
+			for _, tr := range trs {
+				got = append(got, tr.GetEpoch())
+			}
+			want := "[1]"
+			if victims[id] {
+				want = "[2 1]"
+			}
+			if fmt.Sprint(got) != want {
+				bad = append(bad, fmt.Sprintf("%s: epochs %v, want %s", id, got, want))
+			}
+		}
+		return len(bad) == 0
+	})
+	if len(bad) > 0 {
+		t.Errorf("transition records: %v", bad)
+	}
+}
+
+// ledBy is the set of ranges replica id leads at exactly epoch.
+func (c *cluster) ledBy(id string, epoch uint64) map[string]bool {
+	tr := c.byID[id]
+	led := map[string]bool{}
+	if tr.srv == nil {
+		return led
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.replicaClient(tr.srv.URL()).GetStatus(ctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{}))
+	if err != nil {
+		return led
+	}
+	for _, st := range resp.Msg.GetRanges() {
+		if st.GetRole() == tenurev1.Role_ROLE_LEADER && st.GetEpoch() == epoch {
+			led[st.GetRangeId()] = true
+		}
+	}
+	return led
+}

@@ -1,0 +1,437 @@
+package promoter
+
+import (
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/journal"
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// This file is the promotion decision (DESIGN.md "Promotion", steps 3 to 5):
+// given every replica's answer to Fence(R, E), which replica leads at E, what
+// the committed bound is, and which replicas are cut back to where. It is a
+// pure function of its input: the fence round trip before it and the
+// Truncate/Adopt calls after it are the service's business, so the rules can
+// be checked in a table, in scenario files and in a simulated cluster
+// (plan_property_test.go) without a network, a clock or a disk.
+
+// Answer is one replica's answer to Fence(R, E), as the fence step collected it.
+type Answer struct {
+	// ReplicaID names the replica; it must be a member of Input.Replicas.
+	ReplicaID string
+	// Err, when non-nil, says why the replica was not fenced at E
+	// (unreachable, timed out, already fenced higher). Such a replica never
+	// counts: only a fenced log has stopped moving, so only its numbers are
+	// facts. Err takes precedence over every other field.
+	Err error
+	// Unimplemented marks a peer that does not report its history (an older
+	// version answering Unimplemented, or closing the stream cleanly). It is
+	// treated as fenced with an UNKNOWN history, whatever History holds: it is
+	// never reconciled by epoch, never authorises a truncation and does not
+	// count toward the quorum of known histories. LogEnd and HWM are used if
+	// it reported them (zero otherwise), and its HWM counts toward the
+	// committed bound. Set it only for a replica whose fence took effect; a
+	// replica that could not be fenced at all (Fence itself unimplemented)
+	// answers with Err, since its log may still be moving.
+	Unimplemented bool
+	// LogEnd is the next offset the replica would write.
+	// Invariant: HWM <= LogEnd (Decide refuses an answer breaking it).
+	LogEnd uint64
+	// HWM is the replica's high-water mark: every offset below it is committed.
+	HWM uint64
+	// History is the replica's epoch journal, already checked with
+	// wire.ValidateHistory by the caller. Empty means unknown, unless LogEnd
+	// is 0 (wire.HistoryKnown).
+	History []journal.EpochStart
+}
+
+// Input is everything a promotion decides on.
+type Input struct {
+	// Replicas is the range's replica set. Its order is the order of every
+	// list in the Plan.
+	Replicas []string
+	// Epoch is the epoch E being promoted to. Positive.
+	Epoch uint64
+	// Preferred optionally names a replica to lead among equally complete
+	// candidates ("" for none). It never outranks a more complete log.
+	Preferred string
+	// Answers holds at most one answer per replica. A replica with no answer
+	// is treated like one that answered with an error.
+	Answers []Answer
+}
+
+// Plan is the promotion's decision. The service carries it out in this order:
+// Truncations (while fenced), then Adopt as leader on Candidate with
+// CommittedBound, then Adopt as follower on Followers and Unreconciled.
+type Plan struct {
+	// Candidate is the new leader: the most complete fenced log with a known
+	// history.
+	// Invariant: the candidate's log end >= CommittedBound.
+	Candidate string
+	// CommittedBound is the largest HWM among fenced replicas: every offset
+	// below it is committed, and the candidate holds all of them.
+	CommittedBound uint64
+	// Truncations cut diverged replicas back to their divergence point with
+	// the candidate.
+	// Invariant: each To >= that replica's HWM and To < From == its log end.
+	Truncations []Truncation
+	// Followers are the other fenced replicas with a known history. After
+	// their truncation (if any) each one's log is a prefix of the
+	// candidate's: a replica agrees with the candidate before it follows it.
+	Followers []string
+	// Unreconciled are fenced replicas with an unknown history. They adopt as
+	// followers without any truncation; the fetch-time check (KIP-320)
+	// reconciles them against the new leader's history, which is known.
+	Unreconciled []string
+	// Fenced is one entry per member of Input.Replicas, fenced or not, in
+	// that order, for the transition record and the candidate-choice span.
+	// Error says why a replica was not fenced or, for a fenced one, why its
+	// history is unknown. Decide fills it in also when it returns an
+	// Unavailable or DataLoss error (and then nothing else in the Plan).
+	Fenced []*tenurev1.FencedReplica
+}
+
+// Truncation is one truncation the plan commands.
+type Truncation struct {
+	ReplicaID string
+	// From is the replica's log end as fenced.
+	From uint64
+	// To is the new log end: records at and above it are removed.
+	To uint64
+}
+
+// PlanError is why there is no plan. Code is one of
+// connect.CodeInvalidArgument (the input is malformed: a caller bug or a peer
+// whose answer breaks the protocol's own rules), connect.CodeUnavailable (no
+// quorum of fenced replicas with a known history: retry with backoff) or
+// connect.CodeDataLoss (a committed-record mismatch, which only a bug or a
+// corrupted disk can cause: an operator must look).
+type PlanError struct {
+	Code connect.Code
+	// Message names the replicas and offsets involved.
+	Message string
+}
+
+func (e *PlanError) Error() string { return "promoter: plan: " + e.Message }
+
+func planErrorf(code connect.Code, format string, args ...any) *PlanError {
+	return &PlanError{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// replicaState is one replica's answer as Decide reasons about it.
+type replicaState struct {
+	id string
+	// fenced: the replica answered the fence at E (Unimplemented counts).
+	fenced bool
+	// known: its history can be used to reconcile it by epoch.
+	known bool
+	// Invariant: hwm <= logEnd.
+	logEnd, hwm uint64
+	// lastEpoch is the last epoch of its history (0 when unknown or empty).
+	lastEpoch uint64
+	// history is the replica's epoch history; nil unless known.
+	history []journal.EpochStart
+	// why it was not fenced, or why its history is unknown.
+	reason string
+}
+
+func (s replicaState) proto() *tenurev1.FencedReplica {
+	return &tenurev1.FencedReplica{
+		ReplicaId:     s.id,
+		Fenced:        s.fenced,
+		HistoryKnown:  s.known,
+		LogEnd:        s.logEnd,
+		HighWaterMark: s.hwm,
+		LastEpoch:     s.lastEpoch,
+		Error:         s.reason,
+	}
+}
+
+// Decide makes the promotion decision for in. The returned error is always a
+// *PlanError.
+func Decide(in Input) (Plan, error) {
+	states, err := readAnswers(in)
+	if err != nil {
+		return Plan{}, err
+	}
+	summary := make([]*tenurev1.FencedReplica, len(states))
+	var known []replicaState
+	for i, s := range states {
+		summary[i] = s.proto()
+		if s.fenced && s.known {
+			known = append(known, s)
+		}
+	}
+	// fail keeps the per-replica summary: the transition record and the span
+	// show why a promotion stopped.
+	fail := func(err *PlanError) (Plan, error) { return Plan{Fenced: summary}, err }
+
+	// Step 3, quorum (invariant 6). Only fenced replicas with a known history
+	// count: an unfenced log may still be moving, and an unknown history
+	// cannot be compared by epoch, so neither can vouch for completeness.
+	// Any two quorums intersect, so a quorum of known, fenced logs includes
+	// at least one replica from every quorum that committed a record.
+	q := wire.Quorum(len(in.Replicas))
+	if len(known) < q {
+		return fail(planErrorf(connect.CodeUnavailable,
+			"no quorum: %d of %d fenced with known history, need %d: %s",
+			len(known), len(in.Replicas), q, describe(states)))
+	}
+
+	bound := committedBound(states)
+	cand := chooseCandidate(known, in.Preferred)
+
+	// Step 4. The candidate is the most complete log, so it must hold every
+	// committed record; if it ends below the bound some replica's HWM
+	// vouches for a record no candidate has, and adopting would lose it.
+	if cand.logEnd < bound {
+		return fail(planErrorf(connect.CodeDataLoss,
+			"candidate %s (last epoch %d) ends at %d, below the committed bound %d (HWM of %s): the most complete log lacks committed records",
+			cand.id, cand.lastEpoch, cand.logEnd, bound, hwmOwners(states, bound)))
+	}
+
+	// Step 5, reconcile while fenced.
+	plan := Plan{Candidate: cand.id, CommittedBound: bound, Fenced: summary}
+	var losses []string
+	for _, s := range states {
+		if !s.fenced || s.id == cand.id {
+			continue
+		}
+		if !s.known {
+			// Unknown history never authorises a truncation: its offsets are
+			// bare numbers. The fetch check reconciles it against the
+			// leader's (known) history once it follows.
+			plan.Unreconciled = append(plan.Unreconciled, s.id)
+			continue
+		}
+		target := reconcileTarget(cand, s)
+		// target <= s.logEnd always; equal means its whole log is a prefix
+		// of the candidate's and there is nothing to cut.
+		if target < s.logEnd {
+			// Below its own HWM the replica holds committed records, and the
+			// candidate holds different ones at the same offsets: two
+			// replicas disagree about a committed record. Not ours to pick
+			// a winner; stop (invariant 3).
+			if target < s.hwm {
+				losses = append(losses, fmt.Sprintf(
+					"%s (last epoch %d, log end %d, HWM %d) diverges from candidate %s (last epoch %d, log end %d) at %d, below its HWM",
+					s.id, s.lastEpoch, s.logEnd, s.hwm, cand.id, cand.lastEpoch, cand.logEnd, target))
+				continue
+			}
+			// At or above its HWM but possibly below the committed bound:
+			// a deposed leader's tail that a later epoch overwrote at the
+			// same offsets. Normal.
+			plan.Truncations = append(plan.Truncations, Truncation{ReplicaID: s.id, From: s.logEnd, To: target})
+		}
+		// Cut or not, its log is now a prefix of the candidate's. One that
+		// lags (log end below the bound) is not an error: it catches up by
+		// fetching, and counts toward commits only once the fetch check
+		// passes.
+		plan.Followers = append(plan.Followers, s.id)
+	}
+	if len(losses) > 0 {
+		return fail(planErrorf(connect.CodeDataLoss,
+			"truncation below a committed record: %s", strings.Join(losses, "; ")))
+	}
+	return plan, nil
+}
+
+// committedBound is the largest HWM among fenced replicas.
+//
+// Replicas with an unknown history count here too. An HWM is a fact about
+// what was acknowledged, independent of the journal: the replica raised it
+// only on a leader's word, and the journal only attributes offsets to epochs.
+// Leaving such an HWM out could only lower the bound, which would weaken the
+// candidate check below (a candidate missing records that replica saw
+// committed would pass) and let the new leader start below an HWM readers have
+// already been served from (a step back). Unfenced replicas do not count: an
+// answer that is not a fence is not a fact about a stopped log.
+func committedBound(states []replicaState) uint64 {
+	var bound uint64
+	for _, s := range states {
+		if s.fenced {
+			bound = max(bound, s.hwm)
+		}
+	}
+	return bound
+}
+
+// chooseCandidate returns the most complete of known (non-empty, all fenced
+// with a known history).
+func chooseCandidate(known []replicaState, preferred string) replicaState {
+	best := known[0]
+	for _, s := range known[1:] {
+		if moreComplete(s, best, preferred) {
+			best = s
+		}
+	}
+	return best
+}
+
+// moreComplete reports whether a should lead rather than b.
+func moreComplete(a, b replicaState, preferred string) bool {
+	// The last epoch first (Raft §5.4.1): a log that saw a later leadership
+	// has whatever that leader committed, while a longer log with an older
+	// last epoch can be a deposed leader's tail of records that never reached
+	// a quorum and were overwritten.
+	if a.lastEpoch != b.lastEpoch {
+		return a.lastEpoch > b.lastEpoch
+	}
+	// Same last epoch: one leader wrote both suffixes, in one order, so the
+	// shorter log is a prefix of the longer.
+	if a.logEnd != b.logEnd {
+		return a.logEnd > b.logEnd
+	}
+	// Equally complete (identical logs): the operator's preference, then the
+	// lowest id, so the same answers always give the same leader.
+	if (a.id == preferred) != (b.id == preferred) {
+		return a.id == preferred
+	}
+	return a.id < b.id
+}
+
+// reconcileTarget is the log end r must be cut back to so that its log is a
+// prefix of the candidate's: min(r's log end, divergence point, candidate's
+// log end). Both histories are known.
+func reconcileTarget(cand, r replicaState) uint64 {
+	// A truncation only ever removes: never beyond r's own end.
+	target := r.logEnd
+	// Beyond the candidate's end r holds records the candidate lacks, and the
+	// new leader writes its epoch-start record at exactly that offset.
+	target = min(target, cand.logEnd)
+	d, ok := journal.DivergencePoint(cand.history, r.history)
+	if !ok {
+		// One history is empty, and both are known, so that log is empty
+		// (wire.HistoryKnown): nothing is shared beyond offset 0. The log-end
+		// bounds above already give 0; say it rather than rely on it.
+		d = 0
+	}
+	// At and above the divergence point the two logs hold records of
+	// different leaderships even where the offsets coincide; below it both
+	// wrote under identical leadership and hold identical records.
+	return min(target, d)
+}
+
+// readAnswers checks in and turns each member's answer into a replicaState,
+// in the order of in.Replicas.
+func readAnswers(in Input) ([]replicaState, error) {
+	if in.Epoch == 0 {
+		return nil, planErrorf(connect.CodeInvalidArgument, "epoch 0 is \"no grant yet\", not an epoch to promote to")
+	}
+	if len(in.Replicas) == 0 || len(in.Replicas) > wire.MaxReplicas {
+		return nil, planErrorf(connect.CodeInvalidArgument, "replica set has %d members, want 1 to %d", len(in.Replicas), wire.MaxReplicas)
+	}
+	member := make(map[string]int, len(in.Replicas))
+	for i, id := range in.Replicas {
+		if err := wire.ValidateRangeID(id); err != nil {
+			return nil, planErrorf(connect.CodeInvalidArgument, "replica %d: %v", i, err)
+		}
+		if _, dup := member[id]; dup {
+			return nil, planErrorf(connect.CodeInvalidArgument, "replica %s is listed twice in the replica set", id)
+		}
+		member[id] = i
+	}
+	if _, ok := member[in.Preferred]; in.Preferred != "" && !ok {
+		return nil, planErrorf(connect.CodeInvalidArgument, "preferred replica %q is not in the replica set %v", in.Preferred, in.Replicas)
+	}
+
+	states := make([]replicaState, len(in.Replicas))
+	for i, id := range in.Replicas {
+		states[i] = replicaState{id: id, reason: "no answer"}
+	}
+	answered := make([]bool, len(in.Replicas))
+	for _, a := range in.Answers {
+		i, ok := member[a.ReplicaID]
+		if !ok {
+			return nil, planErrorf(connect.CodeInvalidArgument, "answer from %q, which is not in the replica set %v", a.ReplicaID, in.Replicas)
+		}
+		if answered[i] {
+			return nil, planErrorf(connect.CodeInvalidArgument, "two answers from replica %s", a.ReplicaID)
+		}
+		answered[i] = true
+		s, err := readAnswer(a, in.Epoch)
+		if err != nil {
+			return nil, err
+		}
+		states[i] = s
+	}
+	return states, nil
+}
+
+// readAnswer checks one answer against the rules its replica must keep.
+func readAnswer(a Answer, epoch uint64) (replicaState, error) {
+	s := replicaState{id: a.ReplicaID}
+	if a.Err != nil {
+		s.reason = "not fenced: " + a.Err.Error()
+		return s, nil
+	}
+	// A replica never vouches for committed records it does not hold.
+	if a.HWM > a.LogEnd {
+		return s, planErrorf(connect.CodeInvalidArgument, "replica %s reports HWM %d above its log end %d", a.ReplicaID, a.HWM, a.LogEnd)
+	}
+	s.fenced, s.logEnd, s.hwm = true, a.LogEnd, a.HWM
+	if a.Unimplemented {
+		s.reason = "history unknown: the replica does not report it (older version)"
+		return s, nil
+	}
+	h := make([]*tenurev1.EpochStart, len(a.History))
+	for i, e := range a.History {
+		h[i] = &tenurev1.EpochStart{Epoch: e.Epoch, StartOffset: e.Start}
+	}
+	if !wire.HistoryKnown(h, a.LogEnd) {
+		s.reason = fmt.Sprintf("history unknown: empty history with log end %d (missing or broken journal)", a.LogEnd)
+		return s, nil
+	}
+	// The caller validated the history; that it fits the log it describes is
+	// checked again here, where the decision depends on it. A history
+	// claiming an epoch that starts past the log end would make the
+	// divergence arithmetic attribute records that do not exist.
+	if err := wire.ValidateHistoryAgainstLog(h, a.LogEnd); err != nil {
+		return s, planErrorf(connect.CodeInvalidArgument, "replica %s: %v", a.ReplicaID, err)
+	}
+	if n := len(a.History); n > 0 {
+		s.lastEpoch = a.History[n-1].Epoch
+		// A replica that accepted the fence at E was fenced at most at E and
+		// never acts under an epoch above its fence (invariant 4), so it
+		// cannot have journaled one. Such a claim would win the candidate
+		// choice outright; refuse it. (E itself is possible: a replica that
+		// already adopted at E answering a repeated fence.)
+		if s.lastEpoch > epoch {
+			return s, planErrorf(connect.CodeInvalidArgument, "replica %s fenced at epoch %d reports a history up to epoch %d", a.ReplicaID, epoch, s.lastEpoch)
+		}
+	}
+	s.known = true
+	s.history = a.History
+	return s, nil
+}
+
+// describe lists each replica's standing, for the no-quorum message.
+func describe(states []replicaState) string {
+	parts := make([]string, len(states))
+	for i, s := range states {
+		switch {
+		case s.fenced && s.known:
+			parts[i] = fmt.Sprintf("%s fenced, history known (log end %d, HWM %d, last epoch %d)", s.id, s.logEnd, s.hwm, s.lastEpoch)
+		case s.fenced:
+			parts[i] = fmt.Sprintf("%s fenced, %s", s.id, s.reason)
+		default:
+			parts[i] = fmt.Sprintf("%s %s", s.id, s.reason)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// hwmOwners names the fenced replicas whose HWM is the bound.
+func hwmOwners(states []replicaState, bound uint64) string {
+	var ids []string
+	for _, s := range states {
+		if s.fenced && s.hwm == bound {
+			ids = append(ids, s.id)
+		}
+	}
+	return strings.Join(ids, ", ")
+}

@@ -1,0 +1,68 @@
+package promoter
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// A planned Promote while appends are flowing loses no acknowledged record.
+func TestPlannedPromoteWhileAppending(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	p := c.newPromoter("p1", true)
+	_, e1 := c.leader("r", 1, 20*time.Second)
+	waitFor(t, "the promoter to be elected", 10*time.Second, p.Elected)
+
+	var mu sync.Mutex
+	var acks []acked
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10_000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// An append that fails has an unknown outcome; only
+				// acknowledged ones are checked.
+				if a, err := c.appendOne("r", fmt.Sprintf("w%d-%d", w, i), 5*time.Second); err == nil {
+					mu.Lock()
+					acks = append(acks, a)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	resp, err := handler{p}.Promote(ctx, connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r", PreferredReplicaId: "r2", Reason: "planned handover"}))
+	cancel()
+	if err != nil {
+		t.Fatalf("Promote: %v", err)
+	}
+	tr := resp.Msg.GetTransition()
+	if tr.GetEpoch() != e1+1 {
+		t.Errorf("planned promotion epoch = %d, want %d", tr.GetEpoch(), e1+1)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acks) == 0 {
+		t.Fatal("no append was acknowledged")
+	}
+	t.Logf("planned handover to %s at epoch %d (took %v); %d appends acknowledged around it", tr.GetLeaderId(), tr.GetEpoch(), time.Duration(tr.GetDurationUs())*time.Microsecond, len(acks))
+	c.checkAcked("r", acks)
+}

@@ -1,0 +1,196 @@
+package promoter
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// probeState is what the probes know of one replica address.
+type probeState struct {
+	// misses counts consecutive failed probes; Config.ProbeMisses of them
+	// make the address's leaderships suspect.
+	misses int
+	// busy is set while a probe of the address is out, so a slow replica
+	// gets one probe at a time, not one per interval.
+	busy bool
+}
+
+// probeLoop probes every replica address every ProbeInterval. It promotes a
+// range whose leader refuses connections, misses ProbeMisses probes in a
+// row, or no longer leads at the range's epoch (a restarted leader does not
+// serve until told again), and reconciles members that are not following
+// the current leader at the current epoch. Fencing keeps all of this safe:
+// a wrong suspicion costs an epoch, never a record.
+func (p *Promoter) probeLoop(ctx context.Context) {
+	t := time.NewTicker(p.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.probeAll(ctx)
+	}
+}
+
+func (p *Promoter) probeAll(ctx context.Context) {
+	p.mu.Lock()
+	addrs := map[string]bool{}
+	for _, rs := range p.ranges {
+		for _, r := range rs.replicas {
+			addrs[r.GetAddress()] = true
+		}
+	}
+	p.mu.Unlock()
+	for addr := range addrs {
+		p.mu.Lock()
+		ps := p.probes[addr]
+		if ps == nil {
+			ps = &probeState{}
+			p.probes[addr] = ps
+		}
+		busy := ps.busy
+		ps.busy = true
+		p.mu.Unlock()
+		if busy {
+			continue
+		}
+		go p.probe(ctx, addr)
+	}
+}
+
+func (p *Promoter) probe(ctx context.Context, addr string) {
+	started := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.ProbeTimeout)
+	resp, err := p.replica(addr).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{}))
+	cancel()
+	p.mu.Lock()
+	ps := p.probes[addr]
+	ps.busy = false
+	if ctx.Err() != nil {
+		p.mu.Unlock()
+		return
+	}
+	if err != nil {
+		ps.misses++
+		// Unavailable is a refused or reset connection: the process is gone,
+		// so there is no reason to wait for more misses.
+		down := connect.CodeOf(err) == connect.CodeUnavailable || ps.misses >= p.cfg.ProbeMisses
+		var suspects []string
+		var epochs []uint64
+		if down {
+			for id, rs := range p.ranges {
+				if rs.leaderID != "" && rs.address(rs.leaderID) == addr && !p.inflight[id] {
+					suspects, epochs = append(suspects, id), append(epochs, rs.epoch)
+				}
+			}
+		}
+		p.mu.Unlock()
+		refused := connect.CodeOf(err) == connect.CodeUnavailable
+		for i, id := range suspects {
+			// Missed probes alone are weak evidence: a leader busy with a
+			// burst (the survivors of a mass failover) answers late but
+			// still renews its lease. Promote on misses only if the lease
+			// service no longer sees that leader's lease as live; a refused
+			// connection is strong evidence and acts at once.
+			if !refused && p.leaseLive(ctx, id, epochs[i]) {
+				continue
+			}
+			p.schedule(ctx, id, epochs[i], "leader unreachable: "+err.Error())
+		}
+		return
+	}
+	ps.misses = 0
+	byRange := make(map[string]*tenurev1.RangeStatus, len(resp.Msg.GetRanges()))
+	for _, s := range resp.Msg.GetRanges() {
+		byRange[s.GetRangeId()] = s
+	}
+	type action struct {
+		rangeID string
+		epoch   uint64
+		replica *tenurev1.Replica
+		leader  *tenurev1.Replica
+		members []*tenurev1.Replica
+		promote string // non-empty: promote with this reason; else reconcile replica
+	}
+	var actions []action
+	replicaID := resp.Msg.GetReplicaId()
+	for id, rs := range p.ranges {
+		// Skip ranges being promoted, without a leader yet, or whose state
+		// changed after this probe was sent.
+		if p.inflight[id] || rs.leaderID == "" || rs.changed.After(started) || rs.address(replicaID) != addr {
+			continue
+		}
+		st := byRange[id]
+		if st.GetFencedEpoch() > rs.epoch {
+			// The replica is ahead of us: another promotion happened. The
+			// lease events and refresh will catch us up.
+			continue
+		}
+		member := &tenurev1.Replica{Id: replicaID, Address: addr}
+		leader := &tenurev1.Replica{Id: rs.leaderID, Address: rs.address(rs.leaderID)}
+		if replicaID == rs.leaderID {
+			// The leader must lead at exactly the range's epoch. A restarted
+			// leader comes back not serving; a fenced one lost its epoch.
+			if st == nil || st.GetRole() != tenurev1.Role_ROLE_LEADER || st.GetEpoch() != rs.epoch {
+				actions = append(actions, action{rangeID: id, epoch: rs.epoch, promote: "leader not serving at epoch"})
+			}
+			continue
+		}
+		// A member must follow the current leader at the current epoch.
+		if st == nil || st.GetEpoch() != rs.epoch || st.GetRole() != tenurev1.Role_ROLE_FOLLOWER || st.GetLeaderId() != rs.leaderID {
+			actions = append(actions, action{rangeID: id, epoch: rs.epoch, replica: member, leader: leader, members: rs.replicas})
+		}
+	}
+	p.mu.Unlock()
+	for _, a := range actions {
+		if a.promote != "" {
+			p.schedule(ctx, a.rangeID, a.epoch, a.promote)
+			continue
+		}
+		p.reconcile(ctx, a.rangeID, a.epoch, a.replica, a.leader, a.members)
+	}
+}
+
+// reconcile brings a replica that missed a promotion back: fence it at the
+// current epoch (which stops it acting under any older one), then adopt it
+// as a follower of the current leader. The leader's fetch check truncates
+// whatever diverged, never below the follower's HWM.
+func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch uint64, r, leader *tenurev1.Replica, members []*tenurev1.Replica) {
+	key := "reconcile/" + rangeID + "/" + r.GetId()
+	if !p.begin(key) {
+		return
+	}
+	go func() {
+		defer p.end(key)
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
+		defer cancel()
+		_, err := p.replica(r.GetAddress()).Fence(cctx, connect.NewRequest(&tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID}))
+		if err == nil {
+			err = p.adoptFollower(cctx, rangeID, epoch, r, leader, members)
+		}
+		if err != nil {
+			p.log.Debug("reconcile failed; will retry on a later probe", "range", rangeID, "epoch", epoch, "replica", r.GetId(), "err", err)
+			return
+		}
+		p.log.Info("reconciled straggler", "range", rangeID, "epoch", epoch, "replica", r.GetId(), "leader", leader.GetId())
+	}()
+}
+
+// leaseLive reports whether rangeID's lease at epoch is live and held by a
+// member (its leader). Errors count as not live: the probe already failed.
+func (p *Promoter) leaseLive(ctx context.Context, rangeID string, epoch uint64) bool {
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := p.lease.GetLease(cctx, connect.NewRequest(&tenurev1.GetLeaseRequest{RangeId: rangeID}))
+	if err != nil {
+		return false
+	}
+	l := resp.Msg.GetLease()
+	return l.GetLive() && l.GetEpoch() == epoch && l.GetHolderId() != p.cfg.ID
+}

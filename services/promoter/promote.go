@@ -1,0 +1,455 @@
+package promoter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tenurelog/tenure/pkg/journal"
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+var tracer = otel.Tracer("github.com/tenurelog/tenure/services/promoter")
+
+// promotion is one run of DESIGN.md's steps 1-7 for one range.
+type promotion struct {
+	p        *Promoter
+	rangeID  string
+	replicas []*tenurev1.Replica
+	byID     map[string]*tenurev1.Replica
+	tr       *tenurev1.Transition
+	last     time.Time
+}
+
+// step records how long the step that just ended took.
+func (m *promotion) step(name string) {
+	now := time.Now()
+	m.tr.Timings = append(m.tr.Timings, &tenurev1.StepTiming{Step: name, DurationUs: now.Sub(m.last).Microseconds()})
+	m.last = now
+}
+
+// promote runs one promotion of rangeID. observedEpoch is the epoch the
+// trigger saw (the lease that expired, the leader that stopped answering);
+// the grant is a compare-and-swap on it, so a trigger that fires twice, or
+// two promoters acting on the same evidence, promote at most once: the
+// second grant answers Aborted. observedEpoch < 0 means "whatever is current"
+// (an operator's Promote).
+func (p *Promoter) promote(ctx context.Context, rangeID string, observedEpoch int64, preferred, reason string) (_ *tenurev1.Transition, err error) {
+	ctx, span := tracer.Start(ctx, "promote", trace.WithAttributes(
+		attribute.String("tenure.range", rangeID), attribute.String("tenure.reason", reason)))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+	start := time.Now()
+	m := &promotion{p: p, rangeID: rangeID, last: start, tr: &tenurev1.Transition{
+		RangeId:       rangeID,
+		Reason:        reason,
+		PromoterId:    p.cfg.ID,
+		StartedUnixMs: start.UnixMilli(),
+	}}
+	if sc := span.SpanContext(); sc.HasTraceID() {
+		m.tr.TraceId = sc.TraceID().String()
+	}
+
+	rng, err := p.getRange(ctx, rangeID)
+	if err != nil {
+		return nil, err
+	}
+	if observedEpoch >= 0 && rng.GetEpoch() != uint64(observedEpoch) {
+		// Someone already moved the range past what the trigger saw.
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("range %s is at epoch %d, not the observed %d: already promoted", rangeID, rng.GetEpoch(), observedEpoch))
+	}
+	m.replicas = rng.GetReplicas()
+	m.byID = make(map[string]*tenurev1.Replica, len(m.replicas))
+	for _, r := range m.replicas {
+		m.byID[r.GetId()] = r
+	}
+	if preferred == "" {
+		preferred = rng.GetPreferredReplicaId()
+	}
+	if preferred != "" && m.byID[preferred] == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("preferred replica %q is not a member of range %s", preferred, rangeID))
+	}
+
+	// 1. Epoch: E = previous + 1 by compare-and-swap in the lease service.
+	epoch, err := m.grant(ctx, rng.GetEpoch())
+	if err != nil {
+		return nil, err
+	}
+	m.tr.PreviousEpoch, m.tr.Epoch = rng.GetEpoch(), epoch
+	span.SetAttributes(attribute.Int64("tenure.epoch", int64(epoch)))
+	m.step("grant")
+
+	// 2. Fence and read, one round trip, in parallel.
+	answers := m.fenceAll(ctx, epoch)
+	m.step("fence")
+	if h := p.testHookAfterFence; h != nil {
+		h(rangeID, epoch)
+	}
+
+	// 3-5. The decision is a pure function of the answers.
+	in := Input{Epoch: epoch, Preferred: preferred, Answers: answers}
+	for _, r := range m.replicas {
+		in.Replicas = append(in.Replicas, r.GetId())
+	}
+	plan, err := m.decide(ctx, in)
+	m.step("plan")
+	if err != nil {
+		// The range is now fenced at E with no leader: the caller retries
+		// at the next epoch, so it needs to know E moved.
+		return m.tr, err
+	}
+
+	// 5. Reconcile while fenced: a replica agrees with the candidate before
+	// it follows it. Replicas accept Truncate only at exactly E.
+	if err := m.truncateAll(ctx, epoch, plan); err != nil {
+		return m.tr, err
+	}
+	m.step("truncate")
+
+	// 6. Adopt: the candidate first (it journals E and writes the epoch-start
+	// record), then the followers.
+	if err := m.adoptLeader(ctx, epoch, plan); err != nil {
+		return m.tr, err
+	}
+	m.adoptFollowers(ctx, epoch, plan)
+	m.step("adopt")
+
+	// Bind the lease for E to the new leader. A failure here does not undo
+	// the promotion (fencing, not the lease, keeps it safe); the leader's
+	// keeper and the probes take over, and the reason is logged.
+	m.bind(ctx, epoch, plan.Candidate)
+	m.step("bind")
+
+	m.tr.DurationUs = time.Since(start).Microseconds()
+	// 7. Record.
+	// The record is written even if the promoter is stopping: the promotion
+	// happened, and the record is how operators learn of it.
+	if err := p.recordTransition(context.WithoutCancel(ctx), m.tr); err != nil {
+		p.log.Error("transition record not stored", "range", rangeID, "epoch", epoch, "err", err)
+	}
+	m.step("record")
+	p.log.Info("promoted", "range", rangeID, "epoch", epoch, "leader", plan.Candidate,
+		"committed_bound", plan.CommittedBound, "truncations", len(plan.Truncations),
+		"duration", time.Since(start), "trace_id", m.tr.TraceId, "reason", reason)
+	return m.tr, nil
+}
+
+func (p *Promoter) getRange(ctx context.Context, rangeID string) (*tenurev1.RangeInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := p.lease.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: rangeID}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.GetRange(), nil
+}
+
+func (m *promotion) grant(ctx context.Context, previous uint64) (uint64, error) {
+	ctx, span := tracer.Start(ctx, "grant-epoch", trace.WithAttributes(attribute.Int64("tenure.previous_epoch", int64(previous))))
+	defer span.End()
+	session, err := m.p.openSession(ctx)
+	if err != nil {
+		span.RecordError(err)
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := m.p.lease.GrantEpoch(ctx, connect.NewRequest(&tenurev1.GrantEpochRequest{
+		RangeId:       m.rangeID,
+		PreviousEpoch: previous,
+		HolderId:      m.p.cfg.ID,
+		SessionId:     session,
+	}))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		if connect.CodeOf(err) == connect.CodeNotFound || connect.CodeOf(err) == connect.CodeFailedPrecondition {
+			// The session may have expired under us: reopen next time.
+			m.p.mu.Lock()
+			if m.p.session == session {
+				m.p.session = 0
+			}
+			m.p.mu.Unlock()
+		}
+		return 0, err
+	}
+	epoch := resp.Msg.GetEpoch()
+	// Invariant 7: epochs strictly increase. A lease service answering
+	// anything else is broken, and acting on it could reuse an epoch.
+	if epoch != previous+1 {
+		return 0, connect.NewError(connect.CodeInternal, fmt.Errorf("lease service granted epoch %d after %d, want %d", epoch, previous, previous+1))
+	}
+	span.SetAttributes(attribute.Int64("tenure.epoch", int64(epoch)))
+	return epoch, nil
+}
+
+// fenceAll fences every replica at epoch in parallel. It returns once every
+// replica answered, or once a quorum of fenced replicas with known history
+// is in plus FenceGrace, or at FenceTimeout. A replica that has not answered
+// by then does not count (invariant 6), even if its fence lands later: it is
+// then fenced at E and the reconcile loop adopts it as a follower.
+func (m *promotion) fenceAll(ctx context.Context, epoch uint64) []Answer {
+	ctx, span := tracer.Start(ctx, "fence-all")
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, m.p.cfg.FenceTimeout)
+	defer cancel()
+
+	type result struct {
+		i int
+		a Answer
+	}
+	results := make(chan result, len(m.replicas))
+	for i, r := range m.replicas {
+		go func() { results <- result{i, m.fence(ctx, r, epoch)} }()
+	}
+	answers := make([]Answer, len(m.replicas))
+	got := make([]bool, len(m.replicas))
+	for i, r := range m.replicas {
+		answers[i] = Answer{ReplicaID: r.GetId(), Err: errors.New("fence: no answer before the deadline")}
+	}
+	q := wire.Quorum(len(m.replicas))
+	counted := 0
+	var grace <-chan time.Time
+	for n := 0; n < len(m.replicas); n++ {
+		select {
+		case res := <-results:
+			answers[res.i], got[res.i] = res.a, true
+			if res.a.Err == nil && wire.HistoryKnown(toWireHistory(res.a.History), res.a.LogEnd) {
+				counted++
+				if counted == q && grace == nil {
+					grace = time.After(m.p.cfg.FenceGrace)
+				}
+			}
+			continue
+		case <-grace:
+		case <-ctx.Done():
+		}
+		break
+	}
+	span.SetAttributes(attribute.Int("tenure.fenced_with_history", counted), attribute.Int("tenure.quorum", q))
+	return answers
+}
+
+// fence fences one replica and validates its answer: a peer's history is a
+// claim, and one that does not advance, or claims an epoch beyond its own
+// log end, would hand the plan a truncation target computed from a lie.
+func (m *promotion) fence(ctx context.Context, r *tenurev1.Replica, epoch uint64) Answer {
+	ctx, span := tracer.Start(ctx, "fence", trace.WithAttributes(
+		attribute.String("tenure.replica", r.GetId()), attribute.Int64("tenure.epoch", int64(epoch))))
+	defer span.End()
+	a := Answer{ReplicaID: r.GetId()}
+	resp, err := m.p.replica(r.GetAddress()).Fence(ctx, connect.NewRequest(&tenurev1.FenceRequest{
+		RangeId: m.rangeID, Epoch: epoch, FencerId: m.p.cfg.ID,
+	}))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		a.Err = err
+		return a
+	}
+	msg := resp.Msg
+	// The replica must now be fenced at exactly E; anything else means it
+	// did not record our fence, so it cannot count.
+	if msg.GetFencedEpoch() != epoch {
+		a.Err = fmt.Errorf("replica %s answered fenced epoch %d, want %d", r.GetId(), msg.GetFencedEpoch(), epoch)
+	} else if err := wire.ValidateHistoryAgainstLog(msg.GetHistory(), msg.GetLogEnd()); err != nil {
+		a.Err = fmt.Errorf("replica %s sent an invalid history: %w", r.GetId(), err)
+	} else if msg.GetHighWaterMark() > msg.GetLogEnd() {
+		a.Err = fmt.Errorf("replica %s claims HWM %d above its log end %d", r.GetId(), msg.GetHighWaterMark(), msg.GetLogEnd())
+	}
+	if a.Err != nil {
+		span.RecordError(a.Err)
+		span.SetStatus(codes.Error, a.Err.Error())
+		return a
+	}
+	a.LogEnd, a.HWM = msg.GetLogEnd(), msg.GetHighWaterMark()
+	a.History = fromWireHistory(msg.GetHistory())
+	var last uint64
+	if n := len(a.History); n > 0 {
+		last = a.History[n-1].Epoch
+	}
+	span.SetAttributes(attribute.Int64("tenure.log_end", int64(a.LogEnd)), attribute.Int64("tenure.hwm", int64(a.HWM)),
+		attribute.Int64("tenure.last_epoch", int64(last)), attribute.Int("tenure.history_len", len(a.History)))
+	return a
+}
+
+func (m *promotion) decide(ctx context.Context, in Input) (Plan, error) {
+	_, span := tracer.Start(ctx, "choose-candidate")
+	defer span.End()
+	plan, err := Decide(in)
+	m.tr.Replicas = plan.Fenced
+	if len(m.tr.Replicas) == 0 {
+		m.tr.Replicas = summarize(in.Answers)
+	}
+	for _, f := range m.tr.Replicas {
+		span.SetAttributes(
+			attribute.Int64("tenure."+f.GetReplicaId()+".log_end", int64(f.GetLogEnd())),
+			attribute.Int64("tenure."+f.GetReplicaId()+".hwm", int64(f.GetHighWaterMark())),
+			attribute.Int64("tenure."+f.GetReplicaId()+".last_epoch", int64(f.GetLastEpoch())),
+			attribute.Bool("tenure."+f.GetReplicaId()+".fenced", f.GetFenced()))
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		var pe *PlanError
+		if errors.As(err, &pe) {
+			err = connect.NewError(pe.Code, err)
+		}
+		return plan, err
+	}
+	m.tr.CommittedBound = plan.CommittedBound
+	m.tr.LeaderId = plan.Candidate
+	m.tr.LeaderAddress = m.byID[plan.Candidate].GetAddress()
+	span.SetAttributes(attribute.String("tenure.candidate", plan.Candidate), attribute.Int64("tenure.committed_bound", int64(plan.CommittedBound)))
+	return plan, nil
+}
+
+// summarize reports fence answers when Decide gave no per-replica summary.
+func summarize(answers []Answer) []*tenurev1.FencedReplica {
+	out := make([]*tenurev1.FencedReplica, 0, len(answers))
+	for _, a := range answers {
+		f := &tenurev1.FencedReplica{ReplicaId: a.ReplicaID, Fenced: a.Err == nil, LogEnd: a.LogEnd, HighWaterMark: a.HWM}
+		if a.Err != nil {
+			f.Error = a.Err.Error()
+		} else {
+			f.HistoryKnown = wire.HistoryKnown(toWireHistory(a.History), a.LogEnd)
+			if n := len(a.History); n > 0 {
+				f.LastEpoch = a.History[n-1].Epoch
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func (m *promotion) truncateAll(ctx context.Context, epoch uint64, plan Plan) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(plan.Truncations))
+	for i, t := range plan.Truncations {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, span := tracer.Start(ctx, "truncate", trace.WithAttributes(attribute.String("tenure.replica", t.ReplicaID),
+				attribute.Int64("tenure.from", int64(t.From)), attribute.Int64("tenure.to", int64(t.To))))
+			defer span.End()
+			ctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
+			defer cancel()
+			resp, err := m.p.replica(m.byID[t.ReplicaID].GetAddress()).Truncate(ctx, connect.NewRequest(&tenurev1.TruncateRequest{
+				RangeId: m.rangeID, Epoch: epoch, TargetOffset: t.To,
+			}))
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+				errs[i] = fmt.Errorf("truncate %s to %d: %w", t.ReplicaID, t.To, err)
+				return
+			}
+			span.SetAttributes(attribute.Int64("tenure.records_removed", int64(resp.Msg.GetRecordsRemoved())))
+		}()
+	}
+	wg.Wait()
+	for _, t := range plan.Truncations {
+		m.tr.Truncations = append(m.tr.Truncations, &tenurev1.Truncation{ReplicaId: t.ReplicaID, FromOffset: t.From, ToOffset: t.To})
+	}
+	// A replica that could not be truncated has not agreed with the
+	// candidate; it must not be adopted as a follower of it. If the others
+	// still form a quorum the promotion could go on without it, but a retry
+	// at the next epoch is simpler and just as safe.
+	return errors.Join(errs...)
+}
+
+func (m *promotion) adoptLeader(ctx context.Context, epoch uint64, plan Plan) error {
+	ctx, span := tracer.Start(ctx, "adopt", trace.WithAttributes(attribute.String("tenure.replica", plan.Candidate), attribute.String("tenure.role", "leader")))
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
+	defer cancel()
+	leader := m.byID[plan.Candidate]
+	_, err := m.p.replica(leader.GetAddress()).Adopt(ctx, connect.NewRequest(&tenurev1.AdoptRequest{
+		RangeId: m.rangeID, Epoch: epoch, Role: tenurev1.Role_ROLE_LEADER,
+		LeaderId: leader.GetId(), LeaderAddress: leader.GetAddress(),
+		Replicas: m.replicas, CommittedBound: plan.CommittedBound,
+	}))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return fmt.Errorf("adopt %s as leader at epoch %d: %w", leader.GetId(), epoch, err)
+	}
+	return nil
+}
+
+// adoptFollowers adopts every other fenced replica as a follower. A failure
+// is logged, not fatal: the leader serves with whichever followers made it,
+// and the reconcile loop brings the rest in.
+func (m *promotion) adoptFollowers(ctx context.Context, epoch uint64, plan Plan) {
+	leader := m.byID[plan.Candidate]
+	var wg sync.WaitGroup
+	for _, id := range append(append([]string(nil), plan.Followers...), plan.Unreconciled...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.p.adoptFollower(ctx, m.rangeID, epoch, m.byID[id], leader, m.replicas); err != nil {
+				m.p.log.Warn("follower not adopted; the reconcile loop will retry", "range", m.rangeID, "epoch", epoch, "replica", id, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (p *Promoter) adoptFollower(ctx context.Context, rangeID string, epoch uint64, r, leader *tenurev1.Replica, replicas []*tenurev1.Replica) error {
+	ctx, span := tracer.Start(ctx, "adopt", trace.WithAttributes(attribute.String("tenure.replica", r.GetId()), attribute.String("tenure.role", "follower")))
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
+	defer cancel()
+	_, err := p.replica(r.GetAddress()).Adopt(ctx, connect.NewRequest(&tenurev1.AdoptRequest{
+		RangeId: rangeID, Epoch: epoch, Role: tenurev1.Role_ROLE_FOLLOWER,
+		LeaderId: leader.GetId(), LeaderAddress: leader.GetAddress(), Replicas: replicas,
+	}))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+func (m *promotion) bind(ctx context.Context, epoch uint64, leaderID string) {
+	ctx, span := tracer.Start(ctx, "bind-lease", trace.WithAttributes(attribute.String("tenure.replica", leaderID)))
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
+	defer cancel()
+	_, err := m.p.lease.BindLease(ctx, connect.NewRequest(&tenurev1.BindLeaseRequest{
+		RangeId: m.rangeID, Epoch: epoch, HolderId: leaderID,
+	}))
+	if err != nil {
+		span.RecordError(err)
+		m.p.log.Warn("lease not bound to the new leader", "range", m.rangeID, "epoch", epoch, "leader", leaderID, "err", err)
+	}
+}
+
+func fromWireHistory(h []*tenurev1.EpochStart) []journal.EpochStart {
+	out := make([]journal.EpochStart, len(h))
+	for i, e := range h {
+		out[i] = journal.EpochStart{Epoch: e.GetEpoch(), Start: e.GetStartOffset()}
+	}
+	return out
+}
+
+func toWireHistory(h []journal.EpochStart) []*tenurev1.EpochStart {
+	out := make([]*tenurev1.EpochStart, len(h))
+	for i, e := range h {
+		out[i] = &tenurev1.EpochStart{Epoch: e.Epoch, StartOffset: e.Start}
+	}
+	return out
+}

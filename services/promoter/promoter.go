@@ -1,0 +1,249 @@
+// Package promoter changes a range's leader safely (DESIGN.md "Promotion"):
+// grant a new epoch, fence every replica and read its log in one round trip,
+// count only fenced replicas, decide the candidate and truncations with the
+// pure Decide, reconcile while fenced, adopt, bind the lease to the new leader
+// and record the transition in etcd.
+//
+// The promoter acts on the lease service's expiry events and on direct
+// evidence (a leader refusing connections or missing several probes in a
+// row). Safety never depends on either: fencing is what stops a deposed
+// leader. Promoters run as an etcd-elected group; only the elected one acts.
+package promoter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenurelog/tenure/pkg/transport"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+)
+
+// Config configures a promoter. Zero durations take the documented defaults.
+type Config struct {
+	// ID names this promoter in elections, leases and transition records.
+	ID string
+	// Etcd holds the election and the transition records.
+	Etcd *clientv3.Client
+	// Prefix of every etcd key ("/tenure/" by default); the lease service
+	// must use the same one.
+	Prefix string
+	// LeaseURL is the lease service's base URL.
+	LeaseURL string
+	// HTTPClient reaches the lease service and replicas; a seam for fault
+	// injection. Default transport.NewHTTPClient().
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+
+	// FenceTimeout bounds the fence round (default 1s): a replica that has
+	// not answered by then does not count.
+	FenceTimeout time.Duration
+	// FenceGrace is how long to wait for stragglers once a quorum of fenced
+	// replicas with known history is in (default 20ms): more answers mean
+	// fewer replicas left to the reconcile loop, but never more safety.
+	FenceGrace time.Duration
+	// RPCTimeout bounds each truncate, adopt and lease call (default 2s).
+	RPCTimeout time.Duration
+	// ProbeInterval is how often each replica is probed (default 100ms).
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds one probe (default 300ms). It is longer than the
+	// interval on purpose: a leader busy with a burst of work (a mass
+	// failover lands thousands of fences on the survivors) answers slowly,
+	// and promoting it away for that only moves the load around. A dead
+	// process is found faster anyway: its connections are refused.
+	ProbeTimeout time.Duration
+	// ProbeMisses is how many consecutive failed probes of a leader trigger a
+	// promotion before its lease expires (default 3). A refused connection
+	// triggers one at once.
+	ProbeMisses int
+	// MaxParallel bounds concurrent promotions (default 64), so a replica
+	// that led thousands of ranges does not make us open thousands of
+	// streams at once.
+	MaxParallel int
+	// SessionTTL is the promoter's own lease session TTL (default 5s).
+	SessionTTL time.Duration
+	// RefreshInterval is how often the range list is re-read from the lease
+	// service (default 2s); lease events make most refreshes redundant.
+	RefreshInterval time.Duration
+	// RetryMax bounds the backoff between failed promotion attempts
+	// (default 2s); attempts start at 50ms and double, with jitter.
+	RetryMax time.Duration
+}
+
+func (c *Config) defaults() error {
+	if c.ID == "" {
+		return errors.New("promoter: Config.ID is empty")
+	}
+	if c.Etcd == nil {
+		return errors.New("promoter: Config.Etcd is nil")
+	}
+	if c.LeaseURL == "" {
+		return errors.New("promoter: Config.LeaseURL is empty")
+	}
+	setDur := func(d *time.Duration, def time.Duration) {
+		if *d <= 0 {
+			*d = def
+		}
+	}
+	if c.Prefix == "" {
+		c.Prefix = "/tenure/"
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = transport.NewHTTPClient()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	setDur(&c.FenceTimeout, time.Second)
+	setDur(&c.FenceGrace, 20*time.Millisecond)
+	setDur(&c.RPCTimeout, 2*time.Second)
+	setDur(&c.ProbeInterval, 100*time.Millisecond)
+	setDur(&c.ProbeTimeout, 300*time.Millisecond)
+	setDur(&c.SessionTTL, 5*time.Second)
+	setDur(&c.RefreshInterval, 2*time.Second)
+	setDur(&c.RetryMax, 2*time.Second)
+	if c.ProbeMisses <= 0 {
+		c.ProbeMisses = 3
+	}
+	if c.MaxParallel <= 0 {
+		c.MaxParallel = 64
+	}
+	return nil
+}
+
+// Promoter runs promotions. Create it with New, serve Handlers(), and call
+// Run to campaign and watch; Promote works only while elected.
+type Promoter struct {
+	cfg   Config
+	log   *slog.Logger
+	lease tenurev1connect.LeaseServiceClient
+
+	clientsMu sync.Mutex
+	clients   map[string]tenurev1connect.ReplicaServiceClient // by address
+
+	// sem bounds concurrent promotions (Config.MaxParallel).
+	sem chan struct{}
+
+	mu       sync.Mutex
+	elected  bool
+	leaderID string // the elected promoter, as last seen
+	session  int64  // this promoter's lease session, 0 until opened
+	ranges   map[string]*rangeState
+	// inflight holds ranges with a promotion or reconcile running, so the
+	// same range is never promoted twice at once.
+	inflight map[string]bool
+	probes   map[string]*probeState // by replica address
+
+	// testHookAfterFence, when set by a test, runs between the fence round
+	// and the plan, to interleave two promoters deterministically.
+	testHookAfterFence func(rangeID string, epoch uint64)
+}
+
+// New builds a promoter; it does nothing until Run.
+func New(cfg Config) (*Promoter, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	return &Promoter{
+		cfg:      cfg,
+		log:      cfg.Logger.With("promoter", cfg.ID),
+		lease:    tenurev1connect.NewLeaseServiceClient(cfg.HTTPClient, cfg.LeaseURL, transport.ClientOptions()...),
+		clients:  map[string]tenurev1connect.ReplicaServiceClient{},
+		sem:      make(chan struct{}, cfg.MaxParallel),
+		ranges:   map[string]*rangeState{},
+		inflight: map[string]bool{},
+		probes:   map[string]*probeState{},
+	}, nil
+}
+
+func (p *Promoter) replica(addr string) tenurev1connect.ReplicaServiceClient {
+	p.clientsMu.Lock()
+	defer p.clientsMu.Unlock()
+	c, ok := p.clients[addr]
+	if !ok {
+		c = tenurev1connect.NewReplicaServiceClient(p.cfg.HTTPClient, addr, transport.ClientOptions()...)
+		p.clients[addr] = c
+	}
+	return c
+}
+
+// Elected reports whether this promoter currently holds the election.
+func (p *Promoter) Elected() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.elected
+}
+
+func (p *Promoter) notElectedError() error {
+	p.mu.Lock()
+	leader := p.leaderID
+	p.mu.Unlock()
+	if leader == "" {
+		leader = "unknown"
+	}
+	return connect.NewError(connect.CodeFailedPrecondition,
+		fmt.Errorf("promoter %s is not elected; the elected promoter is %s", p.cfg.ID, leader))
+}
+
+// openSession opens this promoter's lease session: GrantEpoch binds the new
+// epoch's lease to it until the new leader takes it over.
+func (p *Promoter) openSession(ctx context.Context) (int64, error) {
+	p.mu.Lock()
+	id := p.session
+	p.mu.Unlock()
+	if id != 0 {
+		return id, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := p.lease.OpenSession(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{
+		HolderId: p.cfg.ID,
+		TtlMs:    p.cfg.SessionTTL.Milliseconds(),
+	}))
+	if err != nil {
+		return 0, fmt.Errorf("open lease session: %w", err)
+	}
+	p.mu.Lock()
+	p.session = resp.Msg.GetSessionId()
+	p.mu.Unlock()
+	return resp.Msg.GetSessionId(), nil
+}
+
+// keepSession renews the promoter's session until ctx ends; a session that
+// cannot be renewed is dropped and reopened on the next promotion.
+func (p *Promoter) keepSession(ctx context.Context) {
+	t := time.NewTicker(p.cfg.SessionTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		id := p.session
+		p.mu.Unlock()
+		if id == 0 {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
+		_, err := p.lease.KeepAlive(cctx, connect.NewRequest(&tenurev1.KeepAliveRequest{SessionId: id}))
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("promoter lease session lost; will reopen", "session", id, "err", err)
+			p.mu.Lock()
+			if p.session == id {
+				p.session = 0
+			}
+			p.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package promoter
+
+const raceEnabled = false

@@ -1,0 +1,415 @@
+package promoter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// rangeState is the promoter's view of one range. Guarded by Promoter.mu.
+type rangeState struct {
+	epoch    uint64
+	replicas []*tenurev1.Replica
+	leaderID string // "" when the range has no leader at epoch
+	state    string
+	lastErr  string
+	attempts uint32
+	retryAt  time.Time
+	// changed is when epoch or leader last changed; a probe answer taken
+	// before it describes an older world and is ignored.
+	changed time.Time
+}
+
+func (rs *rangeState) status(id string) *tenurev1.RangePromotionState {
+	st := &tenurev1.RangePromotionState{RangeId: id, Epoch: rs.epoch, LeaderId: rs.leaderID, State: rs.state, LastError: rs.lastErr, Attempts: rs.attempts}
+	if !rs.retryAt.IsZero() {
+		st.NextRetryUnixMs = rs.retryAt.UnixMilli()
+	}
+	return st
+}
+
+func (rs *rangeState) address(id string) string {
+	for _, r := range rs.replicas {
+		if r.GetId() == id {
+			return r.GetAddress()
+		}
+	}
+	return ""
+}
+
+// Run campaigns in the promoter election and, while elected, watches lease
+// events, probes replicas, reconciles stragglers and promotes. It returns
+// when ctx ends.
+func (p *Promoter) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		if err := p.campaign(ctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("election round ended", "err", err)
+			sleep(ctx, jitter(500*time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// electionTTLSeconds is the election session's TTL: how long a crashed
+// elected promoter blocks its successor. etcd counts it in whole seconds.
+const electionTTLSeconds = 2
+
+func (p *Promoter) campaign(ctx context.Context) error {
+	sess, err := concurrency.NewSession(p.cfg.Etcd, concurrency.WithTTL(electionTTLSeconds), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("election session: %w", err)
+	}
+	defer sess.Close()
+	el := concurrency.NewElection(sess, p.cfg.Prefix+"promoter-election")
+
+	obsCtx, stopObserve := context.WithCancel(ctx)
+	defer stopObserve()
+	go func() {
+		for resp := range el.Observe(obsCtx) {
+			if len(resp.Kvs) > 0 {
+				p.mu.Lock()
+				p.leaderID = string(resp.Kvs[0].Value)
+				p.mu.Unlock()
+			}
+		}
+	}()
+
+	if err := el.Campaign(ctx, p.cfg.ID); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	p.log.Info("elected")
+	loopCtx, stop := context.WithCancel(ctx)
+	p.mu.Lock()
+	p.elected, p.leaderID = true, p.cfg.ID
+	p.mu.Unlock()
+	done := make(chan struct{}, 4)
+	for _, loop := range []func(context.Context){p.keepSession, p.refreshLoop, p.watchLoop, p.probeLoop} {
+		go func() { loop(loopCtx); done <- struct{}{} }()
+	}
+	select {
+	case <-sess.Done():
+		p.log.Warn("election session lost; stepping down")
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	p.elected = false
+	p.mu.Unlock()
+	stop()
+	for range 4 {
+		<-done
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = el.Resign(rctx)
+	return nil
+}
+
+// Promote runs a promotion of rangeID now (planned handover or operator
+// request). Only the elected promoter promotes.
+func (p *Promoter) Promote(ctx context.Context, rangeID, preferred, reason string) (*tenurev1.Transition, error) {
+	if !p.Elected() {
+		return nil, p.notElectedError()
+	}
+	if !p.begin(rangeID) {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("a promotion of range %s is already running; retry shortly", rangeID))
+	}
+	defer p.end(rangeID)
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-p.sem }()
+	tr, err := p.promote(ctx, rangeID, -1, preferred, reason)
+	p.finished(rangeID, tr, err)
+	return tr, err
+}
+
+// begin marks rangeID in flight; false if it already is.
+func (p *Promoter) begin(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inflight[key] {
+		return false
+	}
+	p.inflight[key] = true
+	return true
+}
+
+func (p *Promoter) end(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.inflight, key)
+}
+
+// schedule promotes rangeID in the background if no promotion of it is
+// running. observedEpoch is the epoch the trigger saw; the grant is a CAS on
+// it, so duplicate triggers promote at most once.
+func (p *Promoter) schedule(ctx context.Context, rangeID string, observedEpoch uint64, reason string) {
+	if !p.begin(rangeID) {
+		return
+	}
+	go func() {
+		defer p.end(rangeID)
+		select {
+		case p.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-p.sem }()
+		p.mu.Lock()
+		if rs := p.ranges[rangeID]; rs != nil {
+			rs.state = "promoting"
+		}
+		p.mu.Unlock()
+		tr, err := p.promote(ctx, rangeID, int64(observedEpoch), "", reason)
+		if retry := p.finished(rangeID, tr, err); retry > 0 && ctx.Err() == nil {
+			time.AfterFunc(retry, func() {
+				if ctx.Err() != nil {
+					return
+				}
+				p.mu.Lock()
+				rs := p.ranges[rangeID]
+				var e uint64
+				if rs != nil {
+					e = rs.epoch
+				}
+				p.mu.Unlock()
+				p.schedule(ctx, rangeID, e, reason+" (retry)")
+			})
+		}
+	}()
+}
+
+// finished records a promotion's outcome and returns how long to wait
+// before retrying (0: no retry).
+func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs := p.ranges[rangeID]
+	if rs == nil {
+		rs = &rangeState{}
+		p.ranges[rangeID] = rs
+	}
+	now := time.Now()
+	if err == nil {
+		rs.epoch, rs.leaderID, rs.changed = tr.GetEpoch(), tr.GetLeaderId(), now
+		rs.state, rs.lastErr, rs.attempts, rs.retryAt = "healthy", "", 0, time.Time{}
+		return 0
+	}
+	if connect.CodeOf(err) == connect.CodeAborted {
+		// Someone else moved the range on; the next refresh or lease event
+		// tells us where it is.
+		rs.lastErr = err.Error()
+		return 0
+	}
+	rs.attempts++
+	rs.lastErr = err.Error()
+	rs.state = "unavailable"
+	if tr != nil && tr.GetEpoch() > rs.epoch {
+		rs.epoch, rs.leaderID, rs.changed = tr.GetEpoch(), "", now
+	}
+	// Exponential backoff from 50ms, capped, with jitter so that many
+	// ranges failing together do not retry in lockstep.
+	d := 50 * time.Millisecond << min(rs.attempts-1, 10)
+	d = jitter(min(d, p.cfg.RetryMax))
+	rs.retryAt = now.Add(d)
+	p.log.Warn("promotion failed; will retry", "range", rangeID, "attempt", rs.attempts, "retry_in", d, "err", err)
+	return d
+}
+
+// refreshLoop re-reads every range from the lease service: membership,
+// epoch and leader. Ranges that never had a leader are promoted.
+func (p *Promoter) refreshLoop(ctx context.Context) {
+	for {
+		if err := p.refresh(ctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("range refresh failed", "err", err)
+		}
+		if !sleep(ctx, p.cfg.RefreshInterval) {
+			return
+		}
+	}
+}
+
+// maxRangesPerPage is the ListRanges page size the promoter asks for.
+const maxRangesPerPage = 1000
+
+func (p *Promoter) refresh(ctx context.Context) error {
+	after := ""
+	for pages := 0; pages < 10_000; pages++ {
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
+		resp, err := p.lease.ListRanges(cctx, connect.NewRequest(&tenurev1.ListRangesRequest{AfterRangeId: after, Limit: maxRangesPerPage}))
+		cancel()
+		if err != nil {
+			return err
+		}
+		for _, r := range resp.Msg.GetRanges() {
+			p.observe(ctx, r)
+			after = r.GetRangeId()
+		}
+		if !resp.Msg.GetMore() {
+			return nil
+		}
+	}
+	return errors.New("range list did not end after 10000 pages")
+}
+
+// observe merges the lease service's view of a range into ours.
+func (p *Promoter) observe(ctx context.Context, r *tenurev1.RangeInfo) {
+	p.mu.Lock()
+	rs := p.ranges[r.GetRangeId()]
+	if rs == nil {
+		rs = &rangeState{state: "healthy"}
+		p.ranges[r.GetRangeId()] = rs
+	}
+	rs.replicas = r.GetReplicas()
+	// Epochs only move forward: an older view (a slow refresh racing a
+	// promotion we just finished) must not roll our state back.
+	if r.GetEpoch() > rs.epoch {
+		rs.epoch, rs.leaderID, rs.changed = r.GetEpoch(), "", time.Now()
+	}
+	if r.GetEpoch() == rs.epoch && rs.leaderID == "" {
+		if h := r.GetLease().GetHolderId(); h != "" && rs.address(h) != "" && r.GetLease().GetEpoch() == rs.epoch {
+			rs.leaderID, rs.changed = h, time.Now()
+		}
+	}
+	epoch, leader := rs.epoch, rs.leaderID
+	p.mu.Unlock()
+	if epoch == 0 {
+		p.schedule(ctx, r.GetRangeId(), 0, "initial leader")
+		return
+	}
+	if leader == "" {
+		// The lease does not name a member: learn the leader from the last
+		// transition record of this epoch, if there is one.
+		trs, err := p.transitions(ctx, r.GetRangeId(), 1)
+		if err == nil && len(trs) == 1 && trs[0].GetEpoch() == epoch {
+			p.mu.Lock()
+			if rs.epoch == epoch && rs.leaderID == "" {
+				rs.leaderID, rs.changed = trs[0].GetLeaderId(), time.Now()
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+// watchLoop follows lease events and promotes a range whose leader's lease
+// expired. One etcd revision can carry events for many ranges (a session
+// expiring takes all its leases at once), and a stream may break in the
+// middle of one; so it resumes from the revision before the last one seen
+// and skips the (range, revision) pairs it already handled: no event is
+// missed and none is handled twice.
+func (p *Promoter) watchLoop(ctx context.Context) {
+	var pos watchPos
+	for ctx.Err() == nil {
+		err := p.watch(ctx, &pos)
+		if ctx.Err() != nil {
+			return
+		}
+		p.log.Warn("lease watch ended; resuming", "revision", pos.rev, "err", err)
+		if connect.CodeOf(err) == connect.CodeOutOfRange {
+			pos = watchPos{} // compacted: start from now; the refresh loop covers the gap
+		}
+		sleep(ctx, jitter(200*time.Millisecond))
+	}
+}
+
+// watchPos is where a lease watch stands: the last revision seen and the
+// ranges already handled at that revision.
+type watchPos struct {
+	rev  int64
+	seen map[string]bool
+}
+
+// fresh reports whether ev is new, and records it.
+func (w *watchPos) fresh(ev *tenurev1.WatchLeasesResponse) bool {
+	switch {
+	case ev.GetRevision() < w.rev:
+		return false
+	case ev.GetRevision() > w.rev:
+		w.rev, w.seen = ev.GetRevision(), map[string]bool{}
+	}
+	key := ev.GetRangeId() + "/" + ev.GetType().String()
+	if w.seen[key] {
+		return false
+	}
+	w.seen[key] = true
+	return true
+}
+
+func (p *Promoter) watch(ctx context.Context, pos *watchPos) error {
+	after := pos.rev
+	if after > 0 {
+		after-- // replay the last revision: the stream may have broken inside it
+	}
+	stream, err := p.lease.WatchLeases(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{AfterRevision: after}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if ev := stream.Msg(); pos.fresh(ev) {
+			p.onLeaseEvent(ctx, ev)
+		}
+	}
+	return stream.Err()
+}
+
+func (p *Promoter) onLeaseEvent(ctx context.Context, ev *tenurev1.WatchLeasesResponse) {
+	switch ev.GetType() {
+	case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED, tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED:
+		// A released lease is a leader shutting down cleanly: as gone as an
+		// expired one, only sooner.
+		p.mu.Lock()
+		rs := p.ranges[ev.GetRangeId()]
+		// Only the expiry of the current epoch's lease means the leader is
+		// gone; an older epoch's lease expiring is history.
+		current := rs != nil && rs.epoch == ev.GetEpoch() && rs.leaderID != ""
+		p.mu.Unlock()
+		if current {
+			p.schedule(ctx, ev.GetRangeId(), ev.GetEpoch(), "lease "+strings.ToLower(strings.TrimPrefix(ev.GetType().String(), "LEASE_EVENT_TYPE_")))
+		}
+	case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_MEMBERSHIP:
+		if r, err := p.getRange(ctx, ev.GetRangeId()); err == nil {
+			p.observe(ctx, r)
+		}
+	case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_GRANTED, tenurev1.LeaseEventType_LEASE_EVENT_TYPE_BOUND:
+		p.mu.Lock()
+		if rs := p.ranges[ev.GetRangeId()]; rs != nil && ev.GetEpoch() > rs.epoch {
+			// Another promoter (or an operator) moved the range: forget the
+			// leader until this epoch's adoption is seen.
+			rs.epoch, rs.leaderID, rs.changed = ev.GetEpoch(), "", time.Now()
+		}
+		if rs := p.ranges[ev.GetRangeId()]; rs != nil && ev.GetEpoch() == rs.epoch && rs.leaderID == "" && rs.address(ev.GetHolderId()) != "" {
+			rs.leaderID, rs.changed = ev.GetHolderId(), time.Now()
+		}
+		p.mu.Unlock()
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d or until ctx ends; false if ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
