@@ -1,0 +1,163 @@
+package promoter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// Failover benchmarks. Each runs a fixed number of rounds on one in-process
+// cluster (b.N is not used: a round kills and restarts real servers) and
+// reports medians and maxima:
+//
+//	go test -run '^$' -bench 'Failover|Planned' -benchtime 1x ./services/promoter
+const failoverRounds = 20
+
+// BenchmarkFailover: leader process killed (its server drops every
+// connection, its lease session is abandoned) to the first append
+// acknowledged under the new epoch; and the promotion's own time, decision
+// to adoption, from the transition record.
+func BenchmarkFailover(b *testing.B) {
+	c := newCluster(b, 3)
+	c.createRange("r", "r1")
+	p := c.newPromoter("p1", true)
+	var failover, promotion []time.Duration
+	for round := range failoverRounds {
+		leader, epoch := c.leader("r", 1, 20*time.Second)
+		if _, err := c.appendOne("r", fmt.Sprintf("before-%d", round), 10*time.Second); err != nil {
+			b.Fatal(err)
+		}
+		killed := time.Now()
+		c.stop(c.byID[leader])
+		newEpoch := c.appendUnder("r", epoch, 20*time.Second)
+		failover = append(failover, time.Since(killed))
+		trs, err := p.transitions(context.Background(), "r", 1)
+		if err != nil || len(trs) != 1 || trs[0].GetEpoch() != newEpoch {
+			waitFor(b, "the transition record", 10*time.Second, func() bool {
+				trs, err = p.transitions(context.Background(), "r", 1)
+				return err == nil && len(trs) == 1 && trs[0].GetEpoch() == newEpoch
+			})
+		}
+		promotion = append(promotion, time.Duration(trs[0].GetDurationUs())*time.Microsecond)
+		c.start(c.byID[leader])
+		waitFor(b, "the restarted replica to follow", 20*time.Second, func() bool {
+			st := c.status(leader, "r")
+			return st.GetRole() == tenurev1.Role_ROLE_FOLLOWER && st.GetEpoch() == newEpoch
+		})
+	}
+	report(b, "failover", failover)
+	report(b, "promotion", promotion)
+}
+
+// BenchmarkPlannedPromote: the longest time appends go unanswered around a
+// planned Promote, with one append in flight at a time.
+func BenchmarkPlannedPromote(b *testing.B) {
+	c := newCluster(b, 3)
+	c.createRange("r", "r1")
+	p := c.newPromoter("p1", true)
+	waitFor(b, "the promoter to be elected", 10*time.Second, p.Elected)
+	var gaps []time.Duration
+	for round := range failoverRounds {
+		c.leader("r", 1, 20*time.Second)
+		stop := make(chan struct{})
+		done := make(chan time.Duration)
+		go func() {
+			var worst time.Duration
+			last := time.Now()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					done <- worst
+					return
+				default:
+				}
+				if _, err := c.appendOne("r", fmt.Sprintf("r%d-%d", round, i), 10*time.Second); err == nil {
+					worst = max(worst, time.Since(last))
+					last = time.Now()
+				}
+			}
+		}()
+		time.Sleep(100 * time.Millisecond)
+		preferred := fmt.Sprintf("r%d", round%3+1)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := handler{p}.Promote(ctx, connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r", PreferredReplicaId: preferred, Reason: "planned"}))
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		close(stop)
+		gaps = append(gaps, <-done)
+	}
+	report(b, "unanswered", gaps)
+}
+
+// BenchmarkMassFailover: a replica leading most of 1,000 ranges is killed;
+// the time until every one of its ranges has a new leader.
+func BenchmarkMassFailover(b *testing.B) {
+	const ranges = 1000
+	c := newClusterWait(b, 3, time.Second)
+	for i := range ranges {
+		c.createRange(fmt.Sprintf("m%04d", i), "r1")
+	}
+	c.newPromoter("p1", true, func(cfg *Config) { cfg.FenceTimeout, cfg.RPCTimeout = 10*time.Second, 10*time.Second })
+	waitFor(b, "every range to have a leader", 120*time.Second, func() bool {
+		return len(c.ledBy("r1", 1))+len(c.ledBy("r2", 1))+len(c.ledBy("r3", 1)) == ranges
+	})
+	victims := c.ledBy("r1", 1)
+	killed := time.Now()
+	c.stop(c.byID["r1"])
+	waitFor(b, "every range of the killed replica to have a new leader", 120*time.Second, func() bool {
+		n := 0
+		for _, id := range []string{"r2", "r3"} {
+			for r := range c.ledBy(id, 2) {
+				if victims[r] {
+					n++
+				}
+			}
+		}
+		return n == len(victims)
+	})
+	b.ReportMetric(float64(len(victims)), "ranges")
+	b.ReportMetric(float64(time.Since(killed).Milliseconds()), "all-re-led-ms")
+}
+
+// appendUnder appends until an append is acknowledged under an epoch above
+// epoch, and returns that epoch.
+func (c *cluster) appendUnder(rangeID string, epoch uint64, within time.Duration) uint64 {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for i := 0; time.Now().Before(deadline); i++ {
+		for _, tr := range c.replicas {
+			if tr.srv == nil {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			resp, err := c.log_(tr.srv.URL()).Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: rangeID, Records: [][]byte{[]byte(fmt.Sprintf("probe-%d", i))}}))
+			cancel()
+			if err == nil && resp.Msg.GetEpoch() > epoch {
+				return resp.Msg.GetEpoch()
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.t.Fatalf("no append acknowledged under an epoch above %d within %v", epoch, within)
+	return 0
+}
+
+func report(b *testing.B, name string, ds []time.Duration) {
+	slices.Sort(ds)
+	med := ds[len(ds)/2]
+	if len(ds)%2 == 0 {
+		med = (ds[len(ds)/2-1] + ds[len(ds)/2]) / 2
+	}
+	b.ReportMetric(float64(med.Microseconds())/1000, name+"-p50-ms")
+	b.ReportMetric(float64(ds[len(ds)-1].Microseconds())/1000, name+"-max-ms")
+	b.Logf("%s over %d rounds: median %v, max %v, all %v", name, len(ds), med, ds[len(ds)-1], ds)
+}
