@@ -113,17 +113,7 @@ func BenchmarkMassFailover(b *testing.B) {
 	victims := c.ledBy("r1", 1)
 	killed := time.Now()
 	c.stop(c.byID["r1"])
-	waitFor(b, "every range of the killed replica to have a new leader", 120*time.Second, func() bool {
-		n := 0
-		for _, id := range []string{"r2", "r3"} {
-			for r := range c.ledBy(id, 2) {
-				if victims[r] {
-					n++
-				}
-			}
-		}
-		return n == len(victims)
-	})
+	c.waitReled(victims, "r1")
 	b.ReportMetric(float64(len(victims)), "ranges")
 	b.ReportMetric(float64(time.Since(killed).Milliseconds()), "all-re-led-ms")
 }

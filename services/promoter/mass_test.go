@@ -50,17 +50,7 @@ func TestMassFailover(t *testing.T) {
 
 	c.stop(c.byID["r1"])
 	killed := time.Now()
-	waitFor(t, "every range of the killed replica to have a new leader", 120*time.Second, func() bool {
-		n := 0
-		for _, id := range []string{"r2", "r3"} {
-			for r := range c.ledBy(id, 2) {
-				if victims[r] {
-					n++
-				}
-			}
-		}
-		return n == len(victims)
-	})
+	c.waitReled(victims, "r1")
 	t.Logf("mass failover: the %d ranges of the killed leader re-led %v after the kill", len(victims), time.Since(killed))
 
 	// None lost or done twice: every range of the killed leader moved
@@ -113,4 +103,24 @@ func (c *cluster) ledBy(id string, epoch uint64) map[string]bool {
 		}
 	}
 	return led
+}
+
+// waitReled waits until every range in victims is led at epoch 2 by a
+// replica other than the killed one.
+func (c *cluster) waitReled(victims map[string]bool, killed string) {
+	c.t.Helper()
+	waitFor(c.t, "every range of the killed replica to have a new leader", 120*time.Second, func() bool {
+		n := 0
+		for _, tr := range c.replicas {
+			if tr.id == killed {
+				continue
+			}
+			for r := range c.ledBy(tr.id, 2) {
+				if victims[r] {
+					n++
+				}
+			}
+		}
+		return n == len(victims)
+	})
 }
