@@ -40,6 +40,11 @@ func runLease(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	stopTracing, err := startTracing(ctx, log, "tenure-lease")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger()})
 	if err != nil {
 		return fmt.Errorf("etcd client for %s: %w", *etcd, err)

@@ -1,14 +1,21 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.uber.org/zap"
+
+	"github.com/tenurelog/tenure/pkg/telemetry"
 )
 
 // newLogger builds the process logger (log/slog), text or JSON on stderr.
+// Records logged with a context inside a span (log.InfoContext(ctx, ...))
+// carry trace_id and span_id.
 func newLogger(format string) (*slog.Logger, error) {
 	var h slog.Handler
 	switch format {
@@ -19,9 +26,45 @@ func newLogger(format string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
-	l := slog.New(h)
+	l := slog.New(telemetry.LogHandler(h))
 	slog.SetDefault(l)
 	return l, nil
+}
+
+// tracingFlushTimeout bounds how long a stopping process waits to hand its
+// last spans to the collector; a collector that is down must not hold up
+// a shutdown.
+const tracingFlushTimeout = 3 * time.Second
+
+// startTracing sets up tracing for this process (telemetry.Setup: the
+// OTEL_* environment variables choose the exporter; with none set, spans
+// get real trace ids but are not exported) and logs what it configured.
+// service names the process kind ("tenure-replica"); attrs identify the
+// instance (semconv.ServiceInstanceID). Every server command calls it
+// once, right after newLogger; a command running several services in one
+// process (dev) calls it once for all of them. stop flushes buffered spans,
+// bounded by tracingFlushTimeout: defer it.
+func startTracing(ctx context.Context, log *slog.Logger, service string, attrs ...attribute.KeyValue) (stop func(), err error) {
+	exporter, err := telemetry.ExporterFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	shutdown, err := telemetry.Setup(ctx, service, attrs...)
+	if err != nil {
+		return nil, err
+	}
+	if telemetry.Disabled(os.Getenv) {
+		log.Info("tracing disabled (OTEL_SDK_DISABLED)")
+	} else {
+		log.Info("tracing", "service", service, "exporter", exporter.String())
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tracingFlushTimeout)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.Warn("tracing: spans not flushed", "err", err)
+		}
+	}, nil
 }
 
 // quietEtcdLogger keeps the etcd client's own zap logging to errors only.

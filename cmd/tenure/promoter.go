@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/services/promoter"
@@ -42,6 +43,11 @@ func runPromoter(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	stopTracing, err := startTracing(ctx, log, "tenure-promoter", semconv.ServiceInstanceID(*id))
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger()})
 	if err != nil {
 		return fmt.Errorf("etcd client for %s: %w", *etcd, err)

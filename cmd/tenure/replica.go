@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -53,6 +55,11 @@ func runReplica(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	stopTracing, err := startTracing(ctx, log, "tenure-replica", semconv.ServiceInstanceID(*id))
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait}
 	var keeper *lease.Keeper

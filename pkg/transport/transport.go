@@ -32,23 +32,25 @@ type Registration struct {
 }
 
 // HandlerOptions are the options every tenure handler is built with: the
-// read limit, so a peer cannot make us allocate on its say-so, plus any
-// interceptors installed with SetInterceptors.
+// read limit, so a peer cannot make us allocate on its say-so, plus the
+// interceptors installed with SetInterceptors, now or later.
 func HandlerOptions(extra ...connect.HandlerOption) []connect.HandlerOption {
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(wire.MaxMessageBytes)}
-	if ic := interceptors(); len(ic) > 0 {
-		opts = append(opts, connect.WithInterceptors(ic...))
+	opts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(wire.MaxMessageBytes),
+		connect.WithInterceptors(installedInterceptors{}),
 	}
 	return append(opts, extra...)
 }
 
 // ClientOptions are the options every tenure client is built with: the same
 // read limit as the handlers, gRPC protocol (binary, HTTP/2, works with any
-// gRPC peer) and the installed interceptors.
+// gRPC peer) and the interceptors installed with SetInterceptors, now or
+// later.
 func ClientOptions(extra ...connect.ClientOption) []connect.ClientOption {
-	opts := []connect.ClientOption{connect.WithReadMaxBytes(wire.MaxMessageBytes), connect.WithGRPC()}
-	if ic := interceptors(); len(ic) > 0 {
-		opts = append(opts, connect.WithInterceptors(ic...))
+	opts := []connect.ClientOption{
+		connect.WithReadMaxBytes(wire.MaxMessageBytes),
+		connect.WithGRPC(),
+		connect.WithInterceptors(installedInterceptors{}),
 	}
 	return append(opts, extra...)
 }

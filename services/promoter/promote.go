@@ -138,9 +138,7 @@ func (p *Promoter) promote(ctx context.Context, rangeID string, observedEpoch in
 	// 7. Record.
 	// The record is written even if the promoter is stopping: the promotion
 	// happened, and the record is how operators learn of it.
-	if err := p.recordTransition(context.WithoutCancel(ctx), m.tr); err != nil {
-		p.log.Error("transition record not stored", "range", rangeID, "epoch", epoch, "err", err)
-	}
+	m.record(context.WithoutCancel(ctx), epoch)
 	m.step("record")
 	p.log.Info("promoted", "range", rangeID, "epoch", epoch, "leader", plan.Candidate,
 		"committed_bound", plan.CommittedBound, "truncations", len(plan.Truncations),
@@ -164,6 +162,7 @@ func (m *promotion) grant(ctx context.Context, previous uint64) (uint64, error) 
 	session, err := m.p.openSession(ctx)
 	if err != nil {
 		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
@@ -191,7 +190,10 @@ func (m *promotion) grant(ctx context.Context, previous uint64) (uint64, error) 
 	// Invariant 7: epochs strictly increase. A lease service answering
 	// anything else is broken, and acting on it could reuse an epoch.
 	if epoch != previous+1 {
-		return 0, connect.NewError(connect.CodeInternal, fmt.Errorf("lease service granted epoch %d after %d, want %d", epoch, previous, previous+1))
+		err := connect.NewError(connect.CodeInternal, fmt.Errorf("lease service granted epoch %d after %d, want %d", epoch, previous, previous+1))
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return 0, err
 	}
 	span.SetAttributes(attribute.Int64("tenure.epoch", int64(epoch)))
 	return epoch, nil
@@ -401,7 +403,7 @@ func (m *promotion) adoptFollowers(ctx context.Context, epoch uint64, plan Plan)
 		go func() {
 			defer wg.Done()
 			if err := m.p.adoptFollower(ctx, m.rangeID, epoch, m.byID[id], leader, m.replicas); err != nil {
-				m.p.log.Warn("follower not adopted; the reconcile loop will retry", "range", m.rangeID, "epoch", epoch, "replica", id, "err", err)
+				m.p.log.WarnContext(ctx, "follower not adopted; the reconcile loop will retry", "range", m.rangeID, "epoch", epoch, "replica", id, "err", err)
 			}
 		}()
 	}
@@ -434,7 +436,20 @@ func (m *promotion) bind(ctx context.Context, epoch uint64, leaderID string) {
 	}))
 	if err != nil {
 		span.RecordError(err)
-		m.p.log.Warn("lease not bound to the new leader", "range", m.rangeID, "epoch", epoch, "leader", leaderID, "err", err)
+		span.SetStatus(codes.Error, err.Error())
+		m.p.log.WarnContext(ctx, "lease not bound to the new leader", "range", m.rangeID, "epoch", epoch, "leader", leaderID, "err", err)
+	}
+}
+
+// record stores the transition record. Its span is the promotion's last
+// child: how long the etcd write took, and whether the record is missing.
+func (m *promotion) record(ctx context.Context, epoch uint64) {
+	ctx, span := tracer.Start(ctx, "record-transition")
+	defer span.End()
+	if err := m.p.recordTransition(ctx, m.tr); err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		m.p.log.ErrorContext(ctx, "transition record not stored", "range", m.rangeID, "epoch", epoch, "err", err)
 	}
 }
 
