@@ -38,6 +38,7 @@ type command struct {
 // commands is the command table: add new commands here.
 var commands = []command{
 	{name: "journal dump", summary: "print an epoch journal file, read-only: entries and any torn tail", run: runJournalDump},
+	{name: "trace", summary: "draw a trace (a promotion's) from Jaeger as a waterfall: spans, services, timings, key attributes", run: runTrace},
 }
 
 // env is what a command may touch besides its arguments. It is passed in, not
