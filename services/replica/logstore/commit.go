@@ -3,6 +3,7 @@ package logstore
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tenurelog/tenure/pkg/journal"
 )
@@ -13,25 +14,42 @@ import (
 // per append tops out near 400 commits/s on the target box, while one
 // WriteBatch of 20,000 entries commits in a quarter of a second. So appends
 // do not commit themselves. Append and AppendRecords assign offsets under
-// their range's mutex and put a write on the store's queue; one committer
-// goroutine per Store loops:
+// their range's mutex and put a write on the store's queue. Two goroutines
+// per Store then move it through the two later stages, as a pipeline:
 //
-//  1. take every queued write (across all ranges) and the dirty HWMs;
+// The writer loops:
+//
+//  1. take every queued write (across all ranges), and the dirty HWMs when
+//     there are records to carry them or they have waited hwmFlushDelay;
 //  2. write them in one WriteBatch, with each touched range's synced-end
 //     marker, and commit it;
 //  3. publish the new log ends: the records are readable, Append returns,
 //     Changed wakes (a follower's fetch can take them now);
-//  4. db.Sync once (syncDB), then publish the new durable ends and wake
-//     again (the leader can count them toward the commit).
+//  4. hand the new log ends to the syncer, and go back to 1 at once.
 //
-// While the sync runs, the next batch accumulates, so under load one fsync
-// serves every append that arrived during the previous one.
+// The syncer loops: take every log end handed over so far, db.Sync once
+// (syncDB), then publish them as durable ends and wake again (the leader can
+// count them toward the commit).
+//
+// So an append that arrives while an fsync is in flight is written, and
+// fetchable by followers, at once instead of one fsync later; and under load
+// the next fsync covers every batch written during the previous one. A
+// durable end is only ever the end of a batch whose commit returned before
+// the sync that publishes it started, so it is covered by that sync.
 //
 // Offsets are assigned in call order under the range mutex, and a write is
 // queued before that mutex is released, so each range's writes sit in the
 // queue in offset order and commit in offset order. Badger replays its WAL
 // as a prefix, so a crash leaves each range's log a prefix too (see
 // recoverLogEnd for the power-loss case).
+
+// hwmFlushDelay bounds how long a raised HWM waits for a records batch to
+// ride before the writer commits it alone. A leader raises its HWM on every
+// follower ack and a follower after every fetch: committing each one alone
+// costs a Badger write that the next records batch then waits behind. The
+// persisted HWM may lag anyway (see SetHWM); this only bounds by how much
+// when the range goes idle.
+const hwmFlushDelay = 5 * time.Millisecond
 
 // The queue is bounded so that a burst of appends (or a slow disk) applies
 // backpressure to writers instead of growing memory: at most maxQueueBytes of
@@ -104,24 +122,45 @@ func (s *Store) enqueue(w *write) error {
 	return nil
 }
 
-// markDirty asks the committer to persist r's HWM. The caller holds r.mu.
+// markDirty asks the writer to persist r's HWM: with the next records batch,
+// or alone after hwmFlushDelay. The caller holds r.mu.
 func (s *Store) markDirty(r *Range) {
 	s.qmu.Lock()
+	defer s.qmu.Unlock()
 	s.dirty[r] = struct{}{}
-	s.work.Signal()
-	s.qmu.Unlock()
+	if s.hwmArmed || s.hwmDue {
+		return
+	}
+	s.hwmArmed = true
+	time.AfterFunc(hwmFlushDelay, func() {
+		s.qmu.Lock()
+		s.hwmArmed, s.hwmDue = false, true
+		s.work.Signal()
+		s.qmu.Unlock()
+	})
 }
 
-// batch is what the committer takes from the queue in one go.
+// batch is what the writer takes from the queue in one go.
 type batch struct {
 	writes []*write
 	hwms   []*Range
 }
 
-// run is the committer loop. It exits once the store is closing and the
-// queue is drained, or at the first failure.
+// run is the committer: the writer loop here and the syncer loop in its own
+// goroutine. It exits once the store is closing and the queue is drained and
+// synced, or at the first failure.
 func (s *Store) run() {
+	syncerDone := make(chan struct{})
+	go func() {
+		defer close(syncerDone)
+		s.syncLoop()
+	}()
 	defer func() {
+		s.qmu.Lock()
+		s.writerDone = true
+		s.syncWork.Signal()
+		s.qmu.Unlock()
+		<-syncerDone
 		s.qmu.Lock()
 		s.stopped = true
 		s.qmu.Unlock()
@@ -139,11 +178,12 @@ func (s *Store) run() {
 	}
 }
 
-// take waits for work and takes all of it; false means exit.
+// take waits for work and takes all of it; false means exit. Dirty HWMs
+// alone are work only once due (or at Close).
 func (s *Store) take() (batch, bool) {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
-	for len(s.queue) == 0 && len(s.dirty) == 0 && !s.closing && s.failed == nil {
+	for len(s.queue) == 0 && !(len(s.dirty) > 0 && s.hwmDue) && !s.closing && s.failed == nil {
 		s.work.Wait()
 	}
 	if s.failed != nil || len(s.queue) == 0 && len(s.dirty) == 0 {
@@ -156,11 +196,13 @@ func (s *Store) take() (batch, bool) {
 	}
 	s.queue = nil
 	clear(s.dirty)
+	s.hwmDue = false
 	return b, true
 }
 
-// commitBatch writes, commits, publishes and syncs one batch. An error has
-// failed the store: what reached the disk is unknown until reopened.
+// commitBatch writes, commits and publishes one batch and hands its log
+// ends to the syncer. An error has failed the store: what reached the disk
+// is unknown until reopened.
 func (s *Store) commitBatch(b batch) error {
 	records, bytes := 0, 0
 	for _, w := range b.writes {
@@ -192,15 +234,43 @@ func (s *Store) commitBatch(b batch) error {
 		// follower's HWM updates cost no fsync of their own.
 		return nil
 	}
-	if err := s.syncDB(); err != nil {
-		// The records stay written but never become durable: WaitDurable
-		// returns the failure.
-		return s.fail(err)
-	}
+	// Committed before the handover, so the sync that takes these ends,
+	// which starts after it, covers them.
+	s.qmu.Lock()
 	for r, end := range ends {
-		r.madeDurable(end)
+		s.unsynced[r] = max(s.unsynced[r], end)
 	}
+	s.syncWork.Signal()
+	s.qmu.Unlock()
 	return nil
+}
+
+// syncLoop is the syncer: it makes the log ends the writer handed over
+// durable, one db.Sync for all of them, until the writer has exited and
+// nothing is left, or the store fails.
+func (s *Store) syncLoop() {
+	for {
+		s.qmu.Lock()
+		for len(s.unsynced) == 0 && !s.writerDone && s.failed == nil {
+			s.syncWork.Wait()
+		}
+		if s.failed != nil || len(s.unsynced) == 0 {
+			s.qmu.Unlock()
+			return
+		}
+		ends := s.unsynced
+		s.unsynced = map[*Range]uint64{}
+		s.qmu.Unlock()
+		if err := s.syncDB(); err != nil {
+			// The records stay written but never become durable: WaitDurable
+			// returns the failure.
+			_ = s.fail(err)
+			return
+		}
+		for r, end := range ends {
+			r.madeDurable(end)
+		}
+	}
 }
 
 // writeBatch writes and commits b's records, each touched range's synced-end
@@ -221,6 +291,8 @@ func (s *Store) writeBatch(b batch) error {
 	// this batch was written": whatever survives of this batch after a
 	// crash, recovery trusts the log up to the marker and checks only the
 	// tail above it for records lost to an unsynced write (recoverLogEnd).
+	// DurableEnd is raised only after a sync returned, so it is such an
+	// offset even while the syncer is syncing earlier batches.
 	for r := range touched {
 		key := rangeKey(prefixSynced, r.id)
 		if err := wb.Set(key, encodeU64(key, r.DurableEnd())); err != nil {
@@ -241,8 +313,8 @@ func (s *Store) writeBatch(b batch) error {
 	return nil
 }
 
-// published makes w's records visible: the committer calls it in queue
-// order after the commit.
+// published makes w's records visible: the writer calls it in queue order
+// after the commit.
 func (r *Range) published(w *write) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

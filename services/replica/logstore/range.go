@@ -209,9 +209,10 @@ func (r *Range) HWM() uint64 {
 // hold. (A follower should pass min(leader's HWM, DurableEnd), which keeps
 // HWM <= DurableEnd; the store only enforces LogEnd.)
 //
-// The HWM is persisted without its own fsync: the committer writes it with
-// the next group commit, which the following sync (or a SetState's) makes
-// durable. That is safe because a persisted HWM can only lag: after a crash
+// The HWM is persisted without its own fsync or commit: the group commit's
+// writer writes it with the next records batch (or alone within
+// hwmFlushDelay when none comes), which the following sync (or a SetState's)
+// makes durable. That is safe because a persisted HWM can only lag: after a crash
 // the replica reports a smaller HWM, which only makes a promotion's committed
 // bound smaller, never wrong (the committed records are still on a quorum),
 // and readers of a restarted replica see committed records only up to the

@@ -101,21 +101,29 @@ type Store struct {
 	ranges   map[string]*Range // guarded by rangesMu
 
 	// The group-commit queue; see commit.go.
-	qmu   sync.Mutex
-	work  *sync.Cond // the committer waits here for writes, dirty HWMs or closing
-	space *sync.Cond // appenders wait here for room in the queue
+	qmu      sync.Mutex
+	work     *sync.Cond // the writer waits here for writes, due HWMs or closing
+	space    *sync.Cond // appenders wait here for room in the queue
+	syncWork *sync.Cond // the syncer waits here for unsynced log ends
 	// queue holds accepted writes not yet taken by the committer, each
 	// range's in the order their offsets were assigned.
 	queue []*write
-	// dirty holds ranges whose HWM changed since the committer last wrote it.
+	// dirty holds ranges whose HWM changed since the writer last wrote it.
 	dirty map[*Range]struct{}
+	// hwmArmed: a timer will set hwmDue in hwmFlushDelay. hwmDue: dirty
+	// HWMs have waited long enough to be committed without records.
+	hwmArmed, hwmDue bool
+	// unsynced holds, per range, the end of its writes committed and
+	// published but not yet handed to a sync: the syncer's work.
+	unsynced map[*Range]uint64
 	// queuedRecords and queuedBytes count the records and value bytes
 	// admitted but not yet committed.
 	// Invariant: at most maxQueueRecords and maxQueueBytes, except that one
 	// write is always admitted into an empty queue.
 	queuedRecords, queuedBytes int
 	closing                    bool  // Close began: no new writes
-	stopped                    bool  // the committer exited
+	writerDone                 bool  // the writer exited; the syncer drains and exits
+	stopped                    bool  // the writer and the syncer exited
 	failed                     error // first fatal failure; see ErrFailed
 	done                       chan struct{}
 
@@ -168,11 +176,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		crashAt:    opts.CrashAt,
 		ranges:     map[string]*Range{},
 		dirty:      map[*Range]struct{}{},
+		unsynced:   map[*Range]uint64{},
 		done:       make(chan struct{}),
 		sealed:     map[string]bool{},
 	}
 	s.work = sync.NewCond(&s.qmu)
 	s.space = sync.NewCond(&s.qmu)
+	s.syncWork = sync.NewCond(&s.qmu)
 	for _, d := range []string{s.badgerDir, s.journalDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("logstore: %w", err)
@@ -208,6 +218,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	// HWMs lowered at load are persisted at once, not after a delay.
+	s.hwmDue = len(s.dirty) > 0
 	go s.run()
 	return s, nil
 }
@@ -394,6 +406,7 @@ func (s *Store) fail(cause error) error {
 	s.queue = nil
 	s.work.Broadcast()
 	s.space.Broadcast()
+	s.syncWork.Broadcast()
 	s.qmu.Unlock()
 	if first {
 		s.log.Error("store failed; refusing writes until reopened", "err", err)
