@@ -49,19 +49,35 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 	}
 	wait := time.NewTimer(time.Duration(m.GetMaxWaitMs()) * time.Millisecond)
 	defer wait.Stop()
+	var linger <-chan time.Time
 	expired := false
 	for {
 		changed := h.r.Changed()
-		a, ready, err := l.answerFetch(m, maxBytes)
+		a, news, err := l.answerFetch(m, maxBytes)
 		if se := (*storeError)(nil); errors.As(err, &se) {
 			h.halt(err)
 		}
-		if err != nil || ready || expired {
+		if err != nil || news == fetchRecords || expired {
+			if a != nil {
+				l.noteSent(m.GetReplicaId(), a.GetHighWaterMark())
+			}
 			return a, err
+		}
+		if news == fetchHWM && linger == nil {
+			// Only the HWM moved: hold the answer a little for records to
+			// carry it. The HWM only serves the follower's own bound (it
+			// acknowledges nothing), while with one append in flight an
+			// answer per HWM move doubles the fetches, and the next
+			// append's records are usually written within this wait.
+			t := time.NewTimer(hwmLinger)
+			defer t.Stop()
+			linger = t.C
 		}
 		select {
 		case <-changed:
 		case <-wait.C:
+			expired = true
+		case <-linger:
 			expired = true
 		case <-l.ctx.Done():
 		case <-ctx.Done():
@@ -69,6 +85,20 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 		}
 	}
 }
+
+// hwmLinger is how long a fetch answer that would carry only a newer HWM
+// waits for records to carry it: short next to any reader's patience, long
+// next to an acknowledgement's round trip and the client's next append.
+const hwmLinger = 2 * time.Millisecond
+
+// fetchNews is what a fetch pass has for the follower.
+type fetchNews int
+
+const (
+	fetchNothing fetchNews = iota // nothing new: hold the long poll
+	fetchHWM                      // only a newer HWM
+	fetchRecords                  // records, or a divergence to answer
+)
 
 // leaderAt returns the active leadership if it is at exactly epoch: a
 // follower fetches only from the leader of the epoch it follows. h.mu is
@@ -95,15 +125,15 @@ func (h *hosted) leaderAt(epoch uint64) (*leader, error) {
 }
 
 // answerFetch serves one fetch pass: check the follower's position, count
-// it if it passed, and read what follows. ready is false when there is
-// nothing new for the follower (no records, no newer HWM), so the caller may
-// hold the long poll.
-func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev1.FetchResponse, ready bool, err error) {
+// it if it passed, and read what follows. news says what is new for the
+// follower, so the caller may hold the long poll; the caller notes the HWM
+// of the answer it sends (noteSent).
+func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev1.FetchResponse, news fetchNews, err error) {
 	h := l.h
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if h.acting() != l {
-		return nil, false, l.endedErr()
+		return nil, fetchNothing, l.endedErr()
 	}
 	// Read the HWM before the log end: both only grow and HWM <= log end,
 	// so the answer never carries an HWM beyond its own log end.
@@ -114,13 +144,13 @@ func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev
 		// A leader always holds at least its own epoch's entry; an empty
 		// history means the journal broke. Checking against it would tell
 		// every follower to truncate to 0.
-		return nil, false, &storeError{fmt.Errorf("range %q: leader's epoch history became unreadable at epoch %d", h.id, l.epoch)}
+		return nil, fetchNothing, &storeError{fmt.Errorf("range %q: leader's epoch history became unreadable at epoch %d", h.id, l.epoch)}
 	}
 	now := time.Now()
 	if d := checkFetch(hist, logEnd, m.GetLastFetchedEpoch(), m.GetFetchOffset()); d != nil {
 		// Not counted: this follower's offset includes bytes we lack.
 		l.record(m.GetReplicaId(), 0, false, now)
-		return &tenurev1.FetchResponse{Epoch: l.epoch, HighWaterMark: hwm, LogEnd: logEnd, Diverging: d}, true, nil
+		return &tenurev1.FetchResponse{Epoch: l.epoch, HighWaterMark: hwm, LogEnd: logEnd, Diverging: d}, fetchRecords, nil
 	}
 	var recs []*tenurev1.Record
 	if off := m.GetFetchOffset(); logEnd > off {
@@ -129,13 +159,15 @@ func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev
 		n := min(uint64(wire.MaxBatchRecords), logEnd-off)
 		recs, err = h.r.Read(off, int(n), maxBytes)
 		if err != nil {
-			return nil, false, &storeError{fmt.Errorf("range %q: read from %d for %s: %w", h.id, off, m.GetReplicaId(), err)}
+			return nil, fetchNothing, &storeError{fmt.Errorf("range %q: read from %d for %s: %w", h.id, off, m.GetReplicaId(), err)}
 		}
 	}
 	sent := l.record(m.GetReplicaId(), m.GetFetchOffset(), true, now)
-	ready = len(recs) > 0 || hwm > sent
-	if ready {
-		l.noteSent(m.GetReplicaId(), hwm)
+	switch {
+	case len(recs) > 0:
+		news = fetchRecords
+	case hwm > sent:
+		news = fetchHWM
 	}
-	return &tenurev1.FetchResponse{Epoch: l.epoch, Records: recs, HighWaterMark: hwm, LogEnd: logEnd}, ready, nil
+	return &tenurev1.FetchResponse{Epoch: l.epoch, Records: recs, HighWaterMark: hwm, LogEnd: logEnd}, news, nil
 }

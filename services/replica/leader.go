@@ -46,6 +46,17 @@ type leader struct {
 	progress map[string]*progress
 	// poke wakes the committer when a follower's checked offset moved.
 	poke chan struct{}
+	// waiters are the appends waiting for the HWM to pass their end. The
+	// committer wakes exactly those the HWM passed, so an HWM move costs one
+	// wake per acknowledged append, not one per waiting append per change
+	// of the range (64 clients waiting would be woken ~4 times per commit).
+	waiters map[*commitWaiter]struct{}
+}
+
+// commitWaiter is one append waiting for the HWM to reach end.
+type commitWaiter struct {
+	end  uint64
+	done chan struct{} // closed by wakeCommitted once the HWM reached end
 }
 
 // progress is a leader's view of one follower.
@@ -76,6 +87,7 @@ func (h *hosted) newLeader(je journaledEpoch, replicas []*tenurev1.Replica) *lea
 		cancel:     cancel,
 		progress:   map[string]*progress{},
 		poke:       make(chan struct{}, 1),
+		waiters:    map[*commitWaiter]struct{}{},
 	}
 	for _, r := range replicas {
 		if r.GetId() != h.s.cfg.ID {
@@ -112,7 +124,8 @@ func (l *leader) commitLoop() {
 	}
 }
 
-// advance raises the HWM to the commit point, if it moved.
+// advance raises the HWM to the commit point, if it moved, and wakes the
+// appends the HWM now passes.
 func (l *leader) advance() error {
 	followers := l.checkedOffsets()
 	h := l.h
@@ -123,13 +136,45 @@ func (l *leader) advance() error {
 	if h.acting() != l {
 		return nil
 	}
+	hwm := h.r.HWM()
 	next, ok := commitPoint(h.r.DurableEnd(), followers, len(l.replicas), l.epochStart)
 	// Monotonic: the HWM never steps back (the committed bound may have
 	// raised it above what this epoch's quorum has reached so far).
-	if !ok || next <= h.r.HWM() {
-		return nil
+	if ok && next > hwm {
+		if err := h.r.SetHWM(next); err != nil {
+			return err
+		}
+		hwm = next
 	}
-	return h.r.SetHWM(next)
+	l.wakeCommitted(hwm)
+	return nil
+}
+
+// wakeCommitted wakes the waiting appends whose batches end at or below hwm.
+// They recheck the HWM themselves (committed), so a wake is only a hint.
+func (l *leader) wakeCommitted(hwm uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for w := range l.waiters {
+		if w.end <= hwm {
+			close(w.done)
+			delete(l.waiters, w)
+		}
+	}
+}
+
+// addWaiter registers an append waiting for the HWM to reach end, and
+// returns a function that unregisters it.
+func (l *leader) addWaiter(end uint64) (*commitWaiter, func()) {
+	w := &commitWaiter{end: end, done: make(chan struct{})}
+	l.mu.Lock()
+	l.waiters[w] = struct{}{}
+	l.mu.Unlock()
+	return w, func() {
+		l.mu.Lock()
+		delete(l.waiters, w)
+		l.mu.Unlock()
+	}
 }
 
 // checkedOffsets lists the followers' checked fetch offsets.
@@ -167,14 +212,17 @@ func (l *leader) waitCommitted(ctx context.Context, base, end uint64) (uint64, e
 		defer t.Stop()
 		tick = t.C
 	}
+	// Registered before the first check, so a raise between the check and
+	// the wait still wakes it.
+	w, remove := l.addWaiter(end)
+	defer remove()
 	for {
-		changed := h.r.Changed()
 		hwm, err := l.committed(end)
 		if err != nil || hwm >= end {
 			return hwm, err
 		}
 		select {
-		case <-changed:
+		case <-w.done:
 		case <-l.ctx.Done():
 		case <-tick:
 		case <-waitCtx.Done():
