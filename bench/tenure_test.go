@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/transport"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+	"github.com/tenurelog/tenure/services/replica"
+)
+
+// BenchmarkTenure measures acknowledged appends to a range replicated on an
+// in-process 3-replica tenure cluster: every append is acknowledged only once
+// the leader's high-water mark passes it, that is once a quorum (the leader
+// and at least one follower) has fsynced it.
+func BenchmarkTenure(b *testing.B) {
+	c := startTenureCluster(b, 3)
+	for i, shape := range Shapes {
+		b.Run(shape.Name, func(b *testing.B) {
+			rangeID := fmt.Sprintf("bench-%d", i)
+			c.newRange(b, rangeID)
+			newAppender := func(int) (Appender, error) { return c.newAppender(rangeID), nil }
+			runShape(b, newAppender, shape)
+		})
+	}
+}
+
+// tenureNode is one replica of the benchmark cluster and the driver's
+// client to it.
+type tenureNode struct {
+	r   *replica.Replica
+	srv *transport.Server
+	hc  *http.Client
+	rc  tenurev1connect.ReplicaServiceClient
+}
+
+type tenureCluster struct {
+	nodes []*tenureNode
+}
+
+// startTenureCluster starts n replicas r1..rn on 127.0.0.1 with data under
+// tb.TempDir() and stops them when tb ends.
+func startTenureCluster(tb testing.TB, n int) *tenureCluster {
+	tb.Helper()
+	c := &tenureCluster{}
+	// The data directories first: cleanups run in reverse order, and each
+	// Badger must be closed before its directory is removed.
+	dirs := make([]string, n)
+	for i := range dirs {
+		dirs[i] = tb.TempDir()
+	}
+	tb.Cleanup(func() {
+		for _, nd := range c.nodes {
+			_ = nd.srv.Close()
+			nd.hc.CloseIdleConnections()
+			if err := nd.r.Close(); err != nil {
+				tb.Errorf("close replica: %v", err)
+			}
+		}
+	})
+	// Replica warnings and errors only, on stderr: an info line per fence
+	// and adoption is noise here.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	for i := 1; i <= n; i++ {
+		r, srv, err := replica.Start(replica.Config{
+			ID:      fmt.Sprintf("r%d", i),
+			DataDir: dirs[i-1],
+			Logger:  log,
+		}, "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("start replica r%d: %v", i, err)
+		}
+		hc := transport.NewHTTPClient()
+		c.nodes = append(c.nodes, &tenureNode{
+			r: r, srv: srv, hc: hc,
+			rc: tenurev1connect.NewReplicaServiceClient(hc, srv.URL(), transport.ClientOptions()...),
+		})
+	}
+	return c
+}
+
+// newRange plays the promoter for a fresh range at epoch 1: fence every
+// replica, adopt r1 as leader and the others as its followers, and wait for
+// one acknowledged append, which needs a follower to have fetched.
+func (c *tenureCluster) newRange(tb testing.TB, rangeID string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
+	defer cancel()
+	const epoch = 1
+	set := make([]*tenurev1.Replica, len(c.nodes))
+	for i, nd := range c.nodes {
+		set[i] = &tenurev1.Replica{Id: nd.r.ID(), Address: nd.r.Address()}
+	}
+	var bound uint64
+	for _, nd := range c.nodes {
+		resp, err := nd.rc.Fence(ctx, connect.NewRequest(&tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: "bench"}))
+		if err != nil {
+			tb.Fatalf("fence %s: %v", nd.r.ID(), err)
+		}
+		bound = max(bound, resp.Msg.GetHighWaterMark())
+	}
+	leader := c.nodes[0]
+	for i, nd := range c.nodes {
+		role := tenurev1.Role_ROLE_FOLLOWER
+		if i == 0 {
+			role = tenurev1.Role_ROLE_LEADER
+		}
+		_, err := nd.rc.Adopt(ctx, connect.NewRequest(&tenurev1.AdoptRequest{
+			RangeId: rangeID, Epoch: epoch, Role: role,
+			LeaderId: leader.r.ID(), LeaderAddress: leader.r.Address(),
+			Replicas: set, CommittedBound: bound,
+		}))
+		if err != nil {
+			tb.Fatalf("adopt %s as %s: %v", nd.r.ID(), role, err)
+		}
+	}
+	a := c.newAppender(rangeID)
+	defer a.Close()
+	if err := a.Append(ctx, [][]byte{[]byte("warmup")}); err != nil {
+		tb.Fatalf("warm-up append: %v", err)
+	}
+}
+
+// newAppender connects one client (its own HTTP/2 connection) to the leader.
+func (c *tenureCluster) newAppender(rangeID string) *tenureAppender {
+	hc := transport.NewHTTPClient()
+	leader := c.nodes[0]
+	return &tenureAppender{
+		hc:      hc,
+		lc:      tenurev1connect.NewLogServiceClient(hc, leader.r.Address(), transport.ClientOptions()...),
+		rangeID: rangeID,
+	}
+}
+
+// tenureAppender appends each call's records as one LogService.Append,
+// which returns once they are committed. Safe for concurrent use.
+type tenureAppender struct {
+	hc      *http.Client
+	lc      tenurev1connect.LogServiceClient
+	rangeID string
+}
+
+func (a *tenureAppender) Append(ctx context.Context, records [][]byte) error {
+	_, err := a.lc.Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: a.rangeID, Records: records}))
+	return err
+}
+
+func (a *tenureAppender) Close() error {
+	a.hc.CloseIdleConnections()
+	return nil
+}
