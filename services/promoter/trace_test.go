@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/tenurelog/tenure/pkg/telemetry"
 	"github.com/tenurelog/tenure/pkg/transport"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
 // These tests check DESIGN.md's "Observability" promise on a real cluster:
@@ -347,5 +349,126 @@ func TestPromotionIsOneTrace(t *testing.T) {
 		if servers != 3 {
 			t.Errorf("trace has %d %s server spans, want 3", servers, proc)
 		}
+	}
+}
+
+// traceLogEnd is a replica's log end for rangeID (0 if it does not answer).
+func (c *cluster) traceLogEnd(id, rangeID string) uint64 {
+	tr := c.byID[id]
+	if tr.srv == nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := c.replicaClient(tr.srv.URL()).GetStatus(ctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: rangeID}))
+	if err != nil || len(resp.Msg.GetRanges()) != 1 {
+		return 0
+	}
+	return resp.Msg.GetRanges()[0].GetLogEnd()
+}
+
+// A promotion that truncates: the old leader r1 wrote a tail no follower
+// got, was down while r2 or r3 was promoted at epoch 2, and is back. The
+// traced promotion at epoch 3 must show a truncate span for r1 with the
+// records it removed, and r1's own Truncate server span under it.
+func TestPromotionTraceShowsTruncation(t *testing.T) {
+	recordSpans(t)
+	c := newCluster(t, 3)
+	c.createRange("div", "r1")
+	p := c.newPromoter("p1", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := p.promote(ctx, "div", 0, "", "initial"); err != nil {
+		t.Fatalf("promote at epoch 1: %v", err)
+	}
+	if l, _ := c.leader("div", 1, 10*time.Second); l != "r1" {
+		t.Fatalf("leader at epoch 1 = %s, want the preferred r1", l)
+	}
+	var last acked
+	for i := range 3 {
+		a, err := c.appendOne("div", fmt.Sprintf("committed-%d", i), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = a
+	}
+	committedEnd := last.offset + 1
+	waitFor(t, "followers to hold the committed records", 10*time.Second, func() bool {
+		return c.traceLogEnd("r2", "div") >= committedEnd && c.traceLogEnd("r3", "div") >= committedEnd
+	})
+
+	// A tail only r1 holds: both followers partitioned, so it cannot commit.
+	c.byID["r2"].gate.closed.Store(true)
+	c.byID["r3"].gate.closed.Store(true)
+	time.Sleep(3 * c.fetchWait) // let fetches sent before the gate closed end
+	actx, acancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := c.log_(c.byID["r1"].srv.URL()).Append(actx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: "div", Records: [][]byte{[]byte("tail-0"), []byte("tail-1"), []byte("tail-2")}}))
+	acancel()
+	if err == nil {
+		t.Fatal("an append with both followers partitioned was acknowledged")
+	}
+	tailEnd := c.traceLogEnd("r1", "div")
+	if tailEnd <= committedEnd {
+		t.Fatalf("r1 log end %d: the tail was not written (committed end %d)", tailEnd, committedEnd)
+	}
+
+	// r1 down, epoch 2 goes to r2 or r3.
+	c.stop(c.byID["r1"])
+	c.byID["r2"].gate.closed.Store(false)
+	c.byID["r3"].gate.closed.Store(false)
+	if _, err := p.promote(ctx, "div", 1, "", "r1 down"); err != nil {
+		t.Fatalf("promote at epoch 2: %v", err)
+	}
+	c.start(c.byID["r1"])
+
+	tr, err := p.promote(ctx, "div", 2, "", "r1 back")
+	if err != nil {
+		t.Fatalf("promote at epoch 3: %v", err)
+	}
+	traceID, err := trace.TraceIDFromHex(tr.GetTraceId())
+	if err != nil {
+		t.Fatalf("transition trace_id %q: %v", tr.GetTraceId(), err)
+	}
+	var st *spanTree
+	waitFor(t, "the Truncate server span", 5*time.Second, func() bool {
+		st = traceOf(traceID)
+		return len(st.named("tenure.v1.ReplicaService/Truncate")) == 2
+	})
+	t.Logf("trace %s:\n%s", traceID, st.render())
+
+	if len(st.roots) != 1 || st.spans[st.roots[0]].Name != "promote" {
+		t.Fatalf("trace %s has %d roots, want just promote", traceID, len(st.roots))
+	}
+	promote := &st.spans[st.roots[0]]
+	truncs := st.kids(promote, "truncate")
+	if len(truncs) != 1 {
+		t.Fatalf("promote has %d truncate children, want 1 (r1's tail)", len(truncs))
+	}
+	tspan := truncs[0]
+	if got := attrString(tspan, "tenure.replica"); got != "r1" {
+		t.Errorf("truncate span's replica = %s, want r1", got)
+	}
+	want := map[string]int64{"tenure.from": int64(tailEnd), "tenure.to": int64(committedEnd), "tenure.records_removed": int64(tailEnd - committedEnd)}
+	for k, v := range want {
+		if got, ok := attrOf(tspan, k); !ok || got.AsInt64() != v {
+			t.Errorf("truncate span %s = %s (set %v), want %d", k, got.Emit(), ok, v)
+		}
+	}
+	if _, server := st.rpcUnder(t, tspan, "tenure.v1.ReplicaService/Truncate"); server == nil {
+		t.Error("r1's Truncate server span is not under the truncate span")
+	}
+	// The record agrees with the trace.
+	if n := len(tr.GetTruncations()); n != 1 || tr.GetTruncations()[0].GetReplicaId() != "r1" {
+		t.Errorf("transition truncations = %v, want r1's", tr.GetTruncations())
+	}
+	// Truncation comes before any adoption: a replica agrees with the
+	// candidate before it follows it.
+	for _, a := range st.kids(promote, "adopt") {
+		if a.StartTime.Before(tspan.EndTime) {
+			t.Errorf("adopt of %s started before the truncation ended", attrString(a, "tenure.replica"))
+		}
+	}
+	if got := len(st.kids(promote, "adopt")); got != 3 {
+		t.Errorf("promote has %d adopt children, want 3", got)
 	}
 }
