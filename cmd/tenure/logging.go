@@ -56,6 +56,9 @@ func startTracing(ctx context.Context, log *slog.Logger, service string, attrs .
 	if telemetry.Disabled(os.Getenv) {
 		log.Info("tracing disabled (OTEL_SDK_DISABLED)")
 	} else {
+		if v := os.Getenv("OTEL_SERVICE_NAME"); v != "" {
+			service = v // what Setup's resource says too
+		}
 		log.Info("tracing", "service", service, "exporter", exporter.String())
 	}
 	return func() {
