@@ -273,6 +273,42 @@ func (s *Store) syncLoop() {
 	}
 }
 
+// writeErrAfterClose is the failure the store ended with, if any.
+func (s *Store) writeErrAfterClose() error {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	return s.failed
+}
+
+// writeFinalMarkers sets every range's synced-end marker to its log end, at
+// a clean Close: the writer and the syncer have drained, so every record is
+// synced, and Close holds s.life exclusively, so no Truncate is lowering a
+// marker meanwhile. A marker written with a batch is the durable end when
+// that batch was written, which with the syncer running alongside can be a
+// few batches behind; without this a clean restart would re-check that tail
+// as if it could have been lost (and cut damage there instead of refusing it
+// as ErrCorrupt). Badger's Close makes it durable.
+func (s *Store) writeFinalMarkers() error {
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, r := range s.snapshotRanges() {
+		r.mu.Lock()
+		end, quiet := r.durableEnd, r.durableEnd == r.logEnd && r.next == r.logEnd
+		r.mu.Unlock()
+		if !quiet || end == 0 {
+			continue
+		}
+		key := rangeKey(prefixSynced, r.id)
+		if err := wb.Set(key, encodeU64(key, end)); err != nil {
+			return fmt.Errorf("logstore: close: write synced-end markers: %w", err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return fmt.Errorf("logstore: close: write synced-end markers: %w", err)
+	}
+	return nil
+}
+
 // writeBatch writes and commits b's records, each touched range's synced-end
 // marker and the dirty HWMs in one WriteBatch.
 func (s *Store) writeBatch(b batch) error {

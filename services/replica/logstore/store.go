@@ -245,6 +245,9 @@ func (s *Store) Close() error {
 	defer s.life.Unlock()
 	s.closed = true
 	var errs []error
+	if s.writeErrAfterClose() == nil {
+		errs = append(errs, s.writeFinalMarkers())
+	}
 	for _, r := range s.snapshotRanges() {
 		errs = append(errs, r.j.Close())
 	}
