@@ -146,3 +146,7 @@ ps: ## Show the compose stack's containers and their health.
 .PHONY: compose-smoke
 compose-smoke: images $(BIN)/static/smoke ## Bring up a separate compose stack, kill a leader, check no acknowledged record is lost and the promotion's trace; always tears it down.
 	COMPOSE="$(COMPOSE)" SMOKE_BIN=$(BIN)/static/smoke timeout --kill-after=60 $(SMOKE_TIMEOUT) deploy/compose/smoke.sh
+
+.PHONY: ctl
+ctl: ## Run tenurectl on the compose stack's network: make ctl ARGS="status".
+	docker run --rm -i --network $(COMPOSE_PROJECT)_tenure -e TENURECTL_LEASE=http://lease-1:7000 -e TENURECTL_PROMOTER=http://promoter-1:7200 $(TENURE_IMAGE) tenurectl $(ARGS)

@@ -4,8 +4,9 @@
 # ephemeral 127.0.0.1 ports, so it does not collide with `make up`), creates a
 # range on three replicas, produces, docker-kills the leader's container,
 # waits for the promotion, produces again, checks every acknowledged record is
-# readable at its offset, and finds the promotion's trace in Jaeger by the
-# trace id of its transition record. The stack is ALWAYS torn down with its
+# readable at its offset, restarts the killed replica and waits for it to
+# follow and catch up, and finds the promotion's trace in Jaeger by the trace
+# id of its transition record. The stack is ALWAYS torn down with its
 # volumes, also on failure or interruption. Every wait is bounded.
 #
 # Needs: the images (`make images`) and the static smoke client
@@ -108,6 +109,10 @@ log "acknowledged in all: $(wc -l <"$work/acked") records"
 log "verifying every acknowledged record on the new leader"
 smoke verify --range "$RANGE" --timeout 60s <"$work/acked"
 
+log "restarting $leader (its container and volume survive the kill)"
+compose start "$leader" >/dev/null
+smoke rejoin --range "$RANGE" --replica "http://$leader:7100" --epoch "$epoch2" --timeout 90s
+
 case "$TRACE_MODE" in
 off)
 	log "trace check: SKIPPED (SMOKE_TRACE=off)"
@@ -121,7 +126,8 @@ off)
 		log "trace check: SKIPPED: the transition record carries no trace id, so these binaries export no traces (OTLP export not built in); SMOKE_TRACE=require makes this fail"
 	else
 		log "fetching trace $trace_id from Jaeger's query API (jaeger:16686/api/traces/$trace_id)"
-		smoke trace --trace-id "$trace_id" --span promote,fence --timeout 60s
+		# One fence span per replica (the dead one's fails, but is traced).
+		smoke trace --trace-id "$trace_id" --span promote,fence-all,fence=3 --timeout 60s
 	fi
 	;;
 esac

@@ -9,7 +9,8 @@
 //	smoke produce    --lease URL --range R --count N --tag T     (acked "offset value" lines on stdout)
 //	smoke verify     --lease URL --range R < acked               (every acked record readable, same offset and bytes)
 //	smoke transition --promoters URL,... --range R --epoch E     (the transition record of epoch E; prints its trace id)
-//	smoke trace      --jaeger URL --trace-id ID --span NAME,...  (the trace is in Jaeger with those spans)
+//	smoke trace      --jaeger URL --trace-id ID --span NAME[=MIN],...  (the trace is in Jaeger with those spans)
+//	smoke rejoin     --lease URL --range R --replica URL --epoch E (a restarted replica follows at E and has caught up)
 package main
 
 import (
@@ -41,11 +42,12 @@ var steps = map[string]func(ctx context.Context, args []string) error{
 	"verify":     verify,
 	"transition": transition,
 	"trace":      traceStep,
+	"rejoin":     rejoin,
 }
 
 func main() {
 	if len(os.Args) < 2 || steps[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: smoke create|leader|produce|verify|transition|trace [flags] (see the package comment)")
+		fmt.Fprintln(os.Stderr, "usage: smoke create|leader|produce|verify|transition|trace|rejoin [flags] (see the package comment)")
 		os.Exit(2)
 	}
 	if err := steps[os.Args[1]](context.Background(), os.Args[2:]); err != nil {
@@ -352,7 +354,7 @@ func traceStep(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
 	jaeger := fs.String("jaeger", "http://jaeger:16686", "Jaeger query base URL")
 	id := fs.String("trace-id", "", "trace id, hex (required)")
-	spans := fs.String("span", "promote,fence", "comma-separated span names the trace must contain")
+	spans := fs.String("span", "promote,fence", "comma-separated span names the trace must contain, each as NAME or NAME=MIN (at least MIN such spans)")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -403,8 +405,13 @@ func traceStep(_ context.Context, args []string) error {
 		}
 		var missing []string
 		for _, want := range strings.Split(*spans, ",") {
-			if names[want] == 0 {
-				missing = append(missing, want)
+			name, n, _ := strings.Cut(want, "=")
+			atLeast, err := strconv.Atoi(n)
+			if n == "" || err != nil {
+				atLeast = 1
+			}
+			if names[name] < atLeast {
+				missing = append(missing, fmt.Sprintf("%s (%d of at least %d)", name, names[name], atLeast))
 			}
 		}
 		summary := make([]string, 0, len(names))
@@ -421,6 +428,57 @@ func traceStep(_ context.Context, args []string) error {
 			return fmt.Errorf("trace %s lacks spans %v so far (has: %s)", *id, missing, strings.Join(summary, ", "))
 		}
 		fmt.Printf("trace %s in Jaeger: services [%s]; spans: %s\n", *id, strings.Join(svcs, " "), strings.Join(summary, ", "))
+		return nil
+	})
+}
+
+func replicaStatus(ctx context.Context, url, rng string) (*tenurev1.RangeStatus, error) {
+	rc := tenurev1connect.NewReplicaServiceClient(httpClient, url, transport.ClientOptions()...)
+	resp, err := rc.GetStatus(ctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: rng}))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range resp.Msg.GetRanges() {
+		if r.GetRangeId() == rng {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("%s does not host range %s", url, rng)
+}
+
+// rejoin waits until a restarted replica follows the range at --epoch or
+// later and holds exactly the leader's log (log end and HWM), with nothing
+// being appended meanwhile.
+func rejoin(_ context.Context, args []string) error {
+	o := newOpts("rejoin")
+	url := o.fs.String("replica", "", "the restarted replica's URL (required)")
+	epoch := o.fs.Uint64("epoch", 1, "the epoch it must follow at, at least")
+	ctx, cancel, err := o.parse(args)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	lc := leaseClient(*o.lease)
+	return retry(ctx, "rejoin "+*url, func(ctx context.Context) error {
+		id, addr, _, err := currentLeader(ctx, lc, *o.rng)
+		if err != nil {
+			return err
+		}
+		ls, err := replicaStatus(ctx, addr, *o.rng)
+		if err != nil {
+			return fmt.Errorf("leader %s: %w", id, err)
+		}
+		rs, err := replicaStatus(ctx, *url, *o.rng)
+		if err != nil {
+			return err
+		}
+		if rs.GetRole() != tenurev1.Role_ROLE_FOLLOWER || rs.GetEpoch() < *epoch || rs.GetLeaderId() != id ||
+			rs.GetLogEnd() != ls.GetLogEnd() || rs.GetHighWaterMark() != ls.GetHighWaterMark() {
+			return fmt.Errorf("%s: %s at epoch %d following %q, log end %d HWM %d; leader %s: log end %d HWM %d",
+				*url, rs.GetRole(), rs.GetEpoch(), rs.GetLeaderId(), rs.GetLogEnd(), rs.GetHighWaterMark(), id, ls.GetLogEnd(), ls.GetHighWaterMark())
+		}
+		fmt.Printf("rejoined: %s follows %s at epoch %d with log end %d and HWM %d, the same as the leader\n",
+			*url, id, rs.GetEpoch(), rs.GetLogEnd(), rs.GetHighWaterMark())
 		return nil
 	})
 }
