@@ -149,4 +149,4 @@ compose-smoke: images $(BIN)/static/smoke ## Bring up a separate compose stack, 
 
 .PHONY: ctl
 ctl: ## Run tenurectl on the compose stack's network: make ctl ARGS="status".
-	docker run --rm -i --network $(COMPOSE_PROJECT)_tenure -e TENURECTL_LEASE=http://lease-1:7000 -e TENURECTL_PROMOTER=http://promoter-1:7200 $(TENURE_IMAGE) tenurectl $(ARGS)
+	docker run --rm -i --network $(COMPOSE_PROJECT)_tenure -e TENURECTL_LEASE=http://lease-1:7000 -e TENURECTL_PROMOTER=http://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 $(TENURE_IMAGE) tenurectl $(ARGS)

@@ -22,10 +22,10 @@ SMOKE_BIN=$(realpath "${SMOKE_BIN:-bin/static/smoke}")
 TENURE_IMAGE=${TENURE_IMAGE:-tenure/tenure:dev}
 RANGE=${SMOKE_RANGE:-smoke-1}
 RECORDS=${SMOKE_RECORDS:-200}
-# SMOKE_TRACE=require fails without the trace; auto (the default) skips the
-# trace check, loudly, when the promotion recorded no trace id (the binaries
-# export no traces); off skips it.
-TRACE_MODE=${SMOKE_TRACE:-auto}
+# SMOKE_TRACE=require (the default) fails when the transition record has no
+# trace id; auto skips the trace check, loudly, in that case (binaries built
+# without OTLP export); off skips it.
+TRACE_MODE=${SMOKE_TRACE:-require}
 if [ -z "${COMPOSE:-}" ]; then
 	if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE=docker-compose; fi
 fi
@@ -120,14 +120,17 @@ off)
 *)
 	if [ -z "$trace_id" ] || [ -z "${trace_id//0/}" ]; then
 		if [ "$TRACE_MODE" = require ]; then
-			log "trace check: the transition record has no trace id (SMOKE_TRACE=require)"
+			log "trace check FAILED: the transition record has no trace id, so the promotion was not traced (SMOKE_TRACE=auto skips this check then)"
 			exit 1
 		fi
-		log "trace check: SKIPPED: the transition record carries no trace id, so these binaries export no traces (OTLP export not built in); SMOKE_TRACE=require makes this fail"
+		log "trace check: SKIPPED: the transition record carries no trace id, so these binaries export no traces (SMOKE_TRACE=auto)"
 	else
 		log "fetching trace $trace_id from Jaeger's query API (jaeger:16686/api/traces/$trace_id)"
 		# One fence span per replica (the dead one's fails, but is traced).
 		smoke trace --trace-id "$trace_id" --span promote,fence-all,fence=3 --timeout 60s
+		log "the same trace as tenurectl draws it"
+		timeout --foreground 120 docker run --rm --network "$NET" --label "tenure.smoke=$PROJECT" \
+			-e TENURECTL_JAEGER=http://jaeger:16686 "$TENURE_IMAGE" tenurectl trace "$trace_id"
 	fi
 	;;
 esac
