@@ -36,6 +36,10 @@ proto: $(TOOLS) ## Regenerate pkg/wire from proto/.
 build: ## Build the tenure server binary and tenurectl into ./bin.
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 
+.PHONY: demo
+demo: build ## Run the embedded dev cluster and a scripted failover (ARGS=--keep keeps it up for tenurectl).
+	$(BIN)/tenure dev $(ARGS)
+
 .PHONY: fmt-check
 fmt-check: ## Fail if gofmt would change any file.
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -37,21 +37,34 @@ type command struct {
 
 // commands is the command table: add new commands here.
 var commands = []command{
-	{name: "journal dump", summary: "print an epoch journal file, read-only: entries and any torn tail", run: runJournalDump},
+	{name: "range create", summary: "register a range and its replica set with the lease service", run: runRangeCreate},
+	{name: "range list", summary: "list ranges: epoch, leader, lease and replica set", run: runRangeList},
+	{name: "produce", summary: "append records (arguments, or stdin lines) to a range's leader and print their offsets", run: runProduce},
+	{name: "consume", summary: "read a range's committed records from its leader; --follow tails new ones", run: runConsume},
+	{name: "status", summary: "every range's (or one's) leader, epoch, and each replica's role, log end, HWM and lag", run: runStatus},
+	{name: "epochs", summary: "every replica's epoch history side by side, with divergence points against the leader", run: runEpochs},
+	{name: "promote", summary: "promote a range's leader now (planned handover) and print the promotion's report", run: runPromote},
+	{name: "transitions", summary: "a range's leadership-transition records, newest first", run: runTransitions},
 	{name: "trace", summary: "draw a trace (a promotion's) from Jaeger as a waterfall: spans, services, timings, key attributes", run: runTrace},
+	{name: "bench", summary: "acknowledged-append benchmark against a range: throughput and latency percentiles", run: runBench},
+	{name: "journal dump", summary: "print an epoch journal file, read-only: entries and any torn tail", run: runJournalDump},
 }
 
 // env is what a command may touch besides its arguments. It is passed in, not
 // taken from globals, so tests run commands in-process.
 type env struct {
 	stdout, stderr io.Writer
+	// stdin is what produce reads records from when given no values.
+	stdin io.Reader
 	// getenv reads the environment, for flags with environment fallbacks.
 	getenv func(string) string
+	// global holds the flags given before the command name.
+	global globalFlags
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	code := run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin, getenv: os.Getenv}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
@@ -65,6 +78,12 @@ const (
 
 // run dispatches args to a command and returns the exit status.
 func run(ctx context.Context, e *env, args []string) int {
+	rest, err := parseGlobal(e, args)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "tenurectl: %v\nRun 'tenurectl --help' for usage.\n", err)
+		return exitUsage
+	}
+	args = rest
 	if len(args) == 0 {
 		printUsage(e.stderr)
 		return exitUsage
@@ -140,6 +159,11 @@ Commands:
 	}
 	_ = tw.Flush()
 	fmt.Fprint(w, `
+Global flags (before or after the command; environment fallback in brackets):
+  --lease URL      lease service base URL [TENURECTL_LEASE] (default `+defaultLeaseURL+`)
+  --promoter URL   promoter base URL [TENURECTL_PROMOTER] (default `+defaultPromoterURL+`)
+  --json           print JSON instead of tables (every command that reads)
+
 Run 'tenurectl COMMAND --help' for a command's flags and arguments.
 `)
 }

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+func init() {
+	commands["dev"] = command{summary: "run the embedded dev cluster (etcd, lease, 3 replica processes, promoter) and a scripted failover", run: runDev}
+}
+
+const devHelp = `Usage: tenure dev [flags]
+
+Runs a whole tenure cluster on loopback: an embedded etcd, the lease service
+and a promoter in this process, and three replicas (r1, r2, r3) as separate
+processes of this same binary, so a leader can really be killed. Then it
+tells a short story, printing each step: create a range, wait for its first
+leader, append records, SIGKILL the leader's process, watch the promotion
+(epoch, new leader, committed bound, truncations, timings, trace id), append
+and read again, restart the old leader and watch it rejoin as a follower,
+and compare every replica's epoch history.
+
+Without --keep it stops everything when the story ends. With --keep the
+cluster keeps running for tenurectl until Ctrl-C. Ctrl-C stops everything
+at any point: replica processes are stopped and reaped, etcd is stopped, and
+the data directory is removed unless --data-dir named it.
+
+Ports: with --base-port 7000 (the default) the lease service listens on
+7000, the replicas on 7101-7103 and the promoter on 7200, the services'
+own defaults, so tenurectl needs no flags. If one is taken, free ports are
+used and printed. --base-port 0 always picks free ports.
+
+Flags (env TENURE_<FLAG> as fallback):
+`
+
+// devStartTimeout bounds bringing the whole cluster up.
+const devStartTimeout = 60 * time.Second
+
+func runDev(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "", "directory for etcd, the replicas' data and every log; kept on exit (default: a temp dir, removed on exit)")
+	keep := fs.Bool("keep", false, "keep the cluster running after the story, for tenurectl, until Ctrl-C")
+	basePort := fs.Int("base-port", 7000, "lease port; replicas on base+101.., promoter on base+200 (0: free ports)")
+	rangeID := fs.String("range", "demo", "id of the range the story creates")
+	records := fs.Int("records", 5, "records appended before and again after the failover (1-1000)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), devHelp)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *records < 1 || *records > 1000 {
+		return fmt.Errorf("--records %d: want 1 to 1000", *records)
+	}
+	if *basePort < 0 || *basePort > 65535-300 {
+		return fmt.Errorf("--base-port %d: want 0 (free ports) or a port up to %d", *basePort, 65535-300)
+	}
+	out := os.Stdout
+
+	c := &devCluster{}
+	if *dataDir != "" {
+		if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+			return fmt.Errorf("--data-dir: %w", err)
+		}
+		c.dir = *dataDir
+	} else {
+		dir, err := os.MkdirTemp("", "tenure-dev-")
+		if err != nil {
+			return fmt.Errorf("temp dir: %w", err)
+		}
+		c.dir, c.removeDir = dir, true
+	}
+	if abs, err := filepath.Abs(c.dir); err == nil {
+		c.dir = abs
+	}
+	defer func() {
+		fmt.Fprintf(out, "\nstopping: promoter, replicas, lease service, etcd")
+		if c.removeDir {
+			fmt.Fprintf(out, "; removing %s", c.dir)
+		}
+		fmt.Fprintln(out)
+		c.close()
+		fmt.Fprintln(out, "stopped.")
+	}()
+
+	ports, note, err := reservePorts(*basePort)
+	if err != nil {
+		return err
+	}
+	kept := "removed on exit"
+	if !c.removeDir {
+		kept = "kept on exit"
+	}
+	fmt.Fprintf(out, "tenure dev: a whole cluster on loopback; data in %s (%s)\n", c.dir, kept)
+	if note != "" {
+		fmt.Fprintf(out, "  note: %s\n", note)
+	}
+	sctx, cancel := context.WithTimeout(ctx, devStartTimeout)
+	err = startDevCluster(sctx, c, ports, out)
+	cancel()
+	if err := interrupted(ctx, err); err != nil {
+		return fmt.Errorf("start the dev cluster: %w", err)
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+
+	began := time.Now()
+	st := &story{c: c, w: out, rangeID: *rangeID, records: *records}
+	if err := interrupted(ctx, st.run(ctx)); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	fmt.Fprintf(out, "\nthe story took %v.\n", since(began))
+	if !*keep {
+		fmt.Fprintf(out, "Run 'make demo ARGS=--keep' (or 'bin/tenure dev --keep') to keep the cluster running for tenurectl.\n")
+		return nil
+	}
+	printTryTenurectl(c, *rangeID)
+	<-ctx.Done()
+	return nil
+}
+
+// interrupted turns an error caused by Ctrl-C into a message and nil: an
+// interrupted demo is not a failure.
+func interrupted(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, ctx.Err())) {
+		fmt.Fprintln(os.Stdout, "\ninterrupted.")
+		return nil
+	}
+	if err == nil && ctx.Err() != nil {
+		fmt.Fprintln(os.Stdout, "\ninterrupted.")
+	}
+	return err
+}
+
+func printTryTenurectl(c *devCluster, rangeID string) {
+	flags := ""
+	if c.leaseURL() != "http://127.0.0.1:7000" || c.promoterURL() != "http://127.0.0.1:7200" {
+		flags = fmt.Sprintf(" --lease %s --promoter %s", c.leaseURL(), c.promoterURL())
+	}
+	var members string
+	for i, r := range c.replicas {
+		if i > 0 {
+			members += ","
+		}
+		members += r.id + "=" + r.url()
+	}
+	fmt.Printf(`
+The cluster keeps running (--keep). In another terminal, try (build it with 'make build'):
+
+  export PATH=$PWD/bin:$PATH
+  tenurectl%[1]s status
+  tenurectl%[1]s status %[2]s
+  tenurectl%[1]s produce %[2]s hello world
+  tenurectl%[1]s consume %[2]s --from 0
+  tenurectl%[1]s consume %[2]s --follow            # Ctrl-C to stop
+  tenurectl%[1]s epochs %[2]s
+  tenurectl%[1]s promote %[2]s --preferred r3 --reason "planned handover"
+  tenurectl%[1]s transitions %[2]s
+  tenurectl%[1]s range create orders --replicas %[3]s --preferred r2
+  tenurectl%[1]s range list
+  tenurectl%[1]s bench orders --records 5000 --concurrency 8
+  tenurectl journal dump %[4]s
+
+Kill a leader yourself ('tenurectl status %[2]s' names it; pids are above) and
+watch 'tenurectl transitions %[2]s'. Ctrl-C here stops everything.
+`, flags, rangeID, members, filepath.Join(c.replica("r1").dataDir, "journal", rangeID+".journal"))
+}

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenurelog/tenure/pkg/embedetcd"
+	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+	"github.com/tenurelog/tenure/services/lease"
+	"github.com/tenurelog/tenure/services/promoter"
+)
+
+// devElectionTimeout bounds how long the dev promoter may take to win its
+// (uncontested) election: one etcd session and one campaign round trip.
+const devElectionTimeout = 15 * time.Second
+
+// devReplicaIDs are the dev cluster's replicas.
+var devReplicaIDs = []string{"r1", "r2", "r3"}
+
+// devCluster is the embedded dev cluster: etcd, the lease service and a
+// promoter in this process, three replicas as child processes. Every field
+// is set by start in that order and torn down by close in reverse, so a
+// start interrupted half way is cleaned up like a finished one.
+type devCluster struct {
+	dir       string
+	removeDir bool // the directory is ours (a temp dir): close removes it
+	self      string
+	log       *slog.Logger
+	logFile   *os.File
+	ports     devPorts
+
+	etcd        *embedetcd.Etcd
+	etcdClient  *clientv3.Client
+	leaseSvc    *lease.Service
+	leaseSrv    *transport.Server
+	replicas    []*devReplica
+	promoter    *promoter.Promoter
+	promoterSrv *transport.Server
+	stopRun     context.CancelFunc
+	runDone     chan struct{}
+
+	// Clients, built the way every tenure client is.
+	http           *http.Client
+	leaseClient    tenurev1connect.LeaseServiceClient
+	promoterClient tenurev1connect.PromoterServiceClient
+}
+
+func (c *devCluster) leaseURL() string    { return c.leaseSrv.URL() }
+func (c *devCluster) promoterURL() string { return c.promoterSrv.URL() }
+
+func (c *devCluster) replica(id string) *devReplica {
+	for _, r := range c.replicas {
+		if r.id == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// devPorts are the dev cluster's listeners and replica addresses.
+type devPorts struct {
+	lease, promoter net.Listener
+	replicas        []string // host:port; the children bind them
+}
+
+// reservePorts binds the lease and promoter listeners and picks the
+// replicas' ports: base, base+200 and base+101.. (the services' own default
+// ports for base 7000, so tenurectl's defaults reach them), or free ports
+// when base is 0 or one of those is taken. A replica port is only checked
+// free here and bound by the child moments later; another process taking it
+// in between makes that child fail to start, which start reports.
+func reservePorts(base int) (devPorts, string, error) {
+	if base > 0 {
+		p, err := bindPorts(func(i int) string {
+			switch i {
+			case 0:
+				return fmt.Sprintf("127.0.0.1:%d", base)
+			case 1:
+				return fmt.Sprintf("127.0.0.1:%d", base+200)
+			}
+			return fmt.Sprintf("127.0.0.1:%d", base+100+i-1)
+		})
+		if err == nil {
+			return p, "", nil
+		}
+		note := fmt.Sprintf("%v; using free ports instead (tenurectl then needs the --lease and --promoter printed below)", err)
+		p, err = bindPorts(func(int) string { return "127.0.0.1:0" })
+		return p, note, err
+	}
+	p, err := bindPorts(func(int) string { return "127.0.0.1:0" })
+	return p, "", err
+}
+
+// bindPorts binds 2+len(devReplicaIDs) listeners at addr(i), holding them all
+// so free ports differ, then releases the replicas'.
+func bindPorts(addr func(i int) string) (devPorts, error) {
+	var lns []net.Listener
+	for i := range 2 + len(devReplicaIDs) {
+		ln, err := net.Listen("tcp", addr(i))
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return devPorts{}, fmt.Errorf("port %s is taken", addr(i))
+		}
+		lns = append(lns, ln)
+	}
+	p := devPorts{lease: lns[0], promoter: lns[1]}
+	for _, ln := range lns[2:] {
+		p.replicas = append(p.replicas, ln.Addr().String())
+		ln.Close()
+	}
+	return p, nil
+}
+
+// startDevCluster starts everything, printing each piece to out as it comes
+// up. On error the caller still calls close.
+func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.Writer) error {
+	c.ports = ports // close releases whichever listener was not handed to a server
+	var err error
+	c.http = transport.NewHTTPClient()
+	if c.self, err = os.Executable(); err != nil {
+		return fmt.Errorf("find this binary to run the replicas: %w", err)
+	}
+	if c.logFile, err = os.OpenFile(filepath.Join(c.dir, "dev.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		return fmt.Errorf("log file: %w", err)
+	}
+	c.log = slog.New(slog.NewTextHandler(c.logFile, nil))
+
+	started := time.Now()
+	if c.etcd, err = embedetcd.Start(filepath.Join(c.dir, "etcd")); err != nil {
+		return err
+	}
+	c.etcdClient, err = clientv3.New(clientv3.Config{Endpoints: c.etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger()})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	fmt.Fprintf(out, "  %-12s %-26s embedded, data in %s\n", "etcd", c.etcd.Endpoints()[0], c.etcd.Dir())
+
+	lctx, cancel := context.WithTimeout(ctx, leaseStartTimeout)
+	c.leaseSvc, err = lease.New(lctx, c.etcdClient, lease.WithLogger(c.log.With("service", "lease")))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("lease service: %w", err)
+	}
+	c.leaseSrv, c.ports.lease = transport.ServeListener(ports.lease, c.leaseSvc.Registration()), nil
+	c.leaseClient = tenurev1connect.NewLeaseServiceClient(c.http, c.leaseURL(), transport.ClientOptions()...)
+	fmt.Fprintf(out, "  %-12s %-26s in this process\n", "lease", c.leaseURL())
+
+	// The replicas start in parallel: each opens Badger, which is most of
+	// the start-up time.
+	for i, id := range devReplicaIDs {
+		c.replicas = append(c.replicas, newDevReplica(id, ports.replicas[i], c.dir, c.leaseURL()))
+	}
+	for _, r := range c.replicas {
+		if err := r.start(c.self); err != nil {
+			return err
+		}
+	}
+	errs := make([]error, len(c.replicas))
+	var wg sync.WaitGroup
+	for i, r := range c.replicas {
+		wg.Go(func() { errs[i] = r.waitReady(ctx, replicaClient(c.http, r.url())) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, r := range c.replicas {
+		fmt.Fprintf(out, "  %-12s %-26s pid %d, log %s\n", "replica "+r.id, r.url(), r.cmd.Process.Pid, r.logPath)
+	}
+
+	c.promoter, err = promoter.New(promoter.Config{
+		ID: "dev-promoter", Etcd: c.etcdClient, LeaseURL: c.leaseURL(), HTTPClient: c.http,
+		Logger: c.log.With("service", "promoter"), RefreshInterval: 500 * time.Millisecond,
+	})
+	if err != nil {
+		return err
+	}
+	c.promoterSrv, c.ports.promoter = transport.ServeListener(ports.promoter, c.promoter.Handlers()...), nil
+	c.promoterClient = tenurev1connect.NewPromoterServiceClient(c.http, c.promoterURL(), transport.ClientOptions()...)
+	runCtx, stop := context.WithCancel(context.Background())
+	c.stopRun, c.runDone = stop, make(chan struct{})
+	go func() {
+		defer close(c.runDone)
+		_ = c.promoter.Run(runCtx)
+	}()
+	if err := waitUntil(ctx, devElectionTimeout, "the promoter to win its election", c.promoter.Elected); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  %-12s %-26s in this process, elected\n", "promoter", c.promoterURL())
+	fmt.Fprintf(out, "  %-12s %s\n", "logs", filepath.Join(c.dir, "*.log"))
+	fmt.Fprintf(out, "  up in %v\n", time.Since(started).Round(time.Millisecond))
+	return nil
+}
+
+// close stops everything that started, in reverse order, each step bounded:
+// the promoter first (so nothing is promoted while replicas stop), then the
+// replicas (SIGTERM, then SIGKILL; always reaped), the lease service, etcd,
+// and last the data directory if it is a temp dir.
+func (c *devCluster) close() {
+	for _, ln := range []net.Listener{c.ports.lease, c.ports.promoter} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	if c.stopRun != nil {
+		c.stopRun()
+		select {
+		case <-c.runDone:
+		case <-time.After(10 * time.Second):
+			c.log.Warn("promoter did not stop within 10s")
+		}
+	}
+	if c.promoterSrv != nil {
+		c.promoterSrv.Close()
+	}
+	var wg sync.WaitGroup
+	for _, r := range c.replicas {
+		wg.Go(r.stop)
+	}
+	wg.Wait()
+	if c.leaseSvc != nil {
+		c.leaseSvc.Close()
+	}
+	if c.leaseSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = c.leaseSrv.Shutdown(ctx)
+		cancel()
+	}
+	if c.etcdClient != nil {
+		c.etcdClient.Close()
+	}
+	if c.etcd != nil {
+		c.etcd.Close()
+	}
+	if c.http != nil {
+		c.http.CloseIdleConnections()
+	}
+	if c.logFile != nil {
+		c.logFile.Close()
+	}
+	if c.removeDir {
+		os.RemoveAll(c.dir)
+	}
+}
+
+// waitUntil polls cond every 50ms until it holds, ctx ends, or within
+// passes; the error names what was awaited.
+func waitUntil(ctx context.Context, within time.Duration, what string, cond func() bool) error {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("gave up waiting for %s after %v", what, within)
+		case <-tick.C:
+		}
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/transport"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+)
+
+// devReplicaStopTimeout bounds a replica child's graceful stop (SIGTERM):
+// its own shutdown is bounded by replicaShutdownTimeout, so past this it is
+// stuck and gets SIGKILL.
+const devReplicaStopTimeout = replicaShutdownTimeout + 2*time.Second
+
+// devReplicaReadyTimeout bounds how long a replica child may take to answer
+// its first GetStatus: opening Badger and reloading ranges.
+const devReplicaReadyTimeout = 20 * time.Second
+
+// devReplica is one replica of the dev cluster: a separate OS process
+// running this same binary as "tenure replica", so that killing it is a real
+// crash (SIGKILL: no shutdown code runs, its lease session is left to
+// expire, its sockets are reset by the kernel).
+type devReplica struct {
+	id      string
+	listen  string // host:port, fixed for the cluster's life so membership stays true
+	dataDir string
+	logPath string
+	args    []string
+
+	// cmd is the running process; nil while down.
+	cmd *exec.Cmd
+	// exited is closed once cmd has been reaped; exitErr is then its status.
+	exited  chan struct{}
+	exitErr error
+}
+
+func (r *devReplica) url() string { return "http://" + r.listen }
+
+func newDevReplica(id, listen, root, leaseURL string) *devReplica {
+	dir := filepath.Join(root, id)
+	return &devReplica{
+		id: id, listen: listen, dataDir: dir, logPath: filepath.Join(root, id+".log"),
+		args: []string{"replica", "--id", id, "--listen", listen, "--data-dir", dir, "--lease", leaseURL,
+			// 2s sessions are etcd's minimum: a leader that dies without
+			// being noticed otherwise loses its lease that soon. A short
+			// fetch wait keeps followers' long polls brief.
+			"--lease-ttl", "2s", "--fetch-wait", "500ms"},
+	}
+}
+
+// start launches the replica process. Its output goes to its log file
+// (appended across restarts), not the terminal, so the story stays readable.
+func (r *devReplica) start(self string) error {
+	if r.cmd != nil {
+		return fmt.Errorf("replica %s already runs (pid %d)", r.id, r.cmd.Process.Pid)
+	}
+	logf, err := os.OpenFile(r.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("replica %s: log file: %w", r.id, err)
+	}
+	cmd := exec.Command(self, r.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// The parent's TENURE_* settings are for the parent: the child is
+	// configured by its flags alone, so the demo means the same everywhere.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TENURE_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.SysProcAttr = childProcAttr()
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("replica %s: start %s: %w", r.id, self, err)
+	}
+	exited := make(chan struct{})
+	r.cmd, r.exited, r.exitErr = cmd, exited, nil
+	go func() {
+		// Wait reaps the process: no zombie outlives the dev cluster.
+		err := cmd.Wait()
+		logf.Close()
+		r.exitErr = err
+		close(exited)
+	}()
+	return nil
+}
+
+// kill sends SIGKILL and reaps the process: a crash, not a shutdown.
+func (r *devReplica) kill() error {
+	if r.cmd == nil {
+		return nil
+	}
+	err := r.cmd.Process.Signal(syscall.SIGKILL)
+	<-r.exited
+	r.cmd = nil
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("replica %s: SIGKILL: %w", r.id, err)
+	}
+	return nil
+}
+
+// stop asks the replica to shut down (SIGTERM: it finishes in-flight calls,
+// closes its store and its lease session), and kills it if it has not
+// exited within devReplicaStopTimeout. Either way it is reaped.
+func (r *devReplica) stop() {
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(devReplicaStopTimeout):
+		_ = r.cmd.Process.Signal(syscall.SIGKILL)
+		<-r.exited
+	}
+	r.cmd = nil
+}
+
+// waitReady waits until the replica answers GetStatus, its process exits,
+// or devReplicaReadyTimeout passes.
+func (r *devReplica) waitReady(ctx context.Context, c tenurev1connect.ReplicaServiceClient) error {
+	ctx, cancel := context.WithTimeout(ctx, devReplicaReadyTimeout)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		_, err := c.GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{}))
+		ccancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-r.exited:
+			return fmt.Errorf("replica %s exited before serving (%v); the end of its log %s:\n%s", r.id, r.exitErr, r.logPath, tailOf(r.logPath, 10))
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("replica %s (pid %d) did not answer on %s within %v (last error: %v); see its log %s", r.id, r.cmd.Process.Pid, r.url(), devReplicaReadyTimeout, err, r.logPath)
+			}
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// tailOf returns the last n lines of a file, indented, for error messages.
+func tailOf(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "    (" + err.Error() + ")"
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "    " + string(bytes.Join(lines, []byte("\n    ")))
+}
+
+// replicaClient dials a replica the way every tenure client does.
+func replicaClient(hc connect.HTTPClient, url string) tenurev1connect.ReplicaServiceClient {
+	return tenurev1connect.NewReplicaServiceClient(hc, url, transport.ClientOptions()...)
+}

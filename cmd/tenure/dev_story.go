@@ -1,0 +1,490 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/journal"
+	"github.com/tenurelog/tenure/pkg/transport"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+)
+
+// devStepTimeout bounds every wait of the story: a first leader, a
+// promotion, a rejoin. Each takes well under a second on a healthy machine;
+// the rest is headroom for a loaded one.
+const devStepTimeout = 20 * time.Second
+
+// devRPCTimeout bounds one call of the story.
+const devRPCTimeout = 5 * time.Second
+
+// story is the scripted walk through a failover that tenure dev prints.
+type story struct {
+	c       *devCluster
+	w       io.Writer
+	rangeID string
+	records int
+	n       int // the step being printed
+
+	acked []ackedRecord
+}
+
+type ackedRecord struct {
+	offset uint64
+	value  string
+}
+
+func (s *story) step(format string, args ...any) {
+	s.n++
+	fmt.Fprintf(s.w, "\n[%d] %s\n", s.n, fmt.Sprintf(format, args...))
+}
+
+func (s *story) say(format string, args ...any) {
+	fmt.Fprintf(s.w, "    %s\n", fmt.Sprintf(format, args...))
+}
+
+func (s *story) logClient(url string) tenurev1connect.LogServiceClient {
+	return tenurev1connect.NewLogServiceClient(s.c.http, url, transport.ClientOptions()...)
+}
+
+// run tells the story: create a range, see its first leader, append, kill
+// the leader, watch the promotion, append and read again, bring the old
+// leader back, and compare every replica's epoch history.
+func (s *story) run(ctx context.Context) error {
+	members := make([]*tenurev1.Replica, 0, len(s.c.replicas))
+	names := make([]string, 0, len(s.c.replicas))
+	for _, r := range s.c.replicas {
+		members = append(members, &tenurev1.Replica{Id: r.id, Address: r.url()})
+		names = append(names, r.id)
+	}
+	preferred := s.c.replicas[0].id
+
+	s.step("create range %q on replicas %s (preferred leader %s)", s.rangeID, strings.Join(names, ", "), preferred)
+	cctx, cancel := context.WithTimeout(ctx, devRPCTimeout)
+	_, err := s.c.leaseClient.CreateRange(cctx, connect.NewRequest(&tenurev1.CreateRangeRequest{RangeId: s.rangeID, Replicas: members, PreferredReplicaId: preferred}))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("create range %s: %w", s.rangeID, err)
+	}
+	s.say("stored in etcd at epoch 0: no leader yet. The promoter sees the new range and promotes one.")
+
+	s.step("wait for the first leader")
+	created := time.Now()
+	leader, epoch, err := s.waitLeader(ctx, 1, "")
+	if err != nil {
+		return err
+	}
+	s.say("%s leads at epoch %d, %v after the range was created", leader, epoch, since(created))
+
+	s.step("append %d records to the leader %s, one at a time", s.records, leader)
+	if err := s.appendRecords(ctx, leader, "before-failover", s.records); err != nil {
+		return err
+	}
+
+	old := s.c.replica(leader)
+	s.step("kill the leader: SIGKILL %s (pid %d)", old.id, old.cmd.Process.Pid)
+	if err := old.kill(); err != nil {
+		return err
+	}
+	killed := time.Now()
+	s.say("%s is gone: no shutdown ran, its lease session is left to expire, its connections are refused", old.id)
+
+	s.step("watch the promotion")
+	next, nextEpoch, err := s.waitLeader(ctx, epoch+1, old.id)
+	if err != nil {
+		return err
+	}
+	served := time.Since(killed)
+	tr, err := s.transition(ctx, nextEpoch)
+	if err != nil {
+		return err
+	}
+	s.printTransition(tr, killed, served)
+
+	s.step("append %d more records to the new leader %s, and read everything back", s.records, next)
+	if err := s.appendRecords(ctx, next, "after-failover", s.records); err != nil {
+		return err
+	}
+	if err := s.readBack(ctx, next); err != nil {
+		return err
+	}
+
+	s.step("epoch histories while %s is down (%s's read from its journal file on disk)", old.id, old.id)
+	if err := s.printHistories(ctx, next); err != nil {
+		return err
+	}
+
+	s.step("restart %s on the same port and data: the promoter fences it at epoch %d and makes it follow %s", old.id, nextEpoch, next)
+	restarted := time.Now()
+	if err := old.start(s.c.self); err != nil {
+		return err
+	}
+	if err := old.waitReady(ctx, replicaClient(s.c.http, old.url())); err != nil {
+		return err
+	}
+	end, err := s.waitFollower(ctx, old, next, nextEpoch)
+	if err != nil {
+		return err
+	}
+	s.say("%s (pid %d) follows %s at epoch %d and holds the whole log (log end %d), %v after the restart",
+		old.id, old.cmd.Process.Pid, next, nextEpoch, end, since(restarted))
+
+	s.step("epoch histories, side by side")
+	if err := s.printHistories(ctx, next); err != nil {
+		return err
+	}
+
+	s.step("transition records of range %q, newest first (tenurectl transitions %s)", s.rangeID, s.rangeID)
+	return s.printTransitions(ctx)
+}
+
+// waitLeader waits until a replica other than not leads the range at an
+// epoch of at least minEpoch with a valid lease, answering as such.
+func (s *story) waitLeader(ctx context.Context, minEpoch uint64, not string) (string, uint64, error) {
+	var id string
+	var epoch uint64
+	err := waitUntil(ctx, devStepTimeout, fmt.Sprintf("a leader of range %s at epoch %d or later", s.rangeID, minEpoch), func() bool {
+		for _, r := range s.c.replicas {
+			if r.id == not || r.cmd == nil {
+				continue
+			}
+			st, err := s.status(ctx, r)
+			if err == nil && st.GetRole() == tenurev1.Role_ROLE_LEADER && st.GetEpoch() >= minEpoch && st.GetLeaseValid() {
+				id, epoch = r.id, st.GetEpoch()
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("%w; the promoter's log is %s", err, filepath.Join(s.c.dir, "dev.log"))
+	}
+	return id, epoch, nil
+}
+
+func (s *story) status(ctx context.Context, r *devReplica) (*tenurev1.RangeStatus, error) {
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := replicaClient(s.c.http, r.url()).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: s.rangeID}))
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Msg.GetRanges()) != 1 {
+		return nil, fmt.Errorf("replica %s does not host range %s", r.id, s.rangeID)
+	}
+	return resp.Msg.GetRanges()[0], nil
+}
+
+// appendRecords appends n records to the leader, one per call, and prints
+// each acknowledgement. A new leader may refuse its first appends until its
+// lease is bound to it; those are retried within devStepTimeout.
+func (s *story) appendRecords(ctx context.Context, leaderID, prefix string, n int) error {
+	lc := s.logClient(s.c.replica(leaderID).url())
+	for i := range n {
+		value := fmt.Sprintf("%s-%d", prefix, i+1)
+		var resp *connect.Response[tenurev1.AppendResponse]
+		var lastErr error
+		err := waitUntil(ctx, devStepTimeout, fmt.Sprintf("an acknowledged append to %s", leaderID), func() bool {
+			cctx, cancel := context.WithTimeout(ctx, devRPCTimeout)
+			defer cancel()
+			resp, lastErr = lc.Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: s.rangeID, Records: [][]byte{[]byte(value)}}))
+			return lastErr == nil
+		})
+		if err != nil {
+			return fmt.Errorf("%w (last error: %v)", err, lastErr)
+		}
+		s.acked = append(s.acked, ackedRecord{offset: resp.Msg.GetBaseOffset(), value: value})
+		s.say("append %-18q acknowledged at offset %d (epoch %d, high-water mark %d)", value, resp.Msg.GetBaseOffset(), resp.Msg.GetEpoch(), resp.Msg.GetHighWaterMark())
+	}
+	return nil
+}
+
+// readBack reads the whole committed log from the leader and checks that
+// every acknowledged record sits at its offset with its bytes.
+func (s *story) readBack(ctx context.Context, leaderID string) error {
+	cctx, cancel := context.WithTimeout(ctx, devRPCTimeout)
+	defer cancel()
+	resp, err := s.logClient(s.c.replica(leaderID).url()).Read(cctx, connect.NewRequest(&tenurev1.ReadRequest{RangeId: s.rangeID}))
+	if err != nil {
+		return fmt.Errorf("read range %s from %s: %w", s.rangeID, leaderID, err)
+	}
+	byOffset := map[uint64]*tenurev1.Record{}
+	var line []string
+	for _, rec := range resp.Msg.GetRecords() {
+		byOffset[rec.GetOffset()] = rec
+		if rec.GetEpochStart() {
+			line = append(line, fmt.Sprintf("%d:<epoch %d starts>", rec.GetOffset(), rec.GetEpoch()))
+		} else {
+			line = append(line, fmt.Sprintf("%d:%s", rec.GetOffset(), rec.GetValue()))
+		}
+	}
+	s.say("read from %s, offsets 0..%d (high-water mark %d):", leaderID, resp.Msg.GetHighWaterMark()-1, resp.Msg.GetHighWaterMark())
+	for len(line) > 0 {
+		k := min(4, len(line))
+		s.say("  %s", strings.Join(line[:k], "  "))
+		line = line[k:]
+	}
+	for _, a := range s.acked {
+		rec := byOffset[a.offset]
+		if rec == nil || string(rec.GetValue()) != a.value {
+			return fmt.Errorf("acknowledged record %q at offset %d is not in the log read from %s: an invariant is broken", a.value, a.offset, leaderID)
+		}
+	}
+	s.say("all %d acknowledged records are there, each at the offset it was acknowledged at", len(s.acked))
+	return nil
+}
+
+// transition waits for the transition record of epoch.
+func (s *story) transition(ctx context.Context, epoch uint64) (*tenurev1.Transition, error) {
+	var tr *tenurev1.Transition
+	err := waitUntil(ctx, devStepTimeout, fmt.Sprintf("the transition record of epoch %d", epoch), func() bool {
+		trs, err := s.listTransitions(ctx)
+		for _, t := range trs {
+			if t.GetEpoch() == epoch {
+				tr = t
+			}
+		}
+		return err == nil && tr != nil
+	})
+	return tr, err
+}
+
+func (s *story) listTransitions(ctx context.Context) ([]*tenurev1.Transition, error) {
+	cctx, cancel := context.WithTimeout(ctx, devRPCTimeout)
+	defer cancel()
+	resp, err := s.c.promoterClient.ListTransitions(cctx, connect.NewRequest(&tenurev1.ListTransitionsRequest{RangeId: s.rangeID}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.GetTransitions(), nil
+}
+
+func (s *story) printTransition(tr *tenurev1.Transition, killed time.Time, served time.Duration) {
+	s.say("epoch %d -> %d: %s leads (reason: %s)", tr.GetPreviousEpoch(), tr.GetEpoch(), tr.GetLeaderId(), tr.GetReason())
+	detected := time.UnixMilli(tr.GetStartedUnixMs()).Sub(killed)
+	s.say("promotion started %v after the kill and took %v; %s served as leader %v after the kill",
+		max(detected, 0).Round(time.Millisecond), usDuration(tr.GetDurationUs()), tr.GetLeaderId(), served.Round(time.Millisecond))
+	var candEnd uint64
+	for _, r := range tr.GetReplicas() {
+		if r.GetReplicaId() == tr.GetLeaderId() {
+			candEnd = r.GetLogEnd()
+		}
+	}
+	s.say("committed bound %d: the highest HWM a fenced replica reported (followers learn it a fetch late);", tr.GetCommittedBound())
+	s.say("the new leader keeps its whole log up to log end %d, so every acknowledged record survives", candEnd)
+	s.say("fence answers (only fenced replicas with a known history count):")
+	tw := tabwriter.NewWriter(s.w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "      REPLICA\tFENCED\tLOG END\tHWM\tLAST EPOCH\tNOTE\n")
+	for _, r := range tr.GetReplicas() {
+		if !r.GetFenced() {
+			fmt.Fprintf(tw, "      %s\tno\t-\t-\t-\t%s\n", r.GetReplicaId(), firstLine(r.GetError()))
+			continue
+		}
+		note := ""
+		switch {
+		case r.GetReplicaId() == tr.GetLeaderId():
+			note = "candidate: the most complete log"
+		case !r.GetHistoryKnown():
+			note = "history unknown: not counted"
+		}
+		fmt.Fprintf(tw, "      %s\tyes\t%d\t%d\t%d\t%s\n", r.GetReplicaId(), r.GetLogEnd(), r.GetHighWaterMark(), r.GetLastEpoch(), note)
+	}
+	tw.Flush()
+	if len(tr.GetTruncations()) == 0 {
+		s.say("truncations: none (every fenced replica's log is a prefix of the candidate's)")
+	}
+	for _, t := range tr.GetTruncations() {
+		s.say("truncation: %s cut from log end %d to %d (its tail diverged from the candidate's)", t.GetReplicaId(), t.GetFromOffset(), t.GetToOffset())
+	}
+	var steps []string
+	for _, t := range tr.GetTimings() {
+		steps = append(steps, fmt.Sprintf("%s %v", t.GetStep(), usDuration(t.GetDurationUs())))
+	}
+	s.say("step timings: %s", strings.Join(steps, ", "))
+	if tr.GetTraceId() != "" {
+		s.say("trace id: %s", tr.GetTraceId())
+	} else {
+		s.say("trace id: none (no trace exporter is configured for this process)")
+	}
+}
+
+// waitFollower waits until r follows leaderID at epoch and has caught up
+// with the leader's log end; it returns that log end.
+func (s *story) waitFollower(ctx context.Context, r *devReplica, leaderID string, epoch uint64) (uint64, error) {
+	var end uint64
+	err := waitUntil(ctx, devStepTimeout, fmt.Sprintf("%s to follow %s at epoch %d and catch up", r.id, leaderID, epoch), func() bool {
+		st, err := s.status(ctx, r)
+		if err != nil || st.GetRole() != tenurev1.Role_ROLE_FOLLOWER || st.GetLeaderId() != leaderID || st.GetEpoch() != epoch {
+			return false
+		}
+		lst, err := s.status(ctx, s.c.replica(leaderID))
+		if err != nil || st.GetLogEnd() != lst.GetLogEnd() {
+			return false
+		}
+		end = st.GetLogEnd()
+		return true
+	})
+	return end, err
+}
+
+// historyView is one replica's column in the side-by-side histories.
+type historyView struct {
+	id, role string
+	history  []journal.EpochStart
+	logEnd   string
+	hwm      string
+}
+
+// printHistories prints every replica's epoch history side by side, and
+// each one's divergence point against the leader's: the offset below which
+// both hold records of the same leaderships. A down replica's history comes
+// from its journal file (read only).
+func (s *story) printHistories(ctx context.Context, leaderID string) error {
+	var views []historyView
+	var leader []journal.EpochStart
+	for _, r := range s.c.replicas {
+		v := historyView{id: r.id}
+		if r.cmd == nil {
+			v.role, v.logEnd, v.hwm = "down", "?", "?"
+			in, err := journal.Inspect(filepath.Join(r.dataDir, "journal", s.rangeID+".journal"))
+			if err != nil {
+				return fmt.Errorf("read %s's journal: %w", r.id, err)
+			}
+			v.history = in.Entries
+		} else {
+			cctx, cancel := context.WithTimeout(ctx, devRPCTimeout)
+			resp, err := replicaClient(s.c.http, r.url()).GetEpochHistory(cctx, connect.NewRequest(&tenurev1.GetEpochHistoryRequest{RangeId: s.rangeID}))
+			cancel()
+			if err != nil {
+				return fmt.Errorf("epoch history of %s: %w", r.id, err)
+			}
+			st, err := s.status(ctx, r)
+			if err != nil {
+				return fmt.Errorf("status of %s: %w", r.id, err)
+			}
+			v.role = strings.ToLower(strings.TrimPrefix(st.GetRole().String(), "ROLE_"))
+			v.logEnd, v.hwm = fmt.Sprint(resp.Msg.GetLogEnd()), fmt.Sprint(resp.Msg.GetHighWaterMark())
+			for _, e := range resp.Msg.GetHistory() {
+				v.history = append(v.history, journal.EpochStart{Epoch: e.GetEpoch(), Start: e.GetStartOffset()})
+			}
+		}
+		if r.id == leaderID {
+			leader = v.history
+		}
+		views = append(views, v)
+	}
+	writeHistories(s.w, views, leader, leaderID)
+	return nil
+}
+
+// writeHistories renders views as a table, one column per replica and one
+// row per epoch (the start offset of that epoch, or - if the replica never
+// wrote under it), then each divergence point against the leader's history.
+func writeHistories(w io.Writer, views []historyView, leader []journal.EpochStart, leaderID string) {
+	seen := map[uint64]bool{}
+	var epochs []uint64
+	for _, v := range views {
+		for _, e := range v.history {
+			if !seen[e.Epoch] {
+				seen[e.Epoch] = true
+				epochs = append(epochs, e.Epoch)
+			}
+		}
+	}
+	slices.Sort(epochs)
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	fmt.Fprint(tw, "    \t")
+	for _, v := range views {
+		fmt.Fprintf(tw, "%s (%s)\t", v.id, v.role)
+	}
+	fmt.Fprintln(tw)
+	for _, ep := range epochs {
+		fmt.Fprintf(tw, "    epoch %d starts at\t", ep)
+		for _, v := range views {
+			cell := "-"
+			for _, e := range v.history {
+				if e.Epoch == ep {
+					cell = fmt.Sprint(e.Start)
+				}
+			}
+			fmt.Fprintf(tw, "%s\t", cell)
+		}
+		fmt.Fprintln(tw)
+	}
+	for _, row := range []struct {
+		name string
+		cell func(historyView) string
+	}{{"log end", func(v historyView) string { return v.logEnd }}, {"high-water mark", func(v historyView) string { return v.hwm }}} {
+		fmt.Fprintf(tw, "    %s\t", row.name)
+		for _, v := range views {
+			fmt.Fprintf(tw, "%s\t", row.cell(v))
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	for _, v := range views {
+		if v.id == leaderID {
+			continue
+		}
+		fmt.Fprintf(w, "    %s vs leader %s: %s\n", v.id, leaderID, divergenceText(leader, v.history, v.logEnd))
+	}
+}
+
+// divergenceText explains the divergence point of a replica's history
+// against the leader's.
+func divergenceText(leader, h []journal.EpochStart, logEnd string) string {
+	p, ok := journal.DivergencePoint(leader, h)
+	switch {
+	case !ok:
+		return "no divergence point (a history is unknown): reconciled by the fetch check alone"
+	case p == math.MaxUint64:
+		return "identical histories: the same leaderships wrote the same stretches"
+	}
+	text := fmt.Sprintf("diverge at offset %d: below it both hold the same leaderships' records", p)
+	if end, err := strconv.ParseUint(logEnd, 10, 64); err == nil && end > p {
+		return text + fmt.Sprintf("; its records %d..%d are another epoch's and are cut when it fetches", p, end-1)
+	}
+	return text + "; it holds nothing beyond it, so it only catches up"
+}
+
+func (s *story) printTransitions(ctx context.Context) error {
+	trs, err := s.listTransitions(ctx)
+	if err != nil {
+		return fmt.Errorf("list transitions: %w", err)
+	}
+	tw := tabwriter.NewWriter(s.w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "    EPOCH\tLEADER\tCOMMITTED\tTRUNCATIONS\tDURATION\tREASON\n")
+	for _, tr := range trs {
+		fmt.Fprintf(tw, "    %d\t%s\t%d\t%d\t%v\t%s\n", tr.GetEpoch(), tr.GetLeaderId(), tr.GetCommittedBound(), len(tr.GetTruncations()), usDuration(tr.GetDurationUs()), firstLine(tr.GetReason()))
+	}
+	return tw.Flush()
+}
+
+func usDuration(us int64) time.Duration {
+	d := time.Duration(us) * time.Microsecond
+	if d > time.Millisecond {
+		return d.Round(100 * time.Microsecond)
+	}
+	return d
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
+
+// firstLine shortens an error for a table cell.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 90 {
+		s = s[:87] + "..."
+	}
+	return s
+}

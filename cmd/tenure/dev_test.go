@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tenure binary, built once for every test that runs it: tenure dev
+// re-executes itself as its replicas, so the tests need the real binary,
+// not the test binary.
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+	buildDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+func buildTenure(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary and runs a whole cluster")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool to build the binary with: %v", err)
+	}
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "tenure-dev-test-"); buildErr != nil {
+			return
+		}
+		builtBin = filepath.Join(buildDir, "tenure")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, goTool, "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+// devRun is a running "tenure dev" whose output the test reads as it comes.
+type devRun struct {
+	cmd    *exec.Cmd
+	tmp    string
+	mu     sync.Mutex
+	out    strings.Builder
+	lines  chan string
+	exited chan error
+}
+
+func startDev(t *testing.T, bin string, args ...string) *devRun {
+	t.Helper()
+	d := &devRun{tmp: t.TempDir(), lines: make(chan string, 1024), exited: make(chan error, 1)}
+	d.cmd = exec.Command(bin, append([]string{"dev", "--base-port", "0"}, args...)...)
+	// Its temp dir goes under ours, so the test can see it removed.
+	d.cmd.Env = append(os.Environ(), "TMPDIR="+d.tmp)
+	pr, pw := io.Pipe()
+	d.cmd.Stdout, d.cmd.Stderr = pw, pw
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			d.mu.Lock()
+			d.out.WriteString(sc.Text() + "\n")
+			d.mu.Unlock()
+			select {
+			case d.lines <- sc.Text():
+			default:
+			}
+		}
+		close(d.lines)
+	}()
+	go func() {
+		err := d.cmd.Wait()
+		pw.Close()
+		d.exited <- err
+	}()
+	t.Cleanup(func() {
+		// A failed test must not leave a cluster behind: SIGKILL takes the
+		// replicas with it (they die with their parent).
+		_ = d.cmd.Process.Kill()
+	})
+	return d
+}
+
+func (d *devRun) output() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.out.String()
+}
+
+// wait waits for the process to exit within the bound.
+func (d *devRun) wait(t *testing.T, within time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-d.exited:
+		return err
+	case <-time.After(within):
+		t.Fatalf("tenure dev did not finish within %v; output so far:\n%s", within, d.output())
+		return nil
+	}
+}
+
+// waitLine waits for an output line containing want.
+func (d *devRun) waitLine(t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case line, ok := <-d.lines:
+			if !ok {
+				t.Fatalf("tenure dev ended without printing %q:\n%s", want, d.output())
+			}
+			if strings.Contains(line, want) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("tenure dev did not print %q within %v:\n%s", want, within, d.output())
+		}
+	}
+}
+
+// checkCleanedUp checks that every replica process the run printed is gone
+// and its temp dir removed.
+func (d *devRun) checkCleanedUp(t *testing.T) {
+	t.Helper()
+	out := d.output()
+	pids := regexp.MustCompile(`pid (\d+)`).FindAllStringSubmatch(out, -1)
+	if len(pids) < 3 {
+		t.Errorf("output names %d replica pids, want at least 3:\n%s", len(pids), out)
+	}
+	for _, m := range pids {
+		pid, _ := strconv.Atoi(m[1])
+		// The replicas were children of tenure dev, which reaped them; a
+		// pid that still answers signal 0 is a replica left running (or,
+		// rarely, a reused pid: then it is not a tenure replica).
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			if b, _ := os.ReadFile("/proc/" + m[1] + "/cmdline"); strings.Contains(string(b), "replica") {
+				t.Errorf("replica process %d still runs after tenure dev exited", pid)
+			}
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(d.tmp, "tenure-dev-*"))
+	if len(left) > 0 {
+		t.Errorf("tenure dev left its temp dir behind: %v", left)
+	}
+}
+
+// The demo end to end: a real leader process is SIGKILLed, a new leader is
+// promoted, and every acknowledged record is readable from it afterwards.
+func TestDevStory(t *testing.T) {
+	bin := buildTenure(t)
+	d := startDev(t, bin)
+	start := time.Now()
+	if err := d.wait(t, 90*time.Second); err != nil {
+		t.Fatalf("tenure dev: %v\n%s", err, d.output())
+	}
+	t.Logf("tenure dev took %v", time.Since(start))
+	out := d.output()
+	for _, want := range []string{
+		"r1 leads at epoch 1",
+		"kill the leader: SIGKILL r1",
+		"epoch 1 -> 2: ",
+		"all 10 acknowledged records are there",
+		"r1 vs leader",
+		"follows",
+		"stopped.",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if m := regexp.MustCompile(`epoch 1 -> 2: (r\d) leads`).FindStringSubmatch(out); m == nil || m[1] == "r1" {
+		t.Errorf("after killing r1 the new leader is %v, want r2 or r3", m)
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out)
+	}
+	d.checkCleanedUp(t)
+}
+
+// Ctrl-C while the cluster is kept running stops everything: replica
+// processes reaped, temp dir removed.
+func TestDevKeepInterrupt(t *testing.T) {
+	bin := buildTenure(t)
+	d := startDev(t, bin, "--keep", "--records", "1")
+	d.waitLine(t, "The cluster keeps running", 60*time.Second)
+	if err := d.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("tenure dev after Ctrl-C: %v\n%s", err, d.output())
+	}
+	if !strings.Contains(d.output(), "stopped.") {
+		t.Errorf("output lacks %q:\n%s", "stopped.", d.output())
+	}
+	d.checkCleanedUp(t)
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+const benchHelp = `
+Measure acknowledged appends against a range's leader: --concurrency
+appenders each send batches of --batch records of --size random bytes until
+--records records are acknowledged. Prints throughput and the latency of one
+append (send to acknowledgement, i.e. until a quorum holds it durably) at
+the 50th, 99th and 99.9th percentiles. Runs longer than a few seconds print
+a progress line to stderr every two seconds.
+
+The records are really appended: bench a range made for it.
+`
+
+// benchMaxRecords bounds one run; every append's latency is kept in memory.
+const benchMaxRecords = 10_000_000
+
+// benchProgressEvery is how often a long run reports progress.
+const benchProgressEvery = 2 * time.Second
+
+func runBench(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "bench", "RANGE [--records N] [--size BYTES] [--concurrency N] [--batch N]", benchHelp)
+	o := addClusterFlags(e, fs)
+	records := fs.Int("records", 10_000, fmt.Sprintf("records to append in all (1-%d)", benchMaxRecords))
+	size := fs.Int("size", 100, fmt.Sprintf("bytes per record (0-%d)", wire.MaxRecordBytes))
+	concurrency := fs.Int("concurrency", 4, "appenders sending at once (1-1024)")
+	batch := fs.Int("batch", 1, fmt.Sprintf("records per append (1-%d)", wire.MaxBatchRecords))
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(positional) != 1:
+		return usagef("want exactly one RANGE, got %d arguments", len(positional))
+	case *records < 1 || *records > benchMaxRecords:
+		return usagef("--records %d: want 1 to %d", *records, benchMaxRecords)
+	case *size < 0 || *size > wire.MaxRecordBytes:
+		return usagef("--size %d: want 0 to %d", *size, wire.MaxRecordBytes)
+	case *concurrency < 1 || *concurrency > 1024:
+		return usagef("--concurrency %d: want 1 to 1024", *concurrency)
+	case *batch < 1 || *batch > wire.MaxBatchRecords:
+		return usagef("--batch %d: want 1 to %d", *batch, wire.MaxBatchRecords)
+	case *batch**size > wire.MaxBatchBytes:
+		return usagef("--batch %d of --size %d is %d bytes, more than a batch may be (%d)", *batch, *size, *batch**size, wire.MaxBatchBytes)
+	}
+	rangeID := positional[0]
+	c := newClients(o)
+	defer c.close()
+	leader, epoch, err := c.findLeader(ctx, rangeID, leaderWait)
+	if err != nil {
+		return err
+	}
+	if !*o.json {
+		fmt.Fprintf(e.stdout, "bench range %s, leader %s at epoch %d: %d records of %d bytes, batches of %d, %d concurrent appenders\n",
+			rangeID, leader.GetId(), epoch, *records, *size, *batch, *concurrency)
+	}
+
+	value := make([]byte, *size)
+	_, _ = rand.Read(value)
+	lc := c.log(leader.GetAddress())
+	var (
+		claimed, acked atomic.Int64
+		mu             sync.Mutex
+		latencies      = make([]time.Duration, 0, *records / *batch + 1)
+		firstErr       error
+	)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range *concurrency {
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				n := int(min(int64(*batch), int64(*records)-claimed.Add(int64(*batch))+int64(*batch)))
+				if n <= 0 {
+					return
+				}
+				values := make([][]byte, n)
+				for i := range values {
+					values[i] = value
+				}
+				t0 := time.Now()
+				cctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
+				_, err := lc.Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: rangeID, Records: values}))
+				cancel()
+				d := time.Since(t0)
+				mu.Lock()
+				if err != nil {
+					if firstErr == nil && runCtx.Err() == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					stop()
+					return
+				}
+				latencies = append(latencies, d)
+				mu.Unlock()
+				acked.Add(int64(n))
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(benchProgressEvery)
+	defer tick.Stop()
+progress:
+	for {
+		select {
+		case <-done:
+			break progress
+		case <-tick.C:
+			n, el := acked.Load(), time.Since(start)
+			fmt.Fprintf(e.stderr, "bench: %d/%d records acknowledged in %v (%.0f records/s)\n", n, *records, el.Round(time.Second), float64(n)/el.Seconds())
+		}
+	}
+	elapsed := time.Since(start)
+	n := acked.Load()
+	if firstErr != nil {
+		return fmt.Errorf("append to leader %s failed after %d acknowledged records: %v; the failed batch's outcome is unknown", leader.GetId(), n, firstErr)
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintf(e.stderr, "bench: interrupted after %d acknowledged records\n", n)
+	}
+	slices.Sort(latencies)
+	res := benchJSON{
+		Range: rangeID, Leader: leader.GetId(), Epoch: epoch,
+		Records: n, RecordBytes: *size, Batch: *batch, Concurrency: *concurrency, Appends: len(latencies),
+		ElapsedMs:     float64(elapsed.Microseconds()) / 1000,
+		RecordsPerSec: float64(n) / elapsed.Seconds(),
+		MBPerSec:      float64(n) * float64(*size) / elapsed.Seconds() / 1e6,
+		P50Ms:         ms(percentile(latencies, 0.50)),
+		P99Ms:         ms(percentile(latencies, 0.99)),
+		P999Ms:        ms(percentile(latencies, 0.999)),
+		MaxMs:         ms(percentile(latencies, 1)),
+	}
+	if *o.json {
+		return writeJSON(e.stdout, res)
+	}
+	fmt.Fprintf(e.stdout, "acknowledged %d records in %v: %.0f records/s, %.2f MB/s, %.0f appends/s\n",
+		n, elapsed.Round(time.Millisecond), res.RecordsPerSec, res.MBPerSec, float64(len(latencies))/elapsed.Seconds())
+	fmt.Fprintf(e.stdout, "append latency: p50 %v  p99 %v  p99.9 %v  max %v\n",
+		roundLatency(percentile(latencies, 0.50)), roundLatency(percentile(latencies, 0.99)),
+		roundLatency(percentile(latencies, 0.999)), roundLatency(percentile(latencies, 1)))
+	return nil
+}
+
+type benchJSON struct {
+	Range         string  `json:"range"`
+	Leader        string  `json:"leader"`
+	Epoch         uint64  `json:"epoch"`
+	Records       int64   `json:"records"`
+	RecordBytes   int     `json:"record_bytes"`
+	Batch         int     `json:"batch"`
+	Concurrency   int     `json:"concurrency"`
+	Appends       int     `json:"appends"`
+	ElapsedMs     float64 `json:"elapsed_ms"`
+	RecordsPerSec float64 `json:"records_per_sec"`
+	MBPerSec      float64 `json:"mb_per_sec"`
+	P50Ms         float64 `json:"p50_ms"`
+	P99Ms         float64 `json:"p99_ms"`
+	P999Ms        float64 `json:"p999_ms"`
+	MaxMs         float64 `json:"max_ms"`
+}
+
+// percentile is the nearest-rank percentile q (0 < q <= 1) of sorted
+// latencies; 0 when there are none.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func roundLatency(d time.Duration) time.Duration {
+	if d >= 10*time.Millisecond {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(10 * time.Microsecond)
+}

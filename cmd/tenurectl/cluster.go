@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/transport"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+)
+
+// The defaults are the services' own default listen addresses, which is
+// also where 'tenure dev' puts them.
+const (
+	defaultLeaseURL    = "http://127.0.0.1:7000"
+	defaultPromoterURL = "http://127.0.0.1:7200"
+)
+
+// rpcTimeout bounds each unary call a command makes; a server slower than
+// this is reported as unreachable, not waited for.
+const rpcTimeout = 5 * time.Second
+
+// globalFlags are the flags every cluster command takes, before the command
+// name ("tenurectl --json status") or among its own arguments.
+type globalFlags struct {
+	lease, promoter string
+	json            bool
+}
+
+// parseGlobal takes the global flags off the front of args.
+func parseGlobal(e *env, args []string) ([]string, error) {
+	for len(args) > 0 {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if !strings.HasPrefix(args[0], "-") {
+			return args, nil
+		}
+		switch name {
+		case "json":
+			e.global.json = !hasValue || value == "true"
+			args = args[1:]
+			continue
+		case "lease", "promoter":
+		default:
+			return args, nil
+		}
+		if !hasValue {
+			if len(args) < 2 {
+				return nil, fmt.Errorf("flag --%s needs a URL", name)
+			}
+			value, args = args[1], args[1:]
+		}
+		args = args[1:]
+		if name == "lease" {
+			e.global.lease = value
+		} else {
+			e.global.promoter = value
+		}
+	}
+	return args, nil
+}
+
+// clusterOpts are a cluster command's resolved global flags.
+type clusterOpts struct {
+	lease, promoter *string
+	json            *bool
+}
+
+// addClusterFlags defines --lease, --promoter and --json on a command's
+// flag set. A value given before the command name wins over the environment
+// (TENURECTL_LEASE, TENURECTL_PROMOTER), which wins over the default.
+func addClusterFlags(e *env, fs *flag.FlagSet) clusterOpts {
+	pick := func(global, envName, def string) string {
+		if global != "" {
+			return global
+		}
+		if v := e.getenv(envName); v != "" {
+			return v
+		}
+		return def
+	}
+	return clusterOpts{
+		lease:    fs.String("lease", pick(e.global.lease, "TENURECTL_LEASE", defaultLeaseURL), "lease service base URL (env TENURECTL_LEASE)"),
+		promoter: fs.String("promoter", pick(e.global.promoter, "TENURECTL_PROMOTER", defaultPromoterURL), "promoter base URL (env TENURECTL_PROMOTER)"),
+		json:     fs.Bool("json", e.global.json, "print JSON instead of a table"),
+	}
+}
+
+// clients are the Connect clients of one command run, built the way every
+// tenure client is (pkg/transport: HTTP/2 cleartext, read limits).
+type clients struct {
+	http        *http.Client
+	leaseURL    string
+	promoterURL string
+	lease       tenurev1connect.LeaseServiceClient
+	promoter    tenurev1connect.PromoterServiceClient
+}
+
+func newClients(o clusterOpts) *clients {
+	hc := transport.NewHTTPClient()
+	return &clients{
+		http:        hc,
+		leaseURL:    *o.lease,
+		promoterURL: *o.promoter,
+		lease:       tenurev1connect.NewLeaseServiceClient(hc, *o.lease, transport.ClientOptions()...),
+		promoter:    tenurev1connect.NewPromoterServiceClient(hc, *o.promoter, transport.ClientOptions()...),
+	}
+}
+
+func (c *clients) close() { c.http.CloseIdleConnections() }
+
+func (c *clients) replica(addr string) tenurev1connect.ReplicaServiceClient {
+	return tenurev1connect.NewReplicaServiceClient(c.http, addr, transport.ClientOptions()...)
+}
+
+func (c *clients) log(addr string) tenurev1connect.LogServiceClient {
+	return tenurev1connect.NewLogServiceClient(c.http, addr, transport.ClientOptions()...)
+}
+
+// getRange reads a range from the lease service.
+func (c *clients) getRange(ctx context.Context, rangeID string) (*tenurev1.RangeInfo, error) {
+	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	resp, err := c.lease.GetRange(cctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: rangeID}))
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return nil, fmt.Errorf("range %q does not exist; 'tenurectl range list' lists ranges, 'tenurectl range create' makes one", rangeID)
+		}
+		return nil, c.leaseErr(err)
+	}
+	return resp.Msg.GetRange(), nil
+}
+
+// listRanges reads every range, a page at a time (bounded).
+func (c *clients) listRanges(ctx context.Context) ([]*tenurev1.RangeInfo, error) {
+	var out []*tenurev1.RangeInfo
+	after := ""
+	for range 10_000 {
+		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		resp, err := c.lease.ListRanges(cctx, connect.NewRequest(&tenurev1.ListRangesRequest{AfterRangeId: after, Limit: 1000}))
+		cancel()
+		if err != nil {
+			return nil, c.leaseErr(err)
+		}
+		out = append(out, resp.Msg.GetRanges()...)
+		if !resp.Msg.GetMore() || len(resp.Msg.GetRanges()) == 0 {
+			return out, nil
+		}
+		after = resp.Msg.GetRanges()[len(resp.Msg.GetRanges())-1].GetRangeId()
+	}
+	return nil, errors.New("the range list did not end after 10000 pages")
+}
+
+// leaseErr explains a failed lease service call.
+func (c *clients) leaseErr(err error) error {
+	return explain(err, "the lease service", c.leaseURL, "--lease or TENURECTL_LEASE")
+}
+
+// promoterErr explains a failed promoter call.
+func (c *clients) promoterErr(err error) error {
+	return explain(err, "the promoter", c.promoterURL, "--promoter or TENURECTL_PROMOTER")
+}
+
+// explain turns a Connect error into what happened and what to do.
+func explain(err error, who, url, flagHint string) error {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable:
+		if isDialError(err) {
+			return fmt.Errorf("cannot reach %s at %s (%v): is it running? 'make demo ARGS=--keep' starts a local cluster; otherwise pass %s", who, url, connectMessage(err), flagHint)
+		}
+	case connect.CodeDeadlineExceeded:
+		return fmt.Errorf("%s at %s did not answer within %v: it may be overloaded or partitioned; retry, or check its log", who, url, rpcTimeout)
+	case connect.CodeUnimplemented, connect.CodeUnknown:
+		if strings.Contains(err.Error(), "404") || connect.CodeOf(err) == connect.CodeUnimplemented {
+			return fmt.Errorf("%s is not at %s (%v): check %s", who, url, connectMessage(err), flagHint)
+		}
+	}
+	return fmt.Errorf("%s at %s: %v", who, url, err)
+}
+
+func isDialError(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "connection refused") || strings.Contains(s, "no such host") || strings.Contains(s, "dial tcp")
+}
+
+func connectMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+// memberStatus is one member replica's answer to GetStatus for a range.
+type memberStatus struct {
+	replica *tenurev1.Replica
+	status  *tenurev1.RangeStatus // nil when err is set or the range is not hosted
+	err     error
+}
+
+// memberStatuses asks every member of r for its status of the range, in
+// parallel, each call bounded. The answers are in membership order.
+func (c *clients) memberStatuses(ctx context.Context, r *tenurev1.RangeInfo) []memberStatus {
+	out := make([]memberStatus, len(r.GetReplicas()))
+	var wg sync.WaitGroup
+	for i, m := range r.GetReplicas() {
+		out[i].replica = m
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+			defer cancel()
+			resp, err := c.replica(m.GetAddress()).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: r.GetRangeId()}))
+			switch {
+			case err != nil && connect.CodeOf(err) == connect.CodeNotFound:
+				out[i].err = errors.New("does not host the range yet (no promotion has fenced it)")
+			case err != nil:
+				out[i].err = err
+			case len(resp.Msg.GetRanges()) == 1:
+				out[i].status = resp.Msg.GetRanges()[0]
+			default:
+				out[i].err = errors.New("does not host the range yet")
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// leaderOf picks the replica serving as r's leader from the members'
+// statuses: leading at the highest epoch, with a valid lease.
+func leaderOf(sts []memberStatus) (memberStatus, bool) {
+	var best memberStatus
+	found := false
+	for _, s := range sts {
+		st := s.status
+		if st == nil || st.GetRole() != tenurev1.Role_ROLE_LEADER || !st.GetLeaseValid() {
+			continue
+		}
+		if !found || st.GetEpoch() > best.status.GetEpoch() {
+			best, found = s, true
+		}
+	}
+	return best, found
+}
+
+// findLeader finds the range's serving leader, asking the lease service
+// for the membership and every member for its status. It waits for one
+// (a promotion in progress) up to within.
+func (c *clients) findLeader(ctx context.Context, rangeID string, within time.Duration) (*tenurev1.Replica, uint64, error) {
+	deadline := time.Now().Add(within)
+	for {
+		r, err := c.getRange(ctx, rangeID)
+		if err != nil {
+			return nil, 0, err
+		}
+		sts := c.memberStatuses(ctx, r)
+		if l, ok := leaderOf(sts); ok {
+			return l.replica, l.status.GetEpoch(), nil
+		}
+		if time.Now().After(deadline) {
+			return nil, 0, fmt.Errorf("range %s has no serving leader after %v (epoch %d): %s; 'tenurectl status %s' shows each replica, and the promoter promotes one once a quorum answers",
+				rangeID, within, r.GetEpoch(), describeMembers(sts), rangeID)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// describeMembers says in one line what each member answered.
+func describeMembers(sts []memberStatus) string {
+	var parts []string
+	for _, s := range sts {
+		switch {
+		case s.err != nil:
+			parts = append(parts, fmt.Sprintf("%s %s", s.replica.GetId(), shortErr(s.err)))
+		default:
+			parts = append(parts, fmt.Sprintf("%s %s at epoch %d", s.replica.GetId(), roleName(s.status.GetRole()), s.status.GetEpoch()))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
+}
+
+func roleName(r tenurev1.Role) string {
+	return strings.ToLower(strings.TrimPrefix(r.String(), "ROLE_"))
+}
+
+// shortErr is an error for a table cell or a one-line summary.
+func shortErr(err error) string {
+	if isDialError(err) {
+		return "unreachable"
+	}
+	s := connectMessage(err)
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}

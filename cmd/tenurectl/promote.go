@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+const promoteHelp = `
+Ask the elected promoter to promote the range now: a planned handover. It
+grants the next epoch, fences every replica (the current leader too) and
+reads their logs in the same round trip, picks the most complete log (ties
+go to --preferred), truncates diverged replicas, adopts the new leader and
+records the transition. The report is printed with the promotion's trace id.
+
+The current leader may well be chosen again: --preferred only breaks ties
+among equally complete replicas, it never outranks a more complete log.
+`
+
+func runPromote(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "promote", "RANGE [--preferred ID] [--reason TEXT]", promoteHelp)
+	o := addClusterFlags(e, fs)
+	preferred := fs.String("preferred", "", "replica to prefer among equally complete candidates")
+	reason := fs.String("reason", "", `why, recorded in the transition (default "operator request")`)
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(positional) != 1 {
+		return usagef("want exactly one RANGE, got %d arguments", len(positional))
+	}
+	c := newClients(o)
+	defer c.close()
+	resp, err := promote(ctx, c, &tenurev1.PromoteRequest{RangeId: positional[0], PreferredReplicaId: *preferred, Reason: *reason})
+	if err != nil {
+		switch connect.CodeOf(err) {
+		case connect.CodeFailedPrecondition, connect.CodeInvalidArgument, connect.CodeNotFound:
+			return fmt.Errorf("promotion refused: %s", connectMessage(err))
+		case connect.CodeUnavailable:
+			if !isDialError(err) {
+				return fmt.Errorf("promotion did not complete: %s; the promoter retries failed promotions itself, 'tenurectl status %s' shows the range", connectMessage(err), positional[0])
+			}
+		case connect.CodeDataLoss:
+			return fmt.Errorf("promotion stopped to protect committed records: %s\nThis means two replicas disagree about a committed record (a bug or a damaged disk); nothing was truncated. 'tenurectl epochs %s' shows the histories", connectMessage(err), positional[0])
+		}
+		return c.promoterErr(err)
+	}
+	tr := resp.Msg.GetTransition()
+	if *o.json {
+		return writeProtoJSON(e.stdout, tr)
+	}
+	writeTransition(e.stdout, tr)
+	return nil
+}
+
+// promoteBusyWait bounds how long promote waits for another promotion of
+// the same range (the promoter's own, say) to finish before running its own.
+const promoteBusyWait = 10 * time.Second
+
+// promote asks for a promotion. The promoter runs one promotion of a range
+// at a time and refuses a second with Unavailable ("already running")
+// before doing anything, so that refusal is safe to retry.
+func promote(ctx context.Context, c *clients, req *tenurev1.PromoteRequest) (*connect.Response[tenurev1.PromoteResponse], error) {
+	deadline := time.Now().Add(promoteBusyWait)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		resp, err := c.promoter.Promote(cctx, connect.NewRequest(req))
+		cancel()
+		busy := connect.CodeOf(err) == connect.CodeUnavailable && strings.Contains(err.Error(), "already running")
+		if !busy || time.Now().After(deadline) {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// writeTransition prints one transition record in full.
+func writeTransition(w io.Writer, tr *tenurev1.Transition) {
+	fmt.Fprintf(w, "range %s: epoch %d -> %d, leader %s (%s)\n", tr.GetRangeId(), tr.GetPreviousEpoch(), tr.GetEpoch(), tr.GetLeaderId(), tr.GetLeaderAddress())
+	fmt.Fprintf(w, "reason:          %s\n", tr.GetReason())
+	fmt.Fprintf(w, "promoter:        %s, started %s, took %v\n", tr.GetPromoterId(), time.UnixMilli(tr.GetStartedUnixMs()).UTC().Format("2006-01-02 15:04:05.000Z"), micros(tr.GetDurationUs()))
+	fmt.Fprintf(w, "committed bound: %d (the highest HWM a fenced replica reported)\n", tr.GetCommittedBound())
+	trace := tr.GetTraceId()
+	if trace == "" {
+		trace = "none (the promoter exports no traces)"
+	}
+	fmt.Fprintf(w, "trace id:        %s\n", trace)
+	fmt.Fprintln(w, "fence answers:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  REPLICA\tFENCED\tHISTORY\tLOG END\tHWM\tLAST EPOCH\tNOTE\n")
+	for _, r := range tr.GetReplicas() {
+		if !r.GetFenced() {
+			fmt.Fprintf(tw, "  %s\tno\t-\t-\t-\t-\t%s\n", r.GetReplicaId(), oneLine(r.GetError()))
+			continue
+		}
+		hist, note := "known", ""
+		if !r.GetHistoryKnown() {
+			hist = "unknown"
+		}
+		if r.GetReplicaId() == tr.GetLeaderId() {
+			note = "new leader"
+		}
+		fmt.Fprintf(tw, "  %s\tyes\t%s\t%d\t%d\t%d\t%s\n", r.GetReplicaId(), hist, r.GetLogEnd(), r.GetHighWaterMark(), r.GetLastEpoch(), note)
+	}
+	tw.Flush()
+	if len(tr.GetTruncations()) == 0 {
+		fmt.Fprintln(w, "truncations:     none")
+	} else {
+		fmt.Fprintln(w, "truncations:")
+		for _, t := range tr.GetTruncations() {
+			fmt.Fprintf(w, "  %s: log end %d -> %d (%s removed)\n", t.GetReplicaId(), t.GetFromOffset(), t.GetToOffset(), plural(int(t.GetFromOffset()-t.GetToOffset()), "record"))
+		}
+	}
+	var steps []string
+	for _, s := range tr.GetTimings() {
+		steps = append(steps, fmt.Sprintf("%s %v", s.GetStep(), micros(s.GetDurationUs())))
+	}
+	fmt.Fprintf(w, "timings:         %s\n", strings.Join(steps, ", "))
+}
+
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 100 {
+		s = s[:97] + "..."
+	}
+	return s
+}
+
+const transitionsHelp = `
+List a range's leadership-transition records, newest first: each promotion's
+epoch, new leader, committed bound, truncations, duration, reason and trace
+id. --verbose prints each record in full (every replica's fence answer and
+the step timings).
+`
+
+func runTransitions(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "transitions", "RANGE [--limit N] [--verbose]", transitionsHelp)
+	o := addClusterFlags(e, fs)
+	limit := fs.Uint("limit", 20, "at most this many, newest first (1-1000)")
+	verbose := fs.Bool("verbose", false, "print every record in full")
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(positional) != 1 {
+		return usagef("want exactly one RANGE, got %d arguments", len(positional))
+	}
+	if *limit < 1 || *limit > 1000 {
+		return usagef("--limit %d: want 1 to 1000", *limit)
+	}
+	c := newClients(o)
+	defer c.close()
+	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	resp, err := c.promoter.ListTransitions(cctx, connect.NewRequest(&tenurev1.ListTransitionsRequest{RangeId: positional[0], Limit: uint32(*limit)}))
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodeInvalidArgument {
+			return usagef("%s", connectMessage(err))
+		}
+		return c.promoterErr(err)
+	}
+	trs := resp.Msg.GetTransitions()
+	if *o.json {
+		return writeProtoJSONList(e.stdout, trs)
+	}
+	if len(trs) == 0 {
+		fmt.Fprintf(e.stdout, "no transitions recorded for range %s (it has never had a leader, or does not exist)\n", positional[0])
+		return nil
+	}
+	if *verbose {
+		for i, tr := range trs {
+			if i > 0 {
+				fmt.Fprintln(e.stdout)
+			}
+			writeTransition(e.stdout, tr)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "EPOCH\tLEADER\tCOMMITTED\tTRUNCATED\tDURATION\tSTARTED\tTRACE\tREASON\n")
+	for _, tr := range trs {
+		var cut []string
+		for _, t := range tr.GetTruncations() {
+			cut = append(cut, fmt.Sprintf("%s:%d->%d", t.GetReplicaId(), t.GetFromOffset(), t.GetToOffset()))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%v\t%s\t%s\t%s\n", tr.GetEpoch(), tr.GetLeaderId(), tr.GetCommittedBound(),
+			orDash(strings.Join(cut, " ")), micros(tr.GetDurationUs()),
+			time.UnixMilli(tr.GetStartedUnixMs()).UTC().Format("15:04:05.000"), orDash(tr.GetTraceId()), oneLine(tr.GetReason()))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,430 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/journal"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+const statusHelp = `
+Show every range (or one): its epoch and leader as the lease service has
+them, and for each member replica what it says itself: role, the epoch it
+acts under, log end, high-water mark, and how far it lags the leader (from
+the leader's view of its fetches). A replica that does not answer is shown
+as unreachable.
+`
+
+// rangeStatus is one range as status reports it.
+type rangeStatus struct {
+	info    *tenurev1.RangeInfo
+	members []memberStatus
+}
+
+func runStatus(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "status", "[RANGE]", statusHelp)
+	o := addClusterFlags(e, fs)
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(positional) > 1 {
+		return usagef("want at most one RANGE, got %d arguments", len(positional))
+	}
+	c := newClients(o)
+	defer c.close()
+	var ranges []*tenurev1.RangeInfo
+	if len(positional) == 1 {
+		r, err := c.getRange(ctx, positional[0])
+		if err != nil {
+			return err
+		}
+		ranges = []*tenurev1.RangeInfo{r}
+	} else if ranges, err = c.listRanges(ctx); err != nil {
+		return err
+	}
+	// Ranges are asked in parallel, a bounded number at a time.
+	out := make([]rangeStatus, len(ranges))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, r := range ranges {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i] = rangeStatus{info: r, members: c.memberStatuses(ctx, r)}
+		})
+	}
+	wg.Wait()
+	if *o.json {
+		return writeStatusJSON(e.stdout, out)
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(e.stdout, "no ranges; 'tenurectl range create' makes one")
+		return nil
+	}
+	return writeStatusTable(e.stdout, out)
+}
+
+// lagOf is how far member s lags the leader: the leader's own count of the
+// follower's checked fetch offset when it has one, else the difference of
+// log ends. ok is false when unknown.
+func lagOf(s memberStatus, leader *memberStatus) (uint64, bool) {
+	if leader == nil || s.status == nil {
+		return 0, false
+	}
+	for _, f := range leader.status.GetFollowers() {
+		if f.GetReplicaId() == s.replica.GetId() {
+			return f.GetLag(), true
+		}
+	}
+	if end := leader.status.GetLogEnd(); end >= s.status.GetLogEnd() {
+		return end - s.status.GetLogEnd(), true
+	}
+	return 0, false
+}
+
+func writeStatusTable(w io.Writer, rs []rangeStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "RANGE\tEPOCH\tLEADER\tREPLICA\tROLE\tEPOCH\tLOG END\tHWM\tLAG\tNOTE\n")
+	for _, r := range rs {
+		l, ok := leaderOf(r.members)
+		var leader *memberStatus
+		leaderID := "none"
+		if ok {
+			leader, leaderID = &l, l.replica.GetId()
+		}
+		for i, m := range r.members {
+			first := [3]string{"", "", ""}
+			if i == 0 {
+				first = [3]string{r.info.GetRangeId(), strconv.FormatUint(r.info.GetEpoch(), 10), leaderID}
+			}
+			if m.status == nil {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t%s\n", first[0], first[1], first[2], m.replica.GetId(), "unreachable", shortErr(m.err))
+				continue
+			}
+			st := m.status
+			epoch := strconv.FormatUint(st.GetEpoch(), 10)
+			if st.GetFencedEpoch() != st.GetEpoch() {
+				epoch += fmt.Sprintf(" (fenced %d)", st.GetFencedEpoch())
+			}
+			lag, note := "-", ""
+			if n, ok := lagOf(m, leader); ok && m.replica.GetId() != leaderID {
+				lag = strconv.FormatUint(n, 10)
+			}
+			if st.GetRole() == tenurev1.Role_ROLE_LEADER && !st.GetLeaseValid() {
+				note = "lease not valid: not serving"
+			}
+			if m.replica.GetId() == leaderID {
+				note = "lease " + leaseState(r.info.GetLease())
+				if h := r.info.GetLease().GetHolderId(); h != leaderID {
+					note += ", held by " + orDash(h) + " (not yet handed to the leader)"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", first[0], first[1], first[2], m.replica.GetId(), roleName(st.GetRole()), epoch, st.GetLogEnd(), st.GetHighWaterMark(), lag, note)
+		}
+	}
+	return tw.Flush()
+}
+
+type statusJSON struct {
+	Range    string              `json:"range"`
+	Epoch    uint64              `json:"epoch"`
+	Leader   string              `json:"leader"`
+	Lease    leaseJSON           `json:"lease"`
+	Replicas []replicaStatusJSON `json:"replicas"`
+}
+
+type leaseJSON struct {
+	Holder         string `json:"holder"`
+	Epoch          uint64 `json:"epoch"`
+	Live           bool   `json:"live"`
+	TTLRemainingMs int64  `json:"ttl_remaining_ms"`
+}
+
+type replicaStatusJSON struct {
+	ID            string  `json:"id"`
+	Address       string  `json:"address"`
+	Reachable     bool    `json:"reachable"`
+	Error         string  `json:"error,omitempty"`
+	Role          string  `json:"role,omitempty"`
+	Epoch         uint64  `json:"epoch"`
+	FencedEpoch   uint64  `json:"fenced_epoch"`
+	LogEnd        uint64  `json:"log_end"`
+	HighWaterMark uint64  `json:"high_water_mark"`
+	LeaseValid    bool    `json:"lease_valid"`
+	Lag           *uint64 `json:"lag"`
+}
+
+func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
+	out := []statusJSON{}
+	for _, r := range rs {
+		l, ok := leaderOf(r.members)
+		var leader *memberStatus
+		sj := statusJSON{Range: r.info.GetRangeId(), Epoch: r.info.GetEpoch(), Replicas: []replicaStatusJSON{},
+			Lease: leaseJSON{Holder: r.info.GetLease().GetHolderId(), Epoch: r.info.GetLease().GetEpoch(), Live: r.info.GetLease().GetLive(), TTLRemainingMs: r.info.GetLease().GetTtlRemainingMs()}}
+		if ok {
+			leader, sj.Leader = &l, l.replica.GetId()
+		}
+		for _, m := range r.members {
+			rj := replicaStatusJSON{ID: m.replica.GetId(), Address: m.replica.GetAddress()}
+			if m.status == nil {
+				rj.Error = m.err.Error()
+			} else {
+				st := m.status
+				rj.Reachable, rj.Role, rj.Epoch, rj.FencedEpoch = true, roleName(st.GetRole()), st.GetEpoch(), st.GetFencedEpoch()
+				rj.LogEnd, rj.HighWaterMark, rj.LeaseValid = st.GetLogEnd(), st.GetHighWaterMark(), st.GetLeaseValid()
+				if n, ok := lagOf(m, leader); ok && m.replica.GetId() != sj.Leader {
+					rj.Lag = &n
+				}
+			}
+			sj.Replicas = append(sj.Replicas, rj)
+		}
+		out = append(out, sj)
+	}
+	return writeJSON(w, out)
+}
+
+const epochsHelp = `
+Print every replica's epoch history side by side: for each leadership epoch,
+the offset of the replica's first record written under it. Then each
+replica's divergence point against the leader's history: the offset below
+which both hold records of the same leaderships. A replica whose log runs
+past its divergence point holds another epoch's records there; it truncates
+them when it next fetches from the leader (never below its own HWM).
+
+Without a serving leader, divergence points are taken against the replica
+with the most recent epoch.
+`
+
+// historyOf is one replica's epoch history as epochs reports it.
+type historyOf struct {
+	member  memberStatus
+	history []journal.EpochStart
+	logEnd  uint64
+	hwm     uint64
+	err     error
+}
+
+func runEpochs(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "epochs", "RANGE", epochsHelp)
+	o := addClusterFlags(e, fs)
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(positional) != 1 {
+		return usagef("want exactly one RANGE, got %d arguments", len(positional))
+	}
+	c := newClients(o)
+	defer c.close()
+	r, err := c.getRange(ctx, positional[0])
+	if err != nil {
+		return err
+	}
+	sts := c.memberStatuses(ctx, r)
+	hs := make([]historyOf, len(sts))
+	var wg sync.WaitGroup
+	for i, m := range sts {
+		hs[i].member = m
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+			defer cancel()
+			resp, err := c.replica(m.replica.GetAddress()).GetEpochHistory(cctx, connect.NewRequest(&tenurev1.GetEpochHistoryRequest{RangeId: r.GetRangeId()}))
+			if err != nil {
+				hs[i].err = err
+				return
+			}
+			hs[i].logEnd, hs[i].hwm = resp.Msg.GetLogEnd(), resp.Msg.GetHighWaterMark()
+			for _, es := range resp.Msg.GetHistory() {
+				hs[i].history = append(hs[i].history, journal.EpochStart{Epoch: es.GetEpoch(), Start: es.GetStartOffset()})
+			}
+		})
+	}
+	wg.Wait()
+
+	ref, serving := referenceOf(sts, hs)
+	if *o.json {
+		return writeEpochsJSON(e.stdout, r.GetRangeId(), hs, ref, serving)
+	}
+	return writeEpochsTable(e.stdout, r.GetRangeId(), hs, ref, serving)
+}
+
+// referenceOf picks the history divergence is measured against: the
+// serving leader's, else the answering replica with the latest last epoch.
+// -1 when no replica answered.
+func referenceOf(sts []memberStatus, hs []historyOf) (int, bool) {
+	if l, ok := leaderOf(sts); ok {
+		for i := range hs {
+			if hs[i].member.replica.GetId() == l.replica.GetId() && hs[i].err == nil {
+				return i, true
+			}
+		}
+	}
+	best := -1
+	for i, h := range hs {
+		if h.err != nil || len(h.history) == 0 {
+			continue
+		}
+		if best < 0 || h.history[len(h.history)-1].Epoch > hs[best].history[len(hs[best].history)-1].Epoch {
+			best = i
+		}
+	}
+	return best, false
+}
+
+func writeEpochsTable(w io.Writer, rangeID string, hs []historyOf, ref int, serving bool) error {
+	var epochs []uint64
+	for _, h := range hs {
+		for _, es := range h.history {
+			if !slices.Contains(epochs, es.Epoch) {
+				epochs = append(epochs, es.Epoch)
+			}
+		}
+	}
+	slices.Sort(epochs)
+	fmt.Fprintf(w, "range %s: where each replica's first record of each epoch sits\n\n", rangeID)
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	fmt.Fprint(tw, "\t")
+	for _, h := range hs {
+		role := "unreachable"
+		if h.member.status != nil {
+			role = roleName(h.member.status.GetRole())
+		}
+		fmt.Fprintf(tw, "%s (%s)\t", h.member.replica.GetId(), role)
+	}
+	fmt.Fprintln(tw)
+	for _, ep := range epochs {
+		fmt.Fprintf(tw, "epoch %d\t", ep)
+		for _, h := range hs {
+			cell := "-"
+			if h.err != nil {
+				cell = "?"
+			}
+			for _, es := range h.history {
+				if es.Epoch == ep {
+					cell = strconv.FormatUint(es.Start, 10)
+				}
+			}
+			fmt.Fprintf(tw, "%s\t", cell)
+		}
+		fmt.Fprintln(tw)
+	}
+	for _, row := range []struct {
+		name string
+		v    func(historyOf) uint64
+	}{{"log end", func(h historyOf) uint64 { return h.logEnd }}, {"hwm", func(h historyOf) uint64 { return h.hwm }}} {
+		fmt.Fprintf(tw, "%s\t", row.name)
+		for _, h := range hs {
+			if h.err != nil {
+				fmt.Fprint(tw, "?\t")
+			} else {
+				fmt.Fprintf(tw, "%d\t", row.v(h))
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if ref < 0 {
+		fmt.Fprintln(w, "no replica answered with a known history: no divergence points")
+		return nil
+	}
+	refID := hs[ref].member.replica.GetId()
+	if serving {
+		fmt.Fprintf(w, "divergence against the leader %s:\n", refID)
+	} else {
+		fmt.Fprintf(w, "no serving leader; divergence against %s, the replica with the latest epoch:\n", refID)
+	}
+	for i, h := range hs {
+		if i == ref {
+			continue
+		}
+		fmt.Fprintf(w, "  %s: %s\n", h.member.replica.GetId(), divergenceText(hs[ref].history, h))
+	}
+	return nil
+}
+
+// divergenceText says where h stops agreeing with the reference history.
+func divergenceText(ref []journal.EpochStart, h historyOf) string {
+	if h.err != nil {
+		return "unreachable (" + shortErr(h.err) + ")"
+	}
+	p, ok := journal.DivergencePoint(ref, h.history)
+	switch {
+	case !ok && h.logEnd == 0:
+		return "empty log: nothing to compare, it catches up by fetching"
+	case !ok:
+		return "history unknown: the fetch check alone reconciles it"
+	case p == math.MaxUint64:
+		return "identical history"
+	case h.logEnd > p:
+		return fmt.Sprintf("diverges at offset %d: its records %d..%d are another leadership's and are cut when it fetches", p, p, h.logEnd-1)
+	}
+	return fmt.Sprintf("diverges at offset %d, where its log ends: it only lacks later records", p)
+}
+
+type epochsJSON struct {
+	Range string `json:"range"`
+	// Reference is the replica divergence is measured against; Leader is
+	// set when it is the serving leader.
+	Reference string             `json:"reference"`
+	Leader    string             `json:"leader"`
+	Replicas  []replicaEpochJSON `json:"replicas"`
+}
+
+type replicaEpochJSON struct {
+	ID            string      `json:"id"`
+	Role          string      `json:"role,omitempty"`
+	Error         string      `json:"error,omitempty"`
+	History       []entryJSON `json:"history"`
+	LogEnd        uint64      `json:"log_end"`
+	HighWaterMark uint64      `json:"high_water_mark"`
+	// DivergencePoint is null when there is none to compute (unknown
+	// history, unreachable, or this is the reference) and when identical.
+	DivergencePoint *uint64 `json:"divergence_point"`
+	Identical       bool    `json:"identical"`
+}
+
+func writeEpochsJSON(w io.Writer, rangeID string, hs []historyOf, ref int, serving bool) error {
+	out := epochsJSON{Range: rangeID, Replicas: []replicaEpochJSON{}}
+	if ref >= 0 {
+		out.Reference = hs[ref].member.replica.GetId()
+		if serving {
+			out.Leader = out.Reference
+		}
+	}
+	for i, h := range hs {
+		rj := replicaEpochJSON{ID: h.member.replica.GetId(), History: []entryJSON{}, LogEnd: h.logEnd, HighWaterMark: h.hwm}
+		if h.member.status != nil {
+			rj.Role = roleName(h.member.status.GetRole())
+		}
+		if h.err != nil {
+			rj.Error = h.err.Error()
+		}
+		for j, es := range h.history {
+			rj.History = append(rj.History, entryJSON{Index: j, Epoch: es.Epoch, Start: es.Start})
+		}
+		if ref >= 0 && i != ref && h.err == nil {
+			if p, ok := journal.DivergencePoint(hs[ref].history, h.history); ok {
+				if p == math.MaxUint64 {
+					rj.Identical = true
+				} else {
+					rj.DivergencePoint = &p
+				}
+			}
+		}
+		out.Replicas = append(out.Replicas, rj)
+	}
+	return writeJSON(w, out)
+}
