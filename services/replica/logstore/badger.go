@@ -89,18 +89,8 @@ func (l badgerLogger) Warningf(f string, args ...any) {
 func (badgerLogger) Infof(string, ...any)  {}
 func (badgerLogger) Debugf(string, ...any) {}
 
-// syncDB makes everything committed to Badger so far durable.
-//
-// db.Sync fsyncs the active memtable's WAL and the current value-log file.
-// That is not everything: with SyncWrites off, Badger does not sync a
-// memtable's WAL when it rotates to a new memtable (badger v4.9.6
-// ensureRoomForWrite; issue #1847 fixed only the active one), so records
-// committed just before a rotation sit unsynced in the previous WAL until
-// its flush to an SST, and a power loss there could lose them while later
-// records survive. So after db.Sync this also fsyncs every older WAL file not
-// yet synced since it was rotated away from; a rotated WAL is never written
-// again, so each costs one fsync once. (Value-log rotation does sync the old
-// file: ristretto's MmapFile.Truncate msyncs first.)
+// syncDB makes everything committed to Badger so far durable (see syncOnce
+// for what that takes).
 //
 // Concurrent callers share syncs: a caller takes a ticket, and the first sync
 // that STARTS after the ticket was taken covers the caller's writes (they
@@ -140,18 +130,65 @@ func (s *Store) syncDB() error {
 	return nil
 }
 
-// syncOnce is one durability sync of the database.
+// syncOnce is one durability sync of the database: an fsync of the active
+// memtable WAL, of the active value-log file and of each rotated-away WAL not
+// yet synced, all at once.
+//
+// This is what db.Sync does (it msyncs the active WAL and value log), done
+// with fsync instead, in parallel: db.Sync runs its two msyncs one after the
+// other, and msync(MS_SYNC) of a mapping walks its whole range (Badger maps
+// each value-log file at twice its size, 512 MiB here), which showed as ~7%
+// of a replica's CPU under load. On Linux fsync of any descriptor of a file
+// writes back its dirty pages, mapped ones included, and concurrent fsyncs
+// on one filesystem share journal commits: measured on the target box, two
+// preallocated files synced in parallel take ~180us against ~270us in turn.
+//
+// The files are found by listing the directory: Badger numbers memtable WALs
+// ("<fid>.mem") and value-log files ("<fid>.vlog") in creation order, and
+// writes only to the newest of each. A file created after the listing holds
+// nothing committed before this sync began. A value-log file is synced by
+// Badger itself when it rotates away from it (ristretto's MmapFile.Truncate
+// msyncs first), so only the newest one needs syncing here.
 func (s *Store) syncOnce() error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
-	if err := s.db.Sync(); err != nil {
-		return fmt.Errorf("logstore: sync badger: %w", err)
+	ents, err := os.ReadDir(s.badgerDir)
+	if err != nil {
+		return fmt.Errorf("logstore: list %s: %w", s.badgerDir, err)
 	}
-	if err := s.syncSealedWALs(); err != nil {
+	var paths []string
+	if vlog := newestWithSuffix(ents, ".vlog"); vlog != "" {
+		paths = append(paths, filepath.Join(s.badgerDir, vlog))
+	}
+	if mem := newestWithSuffix(ents, ".mem"); mem != "" {
+		paths = append(paths, filepath.Join(s.badgerDir, mem))
+	}
+	errs := make([]error, len(paths)+1)
+	var wg sync.WaitGroup
+	for i, path := range paths {
+		wg.Go(func() { errs[i] = fsyncFile(path) })
+	}
+	errs[len(paths)] = s.syncSealed(ents)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	s.syncs.Add(1)
 	return nil
+}
+
+// newestWithSuffix returns the name of the highest-numbered "<n><suffix>"
+// entry, "" when there is none.
+func newestWithSuffix(ents []os.DirEntry, suffix string) string {
+	newest, name := -1, ""
+	for _, e := range ents {
+		fid, ok := strings.CutSuffix(e.Name(), suffix)
+		n, err := strconv.Atoi(fid)
+		if ok && err == nil && n > newest {
+			newest, name = n, e.Name()
+		}
+	}
+	return name
 }
 
 // syncSealedWALs fsyncs the memtable WAL files ("<fid>.mem") other than the
@@ -161,6 +198,17 @@ func (s *Store) syncSealedWALs() error {
 	if err != nil {
 		return fmt.Errorf("logstore: list %s: %w", s.badgerDir, err)
 	}
+	return s.syncSealed(ents)
+}
+
+// syncSealed is syncSealedWALs on a listing of the directory.
+//
+// With SyncWrites off, Badger does not sync a memtable's WAL when it rotates
+// to a new memtable (badger v4.9.6 ensureRoomForWrite; issue #1847 fixed only
+// the active one), so records committed just before a rotation sit unsynced
+// in the previous WAL until its flush to an SST. A rotated WAL is never
+// written again, so each costs one fsync, once.
+func (s *Store) syncSealed(ents []os.DirEntry) error {
 	var mems []string
 	newest := -1
 	for _, e := range ents {
@@ -177,8 +225,9 @@ func (s *Store) syncSealedWALs() error {
 		present[name] = true
 		n, _ := strconv.Atoi(strings.TrimSuffix(name, ".mem"))
 		if n == newest || s.sealed[name] {
-			// The newest is the one db.Sync synced (or one created after it,
-			// which holds nothing committed before this sync).
+			// The newest is the active one, synced by syncOnce (or one
+			// created after the listing, which holds nothing committed
+			// before this sync).
 			continue
 		}
 		if err := fsyncFile(filepath.Join(s.badgerDir, name)); err != nil {
