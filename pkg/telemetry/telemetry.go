@@ -27,23 +27,36 @@
 //     exporter variables, as the OTLP exporters document them.
 //   - OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES: override the service name
 //     and attributes a process gives Setup.
-//   - OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG: the sampler; the default
-//     is parentbased_always_on.
+//   - OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG: the sampler, replacing
+//     tenure's default, Sampler (below).
 //   - OTEL_BSP_*: the batch span processor's queue and delay.
 //   - OTEL_SDK_DISABLED=true: no SDK at all; spans are no-ops and transition
 //     records carry no trace id.
 //
+// # What is traced
+//
+// Sampler, the default, samples every span whose parent is sampled, and of
+// spans that start a trace, those tenure's own code starts ("promote") and
+// the calls an operator makes to the promoter (tenure.v1.PromoterService).
+// It drops the other Connect calls that start a trace: the promoter's
+// probes (ten a second per replica), followers' fetches, lease keep-alives
+// and watches, and clients' appends and reads. Traced, those would be
+// thousands of one-span traces a minute that evict the promotions from
+// Jaeger's store and cost CPU on the data path. A client that wants its
+// append traced sends a sampled traceparent, and the parent-based rule
+// honours it.
+//
 // # Cost without an exporter
 //
 // With no exporter configured, Setup still installs an SDK TracerProvider
-// with the (parent-based, always-on) sampler but no span processor. Spans
-// are then recorded in memory and dropped when they end: no queue, no
-// network. This is deliberate: the transition record and the logs carry a
-// trace id, and an id is only worth printing if it is real, that is, shared
-// by every process a promotion touched, which takes a sampled span context
-// propagated over every call. A promotion makes a few dozen spans; the
-// steady-state calls (fetches, probes, appends) make one client and one
-// server span each, a few microseconds. OTEL_SDK_DISABLED=true removes even
+// with Sampler but no span processor. Sampled spans are then recorded in
+// memory and dropped when they end: no queue, no network. This is
+// deliberate: the transition record and the logs carry a trace id, and an
+// id is only worth printing if it is real, that is, shared by every process
+// a promotion touched, which takes a sampled span context propagated over
+// every call. A promotion records a few dozen spans; the steady-state calls
+// (probes, fetches, appends) are not sampled, and an unsampled span costs
+// an id and a context, not a recording. OTEL_SDK_DISABLED=true removes even
 // that.
 package telemetry
 
@@ -168,6 +181,10 @@ func Setup(ctx context.Context, serviceName string, attrs ...attribute.KeyValue)
 		return noop, fmt.Errorf("telemetry: resource: %w", err)
 	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")) == "" {
+		// Set, the SDK reads it itself.
+		opts = append(opts, sdktrace.WithSampler(Sampler()))
+	}
 	if exporter.Kind == "otlp" {
 		var exp sdktrace.SpanExporter
 		// The exporters read their endpoint, headers, timeout and TLS
@@ -191,6 +208,33 @@ func Setup(ctx context.Context, serviceName string, attrs ...attribute.KeyValue)
 	}
 	return tp.Shutdown, nil
 }
+
+// Sampler is the sampler tenure processes use unless OTEL_TRACES_SAMPLER
+// says otherwise: a span with a parent follows its parent's decision; a span
+// that starts a trace is sampled unless it is a Connect call (client or
+// server span, named for its procedure) outside tenure.v1.PromoterService.
+// See the package documentation for why.
+func Sampler() sdktrace.Sampler {
+	return sdktrace.ParentBased(rootSampler{})
+}
+
+// operatorServicePrefix names the procedures whose calls start a trace
+// worth keeping: an operator's planned promotion arrives as
+// tenure.v1.PromoterService/Promote, and the promotion's spans are its
+// children.
+const operatorServicePrefix = "tenure.v1.PromoterService/"
+
+type rootSampler struct{}
+
+func (rootSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	decision := sdktrace.RecordAndSample
+	if (p.Kind == trace.SpanKindClient || p.Kind == trace.SpanKindServer) && !strings.HasPrefix(p.Name, operatorServicePrefix) {
+		decision = sdktrace.Drop
+	}
+	return sdktrace.SamplingResult{Decision: decision, Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}
+}
+
+func (rootSampler) Description() string { return "TenureRoots" }
 
 // Propagator is the propagator every tenure process uses: W3C trace context
 // (the traceparent header) and baggage.

@@ -12,7 +12,9 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
@@ -170,5 +172,46 @@ func TestSetupRejectsBadConfig(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "jaeger")
 	if _, err := telemetry.Setup(context.Background(), "tenure-test"); err == nil {
 		t.Fatal("Setup with OTEL_TRACES_EXPORTER=jaeger succeeded, want an error")
+	}
+}
+
+// Sampler keeps what a promotion is made of and drops the steady-state
+// calls that would otherwise flood the trace store.
+func TestSampler(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(telemetry.Sampler()))
+	tr := tp.Tracer("test")
+	ctx := context.Background()
+	sampledParent, parent := tr.Start(ctx, "promote")
+	defer parent.End()
+	unsampledParent, probe := tr.Start(ctx, "tenure.v1.ReplicaService/GetStatus", trace.WithSpanKind(trace.SpanKindClient))
+	defer probe.End()
+	remote := trace.ContextWithRemoteSpanContext(ctx, parent.SpanContext())
+
+	tests := []struct {
+		name   string
+		ctx    context.Context
+		span   string
+		kind   trace.SpanKind
+		wanted bool
+	}{
+		{"tenure's own root span", ctx, "promote", trace.SpanKindInternal, true},
+		{"probe", ctx, "tenure.v1.ReplicaService/GetStatus", trace.SpanKindClient, false},
+		{"follower fetch", ctx, "tenure.v1.ReplicaService/Fetch", trace.SpanKindClient, false},
+		{"client append arriving untraced", ctx, "tenure.v1.LogService/Append", trace.SpanKindServer, false},
+		{"lease keep-alive", ctx, "tenure.v1.LeaseService/KeepAlive", trace.SpanKindClient, false},
+		{"operator's promote", ctx, "tenure.v1.PromoterService/Promote", trace.SpanKindServer, true},
+		{"a promotion's fence call", sampledParent, "tenure.v1.ReplicaService/Fence", trace.SpanKindClient, true},
+		{"the replica's side of it", remote, "tenure.v1.ReplicaService/Fence", trace.SpanKindServer, true},
+		{"under a dropped probe", unsampledParent, "anything", trace.SpanKindInternal, false},
+	}
+	if probe.SpanContext().IsSampled() || !parent.SpanContext().IsSampled() {
+		t.Fatalf("setup: probe sampled %v, promote sampled %v", probe.SpanContext().IsSampled(), parent.SpanContext().IsSampled())
+	}
+	for _, tt := range tests {
+		_, s := tr.Start(tt.ctx, tt.span, trace.WithSpanKind(tt.kind))
+		if got := s.SpanContext().IsSampled(); got != tt.wanted {
+			t.Errorf("%s: %s (%s) sampled = %v, want %v", tt.name, tt.span, tt.kind, got, tt.wanted)
+		}
+		s.End()
 	}
 }
