@@ -106,6 +106,7 @@ $(BIN)/static/httpcheck: deploy/compose/httpcheck/main.go
 
 $(BIN)/static/smoke: $(wildcard deploy/compose/smoke/*.go) $(GOFILES) go.mod go.sum
 	$(STATIC_GO) -o $@ ./deploy/compose/smoke
+	@chmod a+rx $@ # run as uid 65532 in the tenure image
 
 $(BIN)/static/etcd: deploy/tools/etcd/go.mod deploy/tools/etcd/go.sum
 	@echo ">> building etcd $(ETCD_VERSION) from its pinned module (about 2 minutes on a cold cache)"
@@ -119,6 +120,7 @@ $(BIN)/static/jaeger: deploy/tools/jaeger/go.mod deploy/tools/jaeger/go.sum
 define image
 	@rm -rf $(IMAGES_DIR)/$(1) && mkdir -p $(IMAGES_DIR)/$(1)/tmp $(IMAGES_DIR)/$(1)/data && chmod 1777 $(IMAGES_DIR)/$(1)/tmp
 	@ln -f $(3) $(IMAGES_DIR)/$(1)/
+	@chmod -R a+rX $(IMAGES_DIR)/$(1) # the images run as uid 65532, whatever the umask
 	DOCKER_BUILDKIT=0 docker build -q -t $(2) -f deploy/compose/images/$(1).Dockerfile $(IMAGES_DIR)/$(1) 2>&1 | \
 		{ grep -v -e 'legacy builder is deprecated' -e 'BuildKit is currently disabled' -e 'environment-variable\.' -e '^$$' || true; }
 endef
