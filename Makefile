@@ -140,6 +140,9 @@ images: image-tenure image-etcd image-jaeger ## Build the tenure, etcd and Jaege
 up: images ## Start the compose stack (etcd x3, lease x2, replica x3, promoter x2, Jaeger) and wait for it to be healthy.
 	$(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE) up -d
 	COMPOSE="$(COMPOSE)" deploy/compose/wait-healthy.sh $(COMPOSE_PROJECT) 180
+	@echo "lease-1 http://127.0.0.1:7000, replicas 127.0.0.1:7101-7103, promoters 127.0.0.1:7201-7202"
+	@echo "Jaeger query API: http://127.0.0.1:16686/api/traces/<trace id> (/api/services lists services)"
+	@echo "tenurectl on the stack's network: make ctl ARGS=status"
 
 .PHONY: down
 down: ## Stop the compose stack and delete its volumes.
