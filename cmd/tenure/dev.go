@@ -20,10 +20,16 @@ Runs a whole tenure cluster on loopback: an embedded etcd, the lease service
 and a promoter in this process, and three replicas (r1, r2, r3) as separate
 processes of this same binary, so a leader can really be killed. Then it
 tells a short story, printing each step: create a range, wait for its first
-leader, append records, SIGKILL the leader's process, watch the promotion
-(epoch, new leader, committed bound, truncations, timings, trace id), append
-and read again, restart the old leader and watch it rejoin as a follower,
-and compare every replica's epoch history.
+leader, append records; pause the followers (SIGSTOP) and append one more
+record, which the leader writes but cannot commit; SIGKILL the leader's
+process and resume the followers; watch the promotion (epoch, new leader,
+committed bound, truncations, timings, trace id); append and read again;
+compare every replica's epoch history and divergence point; restart the old
+leader and watch it rejoin as a follower, its uncommitted record cut.
+
+Tracing follows the OTEL_* environment (see pkg/telemetry): with
+OTEL_EXPORTER_OTLP_ENDPOINT set, every process exports its spans there and
+the promotion's trace id can be looked up in Jaeger.
 
 Without --keep it stops everything when the story ends. With --keep the
 cluster keeps running for tenurectl until Ctrl-C. Ctrl-C stops everything

@@ -10,12 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurelog/tenure/pkg/embedetcd"
+	"github.com/tenurelog/tenure/pkg/telemetry"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 	"github.com/tenurelog/tenure/services/lease"
@@ -40,6 +42,10 @@ type devCluster struct {
 	log       *slog.Logger
 	logFile   *os.File
 	ports     devPorts
+	// stopTracing flushes buffered spans; tracesExported says whether they
+	// go anywhere (an OTLP endpoint is configured).
+	stopTracing    func()
+	tracesExported bool
 
 	etcd        *embedetcd.Etcd
 	etcdClient  *clientv3.Client
@@ -137,7 +143,16 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 	if c.logFile, err = os.OpenFile(filepath.Join(c.dir, "dev.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 		return fmt.Errorf("log file: %w", err)
 	}
-	c.log = slog.New(slog.NewTextHandler(c.logFile, nil))
+	c.log = slog.New(telemetry.LogHandler(slog.NewTextHandler(c.logFile, nil)))
+	// One tracer for the lease service and the promoter in this process;
+	// the replica processes set up their own from the same OTEL_*
+	// environment, so a promotion is one trace across all of them.
+	if c.stopTracing, err = startTracing(ctx, c.log, "tenure-dev"); err != nil {
+		return err
+	}
+	if exp, err := telemetry.ExporterFromEnv(os.Getenv); err == nil && exp.Kind == "otlp" && !telemetry.Disabled(os.Getenv) {
+		c.tracesExported = true
+	}
 
 	started := time.Now()
 	if c.etcd, err = embedetcd.Start(filepath.Join(c.dir, "etcd")); err != nil {
@@ -164,15 +179,10 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 	for i, id := range devReplicaIDs {
 		c.replicas = append(c.replicas, newDevReplica(id, ports.replicas[i], c.dir, c.leaseURL()))
 	}
-	for _, r := range c.replicas {
-		if err := r.start(c.self); err != nil {
-			return err
-		}
-	}
 	errs := make([]error, len(c.replicas))
 	var wg sync.WaitGroup
 	for i, r := range c.replicas {
-		wg.Go(func() { errs[i] = r.waitReady(ctx, replicaClient(c.http, r.url())) })
+		wg.Go(func() { errs[i] = c.startReplica(ctx, r) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -204,6 +214,34 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 	fmt.Fprintf(out, "  %-12s %s\n", "logs", filepath.Join(c.dir, "*.log"))
 	fmt.Fprintf(out, "  up in %v\n", time.Since(started).Round(time.Millisecond))
 	return nil
+}
+
+// devPortAttempts bounds the retries of a replica that lost its port.
+const devPortAttempts = 5
+
+// startReplica starts a replica child and waits for it to serve. A free
+// port is only known free when it is picked; if another process took it
+// before the child bound it, the child exits with "address already in use"
+// and is started again on a new free port (before any range names it, so
+// no membership goes stale).
+func (c *devCluster) startReplica(ctx context.Context, r *devReplica) error {
+	for attempt := 1; ; attempt++ {
+		if err := r.start(c.self); err != nil {
+			return err
+		}
+		err := r.waitReady(ctx, replicaClient(c.http, r.url()))
+		if err == nil || attempt == devPortAttempts || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		r.cmd = nil // it exited and was reaped
+		ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+		if lerr != nil {
+			return errors.Join(err, lerr)
+		}
+		r.listen = ln.Addr().String()
+		ln.Close()
+		c.log.Info("replica lost its port to another process; retrying on a new one", "replica", r.id, "listen", r.listen)
+	}
 }
 
 // close stops everything that started, in reverse order, each step bounded:
@@ -248,6 +286,9 @@ func (c *devCluster) close() {
 	}
 	if c.http != nil {
 		c.http.CloseIdleConnections()
+	}
+	if c.stopTracing != nil {
+		c.stopTracing()
 	}
 	if c.logFile != nil {
 		c.logFile.Close()

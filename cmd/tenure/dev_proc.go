@@ -24,6 +24,12 @@ import (
 // stuck and gets SIGKILL.
 const devReplicaStopTimeout = replicaShutdownTimeout + 2*time.Second
 
+// devFetchWait is how long a replica's leader may hold its fetch long poll.
+const devFetchWait = 500 * time.Millisecond
+
+// devLeaseTTL is the replicas' lease session TTL (whole seconds).
+const devLeaseTTL = 4 * time.Second
+
 // devReplicaReadyTimeout bounds how long a replica child may take to answer
 // its first GetStatus: opening Badger and reloading ranges.
 const devReplicaReadyTimeout = 20 * time.Second
@@ -33,31 +39,34 @@ const devReplicaReadyTimeout = 20 * time.Second
 // crash (SIGKILL: no shutdown code runs, its lease session is left to
 // expire, its sockets are reset by the kernel).
 type devReplica struct {
-	id      string
-	listen  string // host:port, fixed for the cluster's life so membership stays true
-	dataDir string
-	logPath string
-	args    []string
+	id       string
+	listen   string // host:port, fixed for the cluster's life so membership stays true
+	dataDir  string
+	logPath  string
+	leaseURL string
 
 	// cmd is the running process; nil while down.
 	cmd *exec.Cmd
 	// exited is closed once cmd has been reaped; exitErr is then its status.
 	exited  chan struct{}
 	exitErr error
+	// paused is set while the process is stopped by SIGSTOP.
+	paused bool
 }
 
 func (r *devReplica) url() string { return "http://" + r.listen }
 
 func newDevReplica(id, listen, root, leaseURL string) *devReplica {
-	dir := filepath.Join(root, id)
-	return &devReplica{
-		id: id, listen: listen, dataDir: dir, logPath: filepath.Join(root, id+".log"),
-		args: []string{"replica", "--id", id, "--listen", listen, "--data-dir", dir, "--lease", leaseURL,
-			// 2s sessions are etcd's minimum: a leader that dies without
-			// being noticed otherwise loses its lease that soon. A short
-			// fetch wait keeps followers' long polls brief.
-			"--lease-ttl", "2s", "--fetch-wait", "500ms"},
-	}
+	return &devReplica{id: id, listen: listen, dataDir: filepath.Join(root, id), logPath: filepath.Join(root, id+".log"), leaseURL: leaseURL}
+}
+
+func (r *devReplica) args() []string {
+	return []string{"replica", "--id", r.id, "--listen", r.listen, "--data-dir", r.dataDir, "--lease", r.leaseURL,
+		// The lease TTL only matters for a leader that hangs without
+		// dying (a killed one refuses connections and is promoted away at
+		// once); 4s keeps the followers' sessions alive through the
+		// story's pause. A short fetch wait keeps long polls brief.
+		"--lease-ttl", devLeaseTTL.String(), "--fetch-wait", devFetchWait.String()}
 }
 
 // start launches the replica process. Its output goes to its log file
@@ -70,7 +79,7 @@ func (r *devReplica) start(self string) error {
 	if err != nil {
 		return fmt.Errorf("replica %s: log file: %w", r.id, err)
 	}
-	cmd := exec.Command(self, r.args...)
+	cmd := exec.Command(self, r.args()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The parent's TENURE_* settings are for the parent: the child is
 	// configured by its flags alone, so the demo means the same everywhere.
@@ -96,6 +105,31 @@ func (r *devReplica) start(self string) error {
 	return nil
 }
 
+// pause stops the process with SIGSTOP: it keeps its sockets and state
+// but does nothing, like a process stuck in a long GC pause or swapped out.
+func (r *devReplica) pause() error {
+	if r.cmd == nil {
+		return fmt.Errorf("replica %s is not running", r.id)
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("replica %s: SIGSTOP: %w", r.id, err)
+	}
+	r.paused = true
+	return nil
+}
+
+// resume continues a paused process (SIGCONT).
+func (r *devReplica) resume() error {
+	if r.cmd == nil || !r.paused {
+		return nil
+	}
+	r.paused = false
+	if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("replica %s: SIGCONT: %w", r.id, err)
+	}
+	return nil
+}
+
 // kill sends SIGKILL and reaps the process: a crash, not a shutdown.
 func (r *devReplica) kill() error {
 	if r.cmd == nil {
@@ -118,6 +152,8 @@ func (r *devReplica) stop() {
 		return
 	}
 	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	// A paused process acts on SIGTERM only once continued.
+	_ = r.resume()
 	select {
 	case <-r.exited:
 	case <-time.After(devReplicaStopTimeout):

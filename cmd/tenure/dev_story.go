@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -37,6 +38,94 @@ type story struct {
 	n       int // the step being printed
 
 	acked []ackedRecord
+	// inDoubt is the record the old leader wrote but could not commit, and
+	// oldLogEnd its log end just before it was killed.
+	inDoubt   *ackedRecord
+	oldLogEnd uint64
+}
+
+func joinIDs(rs []*devReplica) string {
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.id
+	}
+	return strings.Join(ids, ", ")
+}
+
+// inDoubtWait bounds the append the paused followers cannot acknowledge.
+// With the wait before it, the followers stay paused well within their
+// lease sessions' TTL (devLeaseTTL).
+const inDoubtWait = 500 * time.Millisecond
+
+// appendInDoubt stages the case tenure exists for: a leader that wrote a
+// record no quorum holds, then dies. With its followers paused, the leader
+// writes the record to its own log but cannot commit it, so the append is
+// not acknowledged. The followers are paused only after their in-flight
+// long polls (at most the fetch wait) have been answered, so none carries
+// the record away.
+func (s *story) appendInDoubt(ctx context.Context, leader *devReplica, followers []*devReplica) error {
+	for _, f := range followers {
+		if err := f.pause(); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(devFetchWait + 200*time.Millisecond):
+	}
+	value := "in-doubt"
+	cctx, cancel := context.WithTimeout(ctx, inDoubtWait)
+	resp, err := s.logClient(leader.url()).Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: s.rangeID, Records: [][]byte{[]byte(value)}}))
+	cancel()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err == nil {
+		// A follower took it after all: it is committed, and the story
+		// goes on with it as one more acknowledged record.
+		s.acked = append(s.acked, ackedRecord{offset: resp.Msg.GetBaseOffset(), value: value})
+		s.say("append %q was acknowledged at offset %d after all (a follower had fetched it)", value, resp.Msg.GetBaseOffset())
+		return nil
+	}
+	st, serr := s.status(ctx, leader)
+	if serr != nil {
+		return fmt.Errorf("status of %s: %w", leader.id, serr)
+	}
+	s.oldLogEnd = st.GetLogEnd()
+	s.inDoubt = &ackedRecord{offset: st.GetLogEnd() - 1, value: value}
+	s.say("append %q: no acknowledgement within %v (%s)", value, inDoubtWait, connect.CodeOf(err))
+	s.say("%s wrote it at offset %d (log end %d) but its high-water mark stays %d: no follower holds it, so it is not committed",
+		leader.id, s.inDoubt.offset, st.GetLogEnd(), st.GetHighWaterMark())
+	return nil
+}
+
+// checkInDoubtGone reads the old leader's log position where the in-doubt
+// record was, from the new leader: an epoch-start record of the new epoch
+// (or a later record), never the record no quorum held.
+func (s *story) checkInDoubtGone(ctx context.Context, old *devReplica, leaderID string) error {
+	cctx, cancel := context.WithTimeout(ctx, devRPCTimeout)
+	defer cancel()
+	resp, err := s.logClient(s.c.replica(leaderID).url()).Read(cctx, connect.NewRequest(&tenurev1.ReadRequest{RangeId: s.rangeID, Offset: s.inDoubt.offset, MaxRecords: 1}))
+	if err != nil {
+		return fmt.Errorf("read offset %d from %s: %w", s.inDoubt.offset, leaderID, err)
+	}
+	recs := resp.Msg.GetRecords()
+	if len(recs) != 1 {
+		return fmt.Errorf("read offset %d from %s: got %d records", s.inDoubt.offset, leaderID, len(recs))
+	}
+	if string(recs[0].GetValue()) == s.inDoubt.value && !recs[0].GetEpochStart() {
+		s.say("offset %d still holds %q: a follower had it before the kill, so the new leader kept and committed it (allowed: a failed append's outcome is unknown)", s.inDoubt.offset, s.inDoubt.value)
+		return nil
+	}
+	what := fmt.Sprintf("%q (epoch %d)", recs[0].GetValue(), recs[0].GetEpoch())
+	if recs[0].GetEpochStart() {
+		what = fmt.Sprintf("epoch %d's epoch-start record", recs[0].GetEpoch())
+	}
+	s.say("the in-doubt record is gone: %s cut its log back to %d when it first fetched, and offset %d is now %s (the histories agree);",
+		old.id, s.inDoubt.offset, s.inDoubt.offset, what)
+	s.say("it was never acknowledged, so no acknowledged record was lost, and no two replicas disagree about an offset")
+	return nil
 }
 
 type ackedRecord struct {
@@ -92,12 +181,30 @@ func (s *story) run(ctx context.Context) error {
 	}
 
 	old := s.c.replica(leader)
-	s.step("kill the leader: SIGKILL %s (pid %d)", old.id, old.cmd.Process.Pid)
-	if err := old.kill(); err != nil {
+	var followers []*devReplica
+	for _, r := range s.c.replicas {
+		if r != old {
+			followers = append(followers, r)
+		}
+	}
+	s.step("pause the followers (SIGSTOP %s) and append one more record to %s", joinIDs(followers), old.id)
+	if err := s.appendInDoubt(ctx, old, followers); err != nil {
+		return err
+	}
+
+	s.step("kill the leader: SIGKILL %s (pid %d), then resume the followers (SIGCONT)", old.id, old.cmd.Process.Pid)
+	err = old.kill()
+	for _, f := range followers {
+		if rerr := f.resume(); err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
 		return err
 	}
 	killed := time.Now()
 	s.say("%s is gone: no shutdown ran, its lease session is left to expire, its connections are refused", old.id)
+	s.say("its log still holds the in-doubt record, on disk, in epoch 1")
 
 	s.step("watch the promotion")
 	next, nextEpoch, err := s.waitLeader(ctx, epoch+1, old.id)
@@ -109,6 +216,12 @@ func (s *story) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if nextEpoch > epoch+1 {
+		// A slow machine can make the promoter act twice (a new leader
+		// that misses probes before its lease is bound to it): each
+		// promotion takes a new epoch, and fencing keeps every one safe.
+		s.say("%d promotions since the kill (epochs %d to %d); the last one, which stands, is shown", nextEpoch-epoch, epoch+1, nextEpoch)
+	}
 	s.printTransition(tr, killed, served)
 
 	s.step("append %d more records to the new leader %s, and read everything back", s.records, next)
@@ -119,7 +232,7 @@ func (s *story) run(ctx context.Context) error {
 		return err
 	}
 
-	s.step("epoch histories while %s is down (%s's read from its journal file on disk)", old.id, old.id)
+	s.step("epoch histories while %s is down (%s's read from its journal file on disk, its log end from before the kill)", old.id, old.id)
 	if err := s.printHistories(ctx, next); err != nil {
 		return err
 	}
@@ -142,6 +255,11 @@ func (s *story) run(ctx context.Context) error {
 	s.step("epoch histories, side by side")
 	if err := s.printHistories(ctx, next); err != nil {
 		return err
+	}
+	if s.inDoubt != nil {
+		if err := s.checkInDoubtGone(ctx, old, next); err != nil {
+			return err
+		}
 	}
 
 	s.step("transition records of range %q, newest first (tenurectl transitions %s)", s.rangeID, s.rangeID)
@@ -241,6 +359,11 @@ func (s *story) readBack(ctx context.Context, leaderID string) error {
 		}
 	}
 	s.say("all %d acknowledged records are there, each at the offset it was acknowledged at", len(s.acked))
+	if s.inDoubt != nil {
+		if rec := byOffset[s.inDoubt.offset]; rec != nil && string(rec.GetValue()) != s.inDoubt.value {
+			s.say("offset %d, where the dead leader wrote %q, is the new epoch's: that record was never acknowledged", s.inDoubt.offset, s.inDoubt.value)
+		}
+	}
 	return nil
 }
 
@@ -283,7 +406,7 @@ func (s *story) printTransition(tr *tenurev1.Transition, killed time.Time, serve
 	s.say("committed bound %d: the highest HWM a fenced replica reported (followers learn it a fetch late);", tr.GetCommittedBound())
 	s.say("the new leader keeps its whole log up to log end %d, so every acknowledged record survives", candEnd)
 	s.say("fence answers (only fenced replicas with a known history count):")
-	tw := tabwriter.NewWriter(s.w, 0, 0, 2, ' ', 0)
+	tw := newTable(s.w, 2)
 	fmt.Fprintf(tw, "      REPLICA\tFENCED\tLOG END\tHWM\tLAST EPOCH\tNOTE\n")
 	for _, r := range tr.GetReplicas() {
 		if !r.GetFenced() {
@@ -311,10 +434,13 @@ func (s *story) printTransition(tr *tenurev1.Transition, killed time.Time, serve
 		steps = append(steps, fmt.Sprintf("%s %v", t.GetStep(), usDuration(t.GetDurationUs())))
 	}
 	s.say("step timings: %s", strings.Join(steps, ", "))
-	if tr.GetTraceId() != "" {
-		s.say("trace id: %s", tr.GetTraceId())
-	} else {
-		s.say("trace id: none (no trace exporter is configured for this process)")
+	switch {
+	case tr.GetTraceId() == "":
+		s.say("trace id: none (tracing is off: OTEL_SDK_DISABLED)")
+	case s.c.tracesExported:
+		s.say("trace id: %s (exported over OTLP: 'tenurectl trace %s' draws it from Jaeger)", tr.GetTraceId(), tr.GetTraceId())
+	default:
+		s.say("trace id: %s (not exported: run with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 and a Jaeger to see it)", tr.GetTraceId())
 	}
 }
 
@@ -356,6 +482,9 @@ func (s *story) printHistories(ctx context.Context, leaderID string) error {
 		v := historyView{id: r.id}
 		if r.cmd == nil {
 			v.role, v.logEnd, v.hwm = "down", "?", "?"
+			if s.oldLogEnd > 0 {
+				v.logEnd = strconv.FormatUint(s.oldLogEnd, 10)
+			}
 			in, err := journal.Inspect(filepath.Join(r.dataDir, "journal", s.rangeID+".journal"))
 			if err != nil {
 				return fmt.Errorf("read %s's journal: %w", r.id, err)
@@ -402,7 +531,7 @@ func writeHistories(w io.Writer, views []historyView, leader []journal.EpochStar
 		}
 	}
 	slices.Sort(epochs)
-	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	tw := newTable(w, 3)
 	fmt.Fprint(tw, "    \t")
 	for _, v := range views {
 		fmt.Fprintf(tw, "%s (%s)\t", v.id, v.role)
@@ -462,7 +591,7 @@ func (s *story) printTransitions(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list transitions: %w", err)
 	}
-	tw := tabwriter.NewWriter(s.w, 0, 0, 2, ' ', 0)
+	tw := newTable(s.w, 2)
 	fmt.Fprintf(tw, "    EPOCH\tLEADER\tCOMMITTED\tTRUNCATIONS\tDURATION\tREASON\n")
 	for _, tr := range trs {
 		fmt.Fprintf(tw, "    %d\t%s\t%d\t%d\t%v\t%s\n", tr.GetEpoch(), tr.GetLeaderId(), tr.GetCommittedBound(), len(tr.GetTruncations()), usDuration(tr.GetDurationUs()), firstLine(tr.GetReason()))
@@ -472,7 +601,10 @@ func (s *story) printTransitions(ctx context.Context) error {
 
 func usDuration(us int64) time.Duration {
 	d := time.Duration(us) * time.Microsecond
-	if d > time.Millisecond {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
 		return d.Round(100 * time.Microsecond)
 	}
 	return d
@@ -487,4 +619,32 @@ func firstLine(s string) string {
 		s = s[:87] + "..."
 	}
 	return s
+}
+
+// newTable is a tabwriter for a table of columns padded gap spaces apart.
+// Lines are written without trailing blanks (an empty last cell would
+// otherwise leave its column's padding behind).
+func newTable(w io.Writer, gap int) *tabwriter.Writer {
+	return tabwriter.NewWriter(&trimRight{w: w}, 0, 0, gap, ' ', 0)
+}
+
+// trimRight drops the blanks at the end of every line written through it.
+type trimRight struct {
+	w       io.Writer
+	pending []byte // a partial line
+}
+
+func (t *trimRight) Write(p []byte) (int, error) {
+	t.pending = append(t.pending, p...)
+	for {
+		i := bytes.IndexByte(t.pending, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := bytes.TrimRight(t.pending[:i], " \t")
+		if _, err := t.w.Write(append(line, '\n')); err != nil {
+			return 0, err
+		}
+		t.pending = t.pending[i+1:]
+	}
 }

@@ -183,12 +183,20 @@ func TestDevStory(t *testing.T) {
 	}
 	t.Logf("tenure dev took %v", time.Since(start))
 	out := d.output()
+	// The first leader is the preferred r1, unless a loaded machine made
+	// its fence answer too late to count.
+	first := "r1"
+	if m := regexp.MustCompile(`(r\d) leads at epoch 1,`).FindStringSubmatch(out); m != nil {
+		first = m[1]
+	} else {
+		t.Errorf("output does not name the first leader")
+	}
 	for _, want := range []string{
-		"r1 leads at epoch 1",
-		"kill the leader: SIGKILL r1",
-		"epoch 1 -> 2: ",
-		"all 10 acknowledged records are there",
-		"r1 vs leader",
+		"pause the followers (SIGSTOP",
+		"kill the leader: SIGKILL " + first,
+		"acknowledged records are there, each at the offset it was acknowledged at",
+		first + " vs leader",
+		first + " (pid",
 		"follows",
 		"stopped.",
 	} {
@@ -196,8 +204,19 @@ func TestDevStory(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	if m := regexp.MustCompile(`epoch 1 -> 2: (r\d) leads`).FindStringSubmatch(out); m == nil || m[1] == "r1" {
-		t.Errorf("after killing r1 the new leader is %v, want r2 or r3", m)
+	// Usually one promotion at epoch 2; on a loaded machine there may be
+	// another before the story sees a serving leader.
+	if m := regexp.MustCompile(`epoch \d+ -> \d+: (r\d) leads`).FindStringSubmatch(out); m == nil || m[1] == first {
+		t.Errorf("after killing %s the new leader is %v, want another replica", first, m)
+	}
+	// The record the dead leader wrote without a quorum is either cut (the
+	// usual case) or was carried to a follower and kept: never lost if it
+	// was acknowledged, and either way the histories end up agreeing.
+	if !regexp.MustCompile(`the in-doubt record is gone|still holds "in-doubt"|"in-doubt" was acknowledged`).MatchString(out) {
+		t.Errorf("output does not say what became of the in-doubt record")
+	}
+	if !regexp.MustCompile(`trace id: [0-9a-f]{32}`).MatchString(out) {
+		t.Errorf("output lacks the promotion's trace id")
 	}
 	if t.Failed() {
 		t.Logf("output:\n%s", out)

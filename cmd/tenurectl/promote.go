@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
@@ -97,7 +96,7 @@ func writeTransition(w io.Writer, tr *tenurev1.Transition) {
 	}
 	fmt.Fprintf(w, "trace id:        %s\n", trace)
 	fmt.Fprintln(w, "fence answers:")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w, 2)
 	fmt.Fprintf(tw, "  REPLICA\tFENCED\tHISTORY\tLOG END\tHWM\tLAST EPOCH\tNOTE\n")
 	for _, r := range tr.GetReplicas() {
 		if !r.GetFenced() {
@@ -187,7 +186,7 @@ func runTransitions(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	tw := newTable(e.stdout, 2)
 	fmt.Fprintf(tw, "EPOCH\tLEADER\tCOMMITTED\tTRUNCATED\tDURATION\tSTARTED\tTRACE\tREASON\n")
 	for _, tr := range trs {
 		var cut []string

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"connectrpc.com/connect"
 
@@ -139,7 +138,7 @@ func writeRangeList(w io.Writer, ranges []*tenurev1.RangeInfo) error {
 		fmt.Fprintln(w, "no ranges; 'tenurectl range create' makes one")
 		return nil
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w, 2)
 	fmt.Fprintf(tw, "RANGE\tEPOCH\tLEASE HOLDER\tLEASE\tPREFERRED\tREPLICAS\n")
 	for _, r := range ranges {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.GetRangeId(), r.GetEpoch(), orDash(r.GetLease().GetHolderId()),

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"text/tabwriter"
 
 	"connectrpc.com/connect"
 
@@ -93,7 +92,7 @@ func lagOf(s memberStatus, leader *memberStatus) (uint64, bool) {
 }
 
 func writeStatusTable(w io.Writer, rs []rangeStatus) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w, 2)
 	fmt.Fprintf(tw, "RANGE\tEPOCH\tLEADER\tREPLICA\tROLE\tEPOCH\tLOG END\tHWM\tLAG\tNOTE\n")
 	for _, r := range rs {
 		l, ok := leaderOf(r.members)
@@ -292,7 +291,7 @@ func writeEpochsTable(w io.Writer, rangeID string, hs []historyOf, ref int, serv
 	}
 	slices.Sort(epochs)
 	fmt.Fprintf(w, "range %s: where each replica's first record of each epoch sits\n\n", rangeID)
-	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	tw := newTable(w, 3)
 	fmt.Fprint(tw, "\t")
 	for _, h := range hs {
 		role := "unreachable"
