@@ -64,8 +64,10 @@
 // data, Epoch > FencedEpoch are all refused as ErrCorrupt).
 //
 // The synced-end marker d/<id> is written with every commit that touches the
-// range: records below it were fsynced before that commit. Open trusts the
-// log below it and checks only the tail above it (see recoverLogEnd).
+// range: records below it were fsynced before that commit. (With the sync
+// pipelined behind the writes it may trail the durable end by a few
+// batches; a clean Close sets it to the log end.) Open trusts the log below
+// it and checks only the tail above it (see recoverLogEnd).
 //
 // # Crash safety
 //
