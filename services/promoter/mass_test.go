@@ -58,7 +58,8 @@ func TestMassFailover(t *testing.T) {
 	// record is written just after adoption, so give it a moment.
 	ctx := context.Background()
 	var bad []string
-	waitFor(t, "every transition record", 30*time.Second, func() bool {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
 		bad = bad[:0]
 		for _, id := range ids {
 			trs, err := p.transitions(ctx, id, 10)
@@ -69,25 +70,42 @@ func TestMassFailover(t *testing.T) {
 			for _, tr := range trs {
 				got = append(got, tr.GetEpoch())
 			}
-			want := "[1]"
+			// A victim has exactly one promotion after epoch 1 (an attempt
+			// that failed for want of a quorum under load leaves no record,
+			// so its epoch may be above 2); any other range none.
+			ok := len(got) == 1 && got[0] == 1
 			if victims[id] {
-				want = "[2 1]"
+				ok = len(got) == 2 && got[1] == 1 && got[0] >= 2
 			}
-			if fmt.Sprint(got) != want {
-				bad = append(bad, fmt.Sprintf("%s: epochs %v, want %s", id, got, want))
+			if !ok {
+				bad = append(bad, fmt.Sprintf("%s (victim %v): epochs %v", id, victims[id], got))
 			}
 		}
-		return len(bad) == 0
-	})
+		if len(bad) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if len(bad) > 0 {
-		t.Errorf("transition records: %v", bad)
+		t.Errorf("transition records after 60s: %v", bad)
 	}
 }
 
 // ledBy is the set of ranges replica id leads at exactly epoch.
 func (c *cluster) ledBy(id string, epoch uint64) map[string]bool {
-	tr := c.byID[id]
 	led := map[string]bool{}
+	for r, e := range c.leading(id) {
+		if e == epoch {
+			led[r] = true
+		}
+	}
+	return led
+}
+
+// leading maps each range replica id leads to the epoch it leads at.
+func (c *cluster) leading(id string) map[string]uint64 {
+	tr := c.byID[id]
+	led := map[string]uint64{}
 	if tr.srv == nil {
 		return led
 	}
@@ -98,15 +116,15 @@ func (c *cluster) ledBy(id string, epoch uint64) map[string]bool {
 		return led
 	}
 	for _, st := range resp.Msg.GetRanges() {
-		if st.GetRole() == tenurev1.Role_ROLE_LEADER && st.GetEpoch() == epoch {
-			led[st.GetRangeId()] = true
+		if st.GetRole() == tenurev1.Role_ROLE_LEADER {
+			led[st.GetRangeId()] = st.GetEpoch()
 		}
 	}
 	return led
 }
 
-// waitReled waits until every range in victims is led at epoch 2 by a
-// replica other than the killed one.
+// waitReled waits until every range in victims is led, at an epoch above 1,
+// by a replica other than the killed one.
 func (c *cluster) waitReled(victims map[string]bool, killed string) {
 	c.t.Helper()
 	waitFor(c.t, "every range of the killed replica to have a new leader", 120*time.Second, func() bool {
@@ -115,8 +133,8 @@ func (c *cluster) waitReled(victims map[string]bool, killed string) {
 			if tr.id == killed {
 				continue
 			}
-			for r := range c.ledBy(tr.id, 2) {
-				if victims[r] {
+			for r, e := range c.leading(tr.id) {
+				if victims[r] && e >= 2 {
 					n++
 				}
 			}
