@@ -76,6 +76,10 @@ func TestTraceJSON(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("tenurectl trace --json: status %d, stderr:\n%s", code, stderr)
 	}
+	// --json before the command name, as for every other command.
+	if code, global, stderr := runCmd(t, "--json", "trace", recordedTraceID, "--jaeger="+srv.URL); code != exitOK || global != stdout {
+		t.Errorf("tenurectl --json trace: status %d, stderr %q; want the same JSON as 'trace --json'", code, stderr)
+	}
 	var got waterfall
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, stdout)
