@@ -169,10 +169,15 @@ func (c *cluster) newPromoter(id string, run bool, tune ...func(*Config)) *Promo
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { p.Run(ctx); close(done) }()
-		c.t.Cleanup(func() { cancel(); <-done })
+		stop := func() { cancel(); <-done }
+		p.testStop = stop
+		c.t.Cleanup(stop)
 	}
 	return p
 }
+
+// stopForTest returns the function that stops a promoter newPromoter ran.
+func (p *Promoter) stopForTest() func() { return sync.OnceFunc(p.testStop) }
 
 func (c *cluster) log_(addr string) tenurev1connect.LogServiceClient {
 	return tenurev1connect.NewLogServiceClient(c.http, addr, transport.ClientOptions()...)
@@ -292,4 +297,3 @@ func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) 
 	t.Fatalf("timed out after %v waiting for %s", within, what)
 }
 
-var _ = sync.Mutex{}

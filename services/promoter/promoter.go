@@ -145,6 +145,8 @@ type Promoter struct {
 	// testHookAfterFence, when set by a test, runs between the fence round
 	// and the plan, to interleave two promoters deterministically.
 	testHookAfterFence func(rangeID string, epoch uint64)
+	// testStop stops a promoter a test started (set by the test harness).
+	testStop func()
 }
 
 // New builds a promoter; it does nothing until Run.
