@@ -296,4 +296,3 @@ func waitFor(t testing.TB, what string, within time.Duration, cond func() bool) 
 	}
 	t.Fatalf("timed out after %v waiting for %s", within, what)
 }
-
