@@ -123,7 +123,16 @@ func (c *testCluster) stop(tr *testReplica) {
 
 func (c *testCluster) startPromoter(id string) {
 	c.t.Helper()
-	p, err := promoter.New(promoter.Config{ID: id, Etcd: c.lease.EtcdClient, LeaseURL: c.lease.Server.URL(), Logger: c.log, RefreshInterval: 300 * time.Millisecond})
+	// Patient probes: on a saturated test machine (the race detector, the
+	// whole suite in parallel) a leader can miss a few 300ms probes before
+	// its lease is bound to it, and the promoter would promote again,
+	// moving epochs and offsets under the assertions. Killed replicas are
+	// still found at once: their connections are refused.
+	p, err := promoter.New(promoter.Config{ID: id, Etcd: c.lease.EtcdClient, LeaseURL: c.lease.Server.URL(), Logger: c.log,
+		RefreshInterval: 300 * time.Millisecond, ProbeTimeout: 2 * time.Second, ProbeMisses: 10,
+		// Wait for every fence answer, not only a quorum's, so reports
+		// list each replica as fenced even when one answers slowly.
+		FenceGrace: time.Second})
 	if err != nil {
 		c.t.Fatal(err)
 	}
