@@ -25,7 +25,7 @@ makes the journal corrupt: a replica refuses it, and dump says where it is.
 
 func runJournalDump(_ context.Context, e *env, args []string) error {
 	flags := newFlags(e, "journal dump", "[--json] PATH", journalDumpHelp)
-	asJSON := flags.Bool("json", false, "print one JSON object instead of a table")
+	asJSON := flags.Bool("json", e.global.json, "print one JSON object instead of a table")
 	positional, err := parseArgs(flags, args)
 	if err != nil {
 		return err
