@@ -285,7 +285,22 @@ func (s *story) waitLeader(ctx context.Context, minEpoch uint64, not string) (st
 		return false
 	})
 	if err != nil {
-		return "", 0, fmt.Errorf("%w; the promoter's log is %s", err, filepath.Join(s.c.dir, "dev.log"))
+		var seen []string
+		for _, r := range s.c.replicas {
+			if r.cmd == nil {
+				seen = append(seen, r.id+" down")
+				continue
+			}
+			st, serr := s.status(ctx, r)
+			if serr != nil {
+				seen = append(seen, fmt.Sprintf("%s: %v", r.id, serr))
+				continue
+			}
+			seen = append(seen, fmt.Sprintf("%s %s at epoch %d (fenced %d, lease valid %v)", r.id,
+				strings.ToLower(strings.TrimPrefix(st.GetRole().String(), "ROLE_")), st.GetEpoch(), st.GetFencedEpoch(), st.GetLeaseValid()))
+		}
+		log := filepath.Join(s.c.dir, "dev.log")
+		return "", 0, fmt.Errorf("%w; replicas: %s; the end of the promoter's log %s:\n%s", err, strings.Join(seen, "; "), log, tailOf(log, 12))
 	}
 	return id, epoch, nil
 }
