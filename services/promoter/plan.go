@@ -378,10 +378,7 @@ func readAnswer(a Answer, epoch uint64) (replicaState, error) {
 		s.reason = "history unknown: the replica does not report it (older version)"
 		return s, nil
 	}
-	h := make([]*tenurev1.EpochStart, len(a.History))
-	for i, e := range a.History {
-		h[i] = &tenurev1.EpochStart{Epoch: e.Epoch, StartOffset: e.Start}
-	}
+	h := journal.ToWire(a.History)
 	if !wire.HistoryKnown(h, a.LogEnd) {
 		s.reason = fmt.Sprintf("history unknown: empty history with log end %d (missing or broken journal)", a.LogEnd)
 		return s, nil

@@ -230,7 +230,7 @@ func (m *promotion) fenceAll(ctx context.Context, epoch uint64) []Answer {
 		select {
 		case res := <-results:
 			answers[res.i], got[res.i] = res.a, true
-			if res.a.Err == nil && wire.HistoryKnown(toWireHistory(res.a.History), res.a.LogEnd) {
+			if res.a.Err == nil && wire.HistoryKnown(journal.ToWire(res.a.History), res.a.LogEnd) {
 				counted++
 				if counted == q && grace == nil {
 					grace = time.After(m.p.cfg.FenceGrace)
@@ -279,7 +279,7 @@ func (m *promotion) fence(ctx context.Context, r *tenurev1.Replica, epoch uint64
 		return a
 	}
 	a.LogEnd, a.HWM = msg.GetLogEnd(), msg.GetHighWaterMark()
-	a.History = fromWireHistory(msg.GetHistory())
+	a.History = journal.FromWire(msg.GetHistory())
 	var last uint64
 	if n := len(a.History); n > 0 {
 		last = a.History[n-1].Epoch
@@ -328,7 +328,7 @@ func summarize(answers []Answer) []*tenurev1.FencedReplica {
 		if a.Err != nil {
 			f.Error = a.Err.Error()
 		} else {
-			f.HistoryKnown = wire.HistoryKnown(toWireHistory(a.History), a.LogEnd)
+			f.HistoryKnown = wire.HistoryKnown(journal.ToWire(a.History), a.LogEnd)
 			if n := len(a.History); n > 0 {
 				f.LastEpoch = a.History[n-1].Epoch
 			}
@@ -451,20 +451,4 @@ func (m *promotion) record(ctx context.Context, epoch uint64) {
 		span.SetStatus(codes.Error, err.Error())
 		m.p.log.ErrorContext(ctx, "transition record not stored", "range", m.rangeID, "epoch", epoch, "err", err)
 	}
-}
-
-func fromWireHistory(h []*tenurev1.EpochStart) []journal.EpochStart {
-	out := make([]journal.EpochStart, len(h))
-	for i, e := range h {
-		out[i] = journal.EpochStart{Epoch: e.GetEpoch(), Start: e.GetStartOffset()}
-	}
-	return out
-}
-
-func toWireHistory(h []journal.EpochStart) []*tenurev1.EpochStart {
-	out := make([]*tenurev1.EpochStart, len(h))
-	for i, e := range h {
-		out[i] = &tenurev1.EpochStart{Epoch: e.Epoch, StartOffset: e.Start}
-	}
-	return out
 }

@@ -177,12 +177,3 @@ func validateFetchAnswer(epoch, fetchOffset, lastFetchedEpoch uint64, a *tenurev
 	}
 	return nil
 }
-
-// historyToWire converts a journal history to its wire form.
-func historyToWire(h []journal.EpochStart) []*tenurev1.EpochStart {
-	out := make([]*tenurev1.EpochStart, len(h))
-	for i, e := range h {
-		out[i] = &tenurev1.EpochStart{Epoch: e.Epoch, StartOffset: e.Start}
-	}
-	return out
-}

@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/journal"
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/services/replica/logstore"
@@ -97,7 +98,7 @@ func (h *hosted) fenceAnswerLocked(prev tenurev1.Role) *tenurev1.FenceResponse {
 		LogStart:      h.r.LogStart(),
 		LogEnd:        h.r.LogEnd(),
 		HighWaterMark: h.r.HWM(),
-		History:       historyToWire(h.r.History()),
+		History:       journal.ToWire(h.r.History()),
 		PreviousRole:  prev,
 	}
 }
@@ -166,7 +167,7 @@ func (s *Replica) truncate(m *tenurev1.TruncateRequest) (*tenurev1.TruncateRespo
 		}
 		h.log.Info("truncated", "epoch", m.GetEpoch(), "from", logEnd, "to", target, "removed", removed, "hwm", hwm)
 	}
-	return &tenurev1.TruncateResponse{LogEnd: h.r.LogEnd(), RecordsRemoved: removed, History: historyToWire(h.r.History())}, nil
+	return &tenurev1.TruncateResponse{LogEnd: h.r.LogEnd(), RecordsRemoved: removed, History: journal.ToWire(h.r.History())}, nil
 }
 
 // Adopt tells a fenced replica its role at exactly its fenced epoch.
@@ -402,5 +403,5 @@ func (h *hosted) adoptFollowerLocked(want logstore.State) error {
 
 // adoptAnswerLocked reports the range after adopting.
 func (h *hosted) adoptAnswerLocked() *tenurev1.AdoptResponse {
-	return &tenurev1.AdoptResponse{LogEnd: h.r.LogEnd(), HighWaterMark: h.r.HWM(), History: historyToWire(h.r.History())}
+	return &tenurev1.AdoptResponse{LogEnd: h.r.LogEnd(), HighWaterMark: h.r.HWM(), History: journal.ToWire(h.r.History())}
 }

@@ -5,6 +5,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/journal"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -73,7 +74,7 @@ func (s *Replica) epochHistory(m *tenurev1.GetEpochHistoryRequest) (*tenurev1.Ge
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return &tenurev1.GetEpochHistoryResponse{
-		History:       historyToWire(h.r.History()),
+		History:       journal.ToWire(h.r.History()),
 		LogEnd:        h.r.LogEnd(),
 		HighWaterMark: h.r.HWM(),
 	}, nil
