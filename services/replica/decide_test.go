@@ -158,7 +158,7 @@ func TestBackoffBounded(t *testing.T) {
 }
 
 func TestHistoryToWire(t *testing.T) {
-	got := fmt.Sprint(historyToWire(es(1, 0, 4, 7)))
+	got := fmt.Sprint(journal.ToWire(es(1, 0, 4, 7)))
 	want := fmt.Sprint([]*tenurev1.EpochStart{{Epoch: 1, StartOffset: 0}, {Epoch: 4, StartOffset: 7}})
 	if got != want {
 		t.Fatalf("historyToWire = %s, want %s", got, want)
