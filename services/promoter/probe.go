@@ -192,5 +192,10 @@ func (p *Promoter) leaseLive(ctx context.Context, rangeID string, epoch uint64) 
 		return false
 	}
 	l := resp.Msg.GetLease()
-	return l.GetLive() && l.GetEpoch() == epoch && l.GetHolderId() != p.cfg.ID
+	// A lease still held by this promoter's own session (the bind to the
+	// new leader has not happened or failed) says nothing about the leader;
+	// it is not evidence of death either, so misses alone do not promote
+	// then (a refused connection still does, and the refresh loop retries
+	// the bind).
+	return l.GetLive() && l.GetEpoch() == epoch
 }

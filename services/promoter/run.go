@@ -281,8 +281,14 @@ func (p *Promoter) observe(ctx context.Context, r *tenurev1.RangeInfo) {
 			rs.leaderID, rs.changed = h, time.Now()
 		}
 	}
-	epoch, leader := rs.epoch, rs.leaderID
+	epoch, leader, inflight := rs.epoch, rs.leaderID, p.inflight[r.GetRangeId()]
 	p.mu.Unlock()
+	if l := r.GetLease(); leader != "" && l.GetEpoch() == epoch && l.GetHolderId() == p.cfg.ID && !inflight {
+		// The lease of the current epoch is still ours: the bind to the
+		// leader failed (its keeper had no session yet). Retry it, so the
+		// leader's own renewals become the range's liveness signal again.
+		p.rebind(ctx, r.GetRangeId(), epoch, leader)
+	}
 	if epoch == 0 {
 		p.schedule(ctx, r.GetRangeId(), 0, "initial leader")
 		return
@@ -411,5 +417,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// rebind moves the lease of epoch to the range's leader (best effort).
+func (p *Promoter) rebind(ctx context.Context, rangeID string, epoch uint64, leader string) {
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
+	defer cancel()
+	_, err := p.lease.BindLease(cctx, connect.NewRequest(&tenurev1.BindLeaseRequest{RangeId: rangeID, Epoch: epoch, HolderId: leader}))
+	if err != nil {
+		p.log.Debug("lease rebind failed; will retry on the next refresh", "range", rangeID, "epoch", epoch, "leader", leader, "err", err)
 	}
 }
