@@ -121,6 +121,14 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 	var actions []action
 	replicaID := resp.Msg.GetReplicaId()
 	for id, rs := range p.ranges {
+		// A range whose leader this promoter does not know (another promoter
+		// adopted it and died before recording or binding) learns it from
+		// the replica that leads at exactly the range's epoch.
+		if st := byRange[id]; rs.leaderID == "" && !p.inflight[id] && st.GetRole() == tenurev1.Role_ROLE_LEADER &&
+			st.GetEpoch() == rs.epoch && rs.epoch > 0 && rs.address(replicaID) == addr {
+			rs.leaderID, rs.changed = replicaID, time.Now()
+			continue
+		}
 		// Skip ranges being promoted, without a leader yet, or whose state
 		// changed after this probe was sent.
 		if p.inflight[id] || rs.leaderID == "" || rs.changed.After(started) || rs.address(replicaID) != addr {

@@ -35,6 +35,9 @@ func (m *promotion) step(name string) {
 	now := time.Now()
 	m.tr.Timings = append(m.tr.Timings, &tenurev1.StepTiming{Step: name, DurationUs: now.Sub(m.last).Microseconds()})
 	m.last = now
+	if h := m.p.testHookStep; h != nil {
+		h(name)
+	}
 }
 
 // promote runs one promotion of rangeID. observedEpoch is the epoch the

@@ -145,6 +145,8 @@ type Promoter struct {
 	// testHookAfterFence, when set by a test, runs between the fence round
 	// and the plan, to interleave two promoters deterministically.
 	testHookAfterFence func(rangeID string, epoch uint64)
+	// testHookStep, when set by a test, runs after each promotion step.
+	testHookStep func(step string)
 	// testStop stops a promoter a test started (set by the test harness).
 	testStop func()
 }

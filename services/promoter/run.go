@@ -377,8 +377,11 @@ func (p *Promoter) onLeaseEvent(ctx context.Context, ev *tenurev1.WatchLeasesRes
 		p.mu.Lock()
 		rs := p.ranges[ev.GetRangeId()]
 		// Only the expiry of the current epoch's lease means the leader is
-		// gone; an older epoch's lease expiring is history.
-		current := rs != nil && rs.epoch == ev.GetEpoch() && rs.leaderID != ""
+		// gone; an older epoch's lease expiring is history. The leader may be
+		// unknown: a promoter that died between its grant and the adoption
+		// left the range fenced and leaderless, with the lease on its own
+		// session, and that session's expiry is the signal to promote.
+		current := rs != nil && rs.epoch == ev.GetEpoch() && ev.GetEpoch() > 0
 		p.mu.Unlock()
 		if current {
 			p.schedule(ctx, ev.GetRangeId(), ev.GetEpoch(), "lease "+strings.ToLower(strings.TrimPrefix(ev.GetType().String(), "LEASE_EVENT_TYPE_")))
