@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,11 +9,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/table"
 	"github.com/tenurelog/tenure/pkg/journal"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
@@ -421,7 +420,7 @@ func (s *story) printTransition(tr *tenurev1.Transition, killed time.Time, serve
 	s.say("committed bound %d: the highest HWM a fenced replica reported (followers learn it a fetch late);", tr.GetCommittedBound())
 	s.say("the new leader keeps its whole log up to log end %d, so every acknowledged record survives", candEnd)
 	s.say("fence answers (only fenced replicas with a known history count):")
-	tw := newTable(s.w, 2)
+	tw := table.New(s.w, 2)
 	fmt.Fprintf(tw, "      REPLICA\tFENCED\tLOG END\tHWM\tLAST EPOCH\tNOTE\n")
 	for _, r := range tr.GetReplicas() {
 		if !r.GetFenced() {
@@ -546,7 +545,7 @@ func writeHistories(w io.Writer, views []historyView, leader []journal.EpochStar
 		}
 	}
 	slices.Sort(epochs)
-	tw := newTable(w, 3)
+	tw := table.New(w, 3)
 	fmt.Fprint(tw, "    \t")
 	for _, v := range views {
 		fmt.Fprintf(tw, "%s (%s)\t", v.id, v.role)
@@ -606,7 +605,7 @@ func (s *story) printTransitions(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list transitions: %w", err)
 	}
-	tw := newTable(s.w, 2)
+	tw := table.New(s.w, 2)
 	fmt.Fprintf(tw, "    EPOCH\tLEADER\tCOMMITTED\tTRUNCATIONS\tDURATION\tREASON\n")
 	for _, tr := range trs {
 		fmt.Fprintf(tw, "    %d\t%s\t%d\t%d\t%v\t%s\n", tr.GetEpoch(), tr.GetLeaderId(), tr.GetCommittedBound(), len(tr.GetTruncations()), usDuration(tr.GetDurationUs()), firstLine(tr.GetReason()))
@@ -634,32 +633,4 @@ func firstLine(s string) string {
 		s = s[:87] + "..."
 	}
 	return s
-}
-
-// newTable is a tabwriter for a table of columns padded gap spaces apart.
-// Lines are written without trailing blanks (an empty last cell would
-// otherwise leave its column's padding behind).
-func newTable(w io.Writer, gap int) *tabwriter.Writer {
-	return tabwriter.NewWriter(&trimRight{w: w}, 0, 0, gap, ' ', 0)
-}
-
-// trimRight drops the blanks at the end of every line written through it.
-type trimRight struct {
-	w       io.Writer
-	pending []byte // a partial line
-}
-
-func (t *trimRight) Write(p []byte) (int, error) {
-	t.pending = append(t.pending, p...)
-	for {
-		i := bytes.IndexByte(t.pending, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		line := bytes.TrimRight(t.pending[:i], " \t")
-		if _, err := t.w.Write(append(line, '\n')); err != nil {
-			return 0, err
-		}
-		t.pending = t.pending[i+1:]
-	}
 }

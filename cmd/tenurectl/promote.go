@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/table"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -96,7 +97,7 @@ func writeTransition(w io.Writer, tr *tenurev1.Transition) {
 	}
 	fmt.Fprintf(w, "trace id:        %s\n", trace)
 	fmt.Fprintln(w, "fence answers:")
-	tw := newTable(w, 2)
+	tw := table.New(w, 2)
 	fmt.Fprintf(tw, "  REPLICA\tFENCED\tHISTORY\tLOG END\tHWM\tLAST EPOCH\tNOTE\n")
 	for _, r := range tr.GetReplicas() {
 		if !r.GetFenced() {
@@ -186,7 +187,7 @@ func runTransitions(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	}
-	tw := newTable(e.stdout, 2)
+	tw := table.New(e.stdout, 2)
 	fmt.Fprintf(tw, "EPOCH\tLEADER\tCOMMITTED\tTRUNCATED\tDURATION\tSTARTED\tTRACE\tREASON\n")
 	for _, tr := range trs {
 		var cut []string

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/table"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -138,7 +139,7 @@ func writeRangeList(w io.Writer, ranges []*tenurev1.RangeInfo) error {
 		fmt.Fprintln(w, "no ranges; 'tenurectl range create' makes one")
 		return nil
 	}
-	tw := newTable(w, 2)
+	tw := table.New(w, 2)
 	fmt.Fprintf(tw, "RANGE\tEPOCH\tLEASE HOLDER\tLEASE\tPREFERRED\tREPLICAS\n")
 	for _, r := range ranges {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.GetRangeId(), r.GetEpoch(), orDash(r.GetLease().GetHolderId()),

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/table"
 	"github.com/tenurelog/tenure/pkg/journal"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
@@ -92,7 +93,7 @@ func lagOf(s memberStatus, leader *memberStatus) (uint64, bool) {
 }
 
 func writeStatusTable(w io.Writer, rs []rangeStatus) error {
-	tw := newTable(w, 2)
+	tw := table.New(w, 2)
 	fmt.Fprintf(tw, "RANGE\tEPOCH\tLEADER\tREPLICA\tROLE\tEPOCH\tLOG END\tHWM\tLAG\tNOTE\n")
 	for _, r := range rs {
 		l, ok := leaderOf(r.members)
@@ -291,7 +292,7 @@ func writeEpochsTable(w io.Writer, rangeID string, hs []historyOf, ref int, serv
 	}
 	slices.Sort(epochs)
 	fmt.Fprintf(w, "range %s: where each replica's first record of each epoch sits\n\n", rangeID)
-	tw := newTable(w, 3)
+	tw := table.New(w, 3)
 	fmt.Fprint(tw, "\t")
 	for _, h := range hs {
 		role := "unreachable"
