@@ -1,0 +1,289 @@
+// Package workload is the chaos suite's client load: concurrent appends of
+// unique values and reads of the committed tail against whichever replica
+// leads a range, each operation recorded in a check.History with its outcome
+// (ok, failed, unknown) and its call and return times. The in-process harness
+// and the container chaos run the same workload; only how the clients reach
+// the replicas differs (Config.HTTP).
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/internal/chaos/check"
+	"github.com/tenurelog/tenure/pkg/transport"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+)
+
+// ErrNotSent marks an error from a client transport that refused a request
+// before sending any of it (a partition the test made). Such an operation
+// certainly had no effect.
+var ErrNotSent = errors.New("request not sent")
+
+// Config configures a Workload.
+type Config struct {
+	// Range is the range the clients append to and read from.
+	Range string
+	// Replicas maps each replica's id to its base URL.
+	Replicas map[string]string
+	// HTTP is how the clients reach the replicas.
+	HTTP connect.HTTPClient
+	// History receives every operation. Required.
+	History *check.History
+	// Prefix makes this run's values unique (e.g. the seed).
+	Prefix string
+	// Clients is the number of concurrent clients; default 4.
+	Clients int
+	// ReadEvery makes every n-th operation of a client a read; default 4.
+	ReadEvery int
+	// OpTimeout bounds one operation; default 2s.
+	OpTimeout time.Duration
+	// Pace is a client's pause between operations; default 5ms. It bounds
+	// the history's size, which bounds the linearizability check.
+	Pace time.Duration
+	// Seed seeds the clients' choices (read offsets).
+	Seed uint64
+}
+
+// Workload runs clients against one range.
+type Workload struct {
+	cfg     Config
+	clients map[string]tenurev1connect.LogServiceClient
+	status  map[string]tenurev1connect.ReplicaServiceClient
+	ids     []string
+
+	leader atomic.Pointer[string] // the replica believed to lead; nil = unknown
+	hwm    atomic.Uint64          // the highest HWM seen, to aim reads at the tail
+	ok     atomic.Int64           // OK operations so far
+	seq    atomic.Uint64          // for the final appends' values
+}
+
+// New builds a Workload.
+func New(cfg Config) (*Workload, error) {
+	if cfg.Range == "" || len(cfg.Replicas) == 0 || cfg.HTTP == nil || cfg.History == nil {
+		return nil, errors.New("workload: Range, Replicas, HTTP and History are required")
+	}
+	if cfg.Clients <= 0 {
+		cfg.Clients = 4
+	}
+	if cfg.ReadEvery <= 0 {
+		cfg.ReadEvery = 4
+	}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = 2 * time.Second
+	}
+	if cfg.Pace <= 0 {
+		cfg.Pace = 5 * time.Millisecond
+	}
+	w := &Workload{cfg: cfg, clients: map[string]tenurev1connect.LogServiceClient{}, status: map[string]tenurev1connect.ReplicaServiceClient{}}
+	for id, url := range cfg.Replicas {
+		w.ids = append(w.ids, id)
+		w.clients[id] = tenurev1connect.NewLogServiceClient(cfg.HTTP, url, transport.ClientOptions()...)
+		w.status[id] = tenurev1connect.NewReplicaServiceClient(cfg.HTTP, url, transport.ClientOptions()...)
+	}
+	return w, nil
+}
+
+// OK is the number of operations that succeeded so far.
+func (w *Workload) OK() int { return int(w.ok.Load()) }
+
+// Run runs the clients until ctx is done.
+func (w *Workload) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for c := range w.cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.client(ctx, c)
+		}()
+	}
+	wg.Wait()
+}
+
+func (w *Workload) client(ctx context.Context, c int) {
+	rng := rand.New(rand.NewPCG(w.cfg.Seed, uint64(c)))
+	for n := 0; ctx.Err() == nil; n++ {
+		if n%w.cfg.ReadEvery == w.cfg.ReadEvery-1 {
+			w.read(ctx, c, rng)
+		} else {
+			w.append(ctx, c, fmt.Sprintf("%s-c%d-%d", w.cfg.Prefix, c, n))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(w.cfg.Pace):
+		}
+	}
+}
+
+// AppendOne appends value, retrying (each try recorded) until one is
+// acknowledged or within passes. It is the run's final append: the run
+// counts only if it succeeds.
+func (w *Workload) AppendOne(ctx context.Context, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	var last error
+	for ctx.Err() == nil {
+		v := fmt.Sprintf("%s-final-%d", w.cfg.Prefix, w.seq.Add(1))
+		if last = w.append(ctx, -1, v); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("workload: no append acknowledged within %v: %w", within, last)
+}
+
+// append appends one value to the believed leader and records the outcome.
+func (w *Workload) append(ctx context.Context, c int, value string) error {
+	id := w.findLeader(ctx)
+	if id == "" {
+		return errors.New("no leader found")
+	}
+	op := check.Op{Client: c, Range: w.cfg.Range, Kind: check.Append, Value: []byte(value), Call: time.Now()}
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+	resp, err := w.clients[id].Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: w.cfg.Range, Records: [][]byte{[]byte(value)}}))
+	cancel()
+	op.Return = time.Now()
+	op.Outcome = Classify(err)
+	if err == nil {
+		op.Offset, op.Epoch = resp.Msg.GetBaseOffset(), resp.Msg.GetEpoch()
+		w.seenHWM(resp.Msg.GetHighWaterMark())
+		w.ok.Add(1)
+	} else {
+		op.Err = fmt.Sprintf("%s: %v", id, err)
+		w.forget(id)
+	}
+	w.cfg.History.Add(op)
+	return err
+}
+
+// read reads from a little below the highest HWM seen to the tail.
+func (w *Workload) read(ctx context.Context, c int, rng *rand.Rand) {
+	id := w.findLeader(ctx)
+	if id == "" {
+		return
+	}
+	from := w.hwm.Load()
+	from -= min(from, uint64(rng.IntN(16)))
+	const maxRecords = 64
+	op := check.Op{Client: c, Range: w.cfg.Range, Kind: check.Read, Offset: from, Call: time.Now()}
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+	resp, err := w.clients[id].Read(cctx, connect.NewRequest(&tenurev1.ReadRequest{RangeId: w.cfg.Range, Offset: from, MaxRecords: maxRecords}))
+	cancel()
+	op.Return = time.Now()
+	op.Outcome = Classify(err)
+	if err != nil {
+		// A failed or unknown read changed nothing; it is recorded for the
+		// outcome counts only.
+		op.Err = fmt.Sprintf("%s: %v", id, err)
+		w.forget(id)
+		w.cfg.History.Add(op)
+		return
+	}
+	op.HWM = resp.Msg.GetHighWaterMark()
+	for _, r := range resp.Msg.GetRecords() {
+		op.Records = append(op.Records, check.Record{Offset: r.GetOffset(), Epoch: r.GetEpoch(), Value: r.GetValue(), EpochStart: r.GetEpochStart()})
+	}
+	// The read stopped at its limit, not at the HWM, when its last record
+	// is not the last committed one.
+	if n := len(op.Records); n > 0 && op.Records[n-1].Offset+1 < op.HWM {
+		op.Limited = true
+	}
+	w.seenHWM(op.HWM)
+	w.ok.Add(1)
+	w.cfg.History.Add(op)
+}
+
+func (w *Workload) seenHWM(h uint64) {
+	for {
+		cur := w.hwm.Load()
+		if h <= cur || w.hwm.CompareAndSwap(cur, h) {
+			return
+		}
+	}
+}
+
+func (w *Workload) forget(id string) {
+	if p := w.leader.Load(); p != nil && *p == id {
+		w.leader.CompareAndSwap(p, nil)
+	}
+}
+
+// findLeader returns the replica believed to lead, asking every replica's
+// status when none is known: the one leading at the highest epoch, at its
+// fenced epoch, with a live lease. "" when none is found (within ctx).
+func (w *Workload) findLeader(ctx context.Context) string {
+	if p := w.leader.Load(); p != nil {
+		return *p
+	}
+	var best string
+	var bestEpoch uint64
+	for _, id := range w.ids {
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		resp, err := w.status[id].GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: w.cfg.Range}))
+		cancel()
+		if err != nil || len(resp.Msg.GetRanges()) != 1 {
+			continue
+		}
+		st := resp.Msg.GetRanges()[0]
+		if st.GetRole() == tenurev1.Role_ROLE_LEADER && st.GetEpoch() == st.GetFencedEpoch() && st.GetLeaseValid() && st.GetEpoch() > bestEpoch {
+			best, bestEpoch = id, st.GetEpoch()
+		}
+	}
+	if best == "" {
+		// Nobody leads yet (a promotion is running): back off a little.
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+		return ""
+	}
+	w.leader.Store(&best)
+	return best
+}
+
+// Classify says what a client knows of an operation from its error. Only
+// refusals that happen before anything is written are Failed: a request the
+// transport never sent, a connection refused, and the replica's own
+// "not the leader" answers, which it gives before writing. Everything else,
+// a timeout, a lost connection, a leader fenced while the append waited to
+// commit, is Unknown: the record may be on followers and commit later.
+func Classify(err error) check.Outcome {
+	if err == nil {
+		return check.OK
+	}
+	if errors.Is(err, ErrNotSent) {
+		return check.Failed
+	}
+	msg := err.Error()
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable:
+		if strings.Contains(msg, "connection refused") {
+			return check.Failed
+		}
+	case connect.CodeNotFound, connect.CodeInvalidArgument:
+		return check.Failed
+	case connect.CodeFailedPrecondition:
+		// The replica's pre-write refusals (hosted.notLeaderErr and the
+		// lease check in appendLocal). "fenced at epoch N; leader unknown"
+		// and "lost its lease ... not acknowledging" come after the write
+		// and stay Unknown.
+		for _, pre := range []string{"is not the leader", "but is not serving", "not accepting appends"} {
+			if strings.Contains(msg, pre) {
+				return check.Failed
+			}
+		}
+	}
+	return check.Unknown
+}
