@@ -366,8 +366,12 @@ func (rs *rangeRun) checkFailedButApplied(p *problems) int {
 		}
 		if w, ok := where[string(op.Value)]; ok {
 			n++
-			p.add("failed-but-applied", "range %s client %d append %s failed (%s) but is at %s",
-				rs.name, op.Client, short(op.Value), op.Err, w)
+			why := ""
+			if op.Err != "" {
+				why = " (" + op.Err + ")"
+			}
+			p.add("failed-but-applied", "range %s client %d append %s failed%s but is at %s",
+				rs.name, op.Client, short(op.Value), why, w)
 		}
 	}
 	return n
