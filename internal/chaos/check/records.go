@@ -163,10 +163,10 @@ func (rs *rangeRun) checkInconsistentOffsets(p *problems) int {
 	}
 	for i := range rs.finals {
 		f := &rs.finals[i]
+		source := "replica " + f.Replica
 		for _, r := range f.Records {
 			if f.committed(r.Offset) {
-				observe(r.Offset, recordKey{string(r.Value), r.Epoch, r.EpochStart},
-					"replica "+f.Replica)
+				observe(r.Offset, recordKey{string(r.Value), r.Epoch, r.EpochStart}, source)
 			}
 		}
 	}
@@ -178,9 +178,9 @@ func (rs *rangeRun) checkInconsistentOffsets(p *problems) int {
 	}
 	for _, op := range rs.ops {
 		if op.Kind == Read && op.Outcome == OK {
+			source := fmt.Sprintf("read by client %d", op.Client)
 			for _, r := range op.Records {
-				observe(r.Offset, recordKey{string(r.Value), r.Epoch, r.EpochStart},
-					fmt.Sprintf("read by client %d", op.Client))
+				observe(r.Offset, recordKey{string(r.Value), r.Epoch, r.EpochStart}, source)
 			}
 		}
 	}
@@ -218,9 +218,10 @@ func (rs *rangeRun) checkDuplicates(p *problems) int {
 			observe(op.Value, op.Offset, fmt.Sprintf("ack to client %d", op.Client))
 		}
 		if op.Kind == Read && op.Outcome == OK {
+			source := fmt.Sprintf("read by client %d", op.Client)
 			for _, r := range op.Records {
 				if !r.EpochStart {
-					observe(r.Value, r.Offset, fmt.Sprintf("read by client %d", op.Client))
+					observe(r.Value, r.Offset, source)
 				}
 			}
 		}
