@@ -251,6 +251,8 @@ func TestStaleEpochAcceptance(t *testing.T) {
 		{"ack below fence after it", EpochEvent{Replica: "A", Range: "r1", Kind: Acked, Epoch: 1, Call: at(110), Return: at(111)}, 1},
 		{"truncate below fence", EpochEvent{Replica: "A", Range: "r1", Kind: Truncated, Epoch: 1, Call: at(102), Return: at(103)}, 1},
 		{"served fetch below fence", EpochEvent{Replica: "A", Range: "r1", Kind: ServedFetch, Epoch: 1, Call: at(200), Return: at(201)}, 1},
+		{"fence below an earlier fence", EpochEvent{Replica: "A", Range: "r1", Kind: Fenced, Epoch: 1, Call: at(150), Return: at(151)}, 1},
+		{"fence again at the fenced epoch", EpochEvent{Replica: "A", Range: "r1", Kind: Fenced, Epoch: 2, Call: at(150), Return: at(151)}, 0},
 		{"adopt at the fenced epoch", EpochEvent{Replica: "A", Range: "r1", Kind: Adopted, Epoch: 2, Call: at(102), Return: at(103)}, 0},
 		{"ack concurrent with the fence", EpochEvent{Replica: "A", Range: "r1", Kind: Acked, Epoch: 1, Call: at(100), Return: at(105)}, 0},
 		{"ack below fence on another replica", EpochEvent{Replica: "B", Range: "r1", Kind: Acked, Epoch: 1, Call: at(110), Return: at(111)}, 0},
@@ -426,5 +428,30 @@ func TestProblemsAreBounded(t *testing.T) {
 	}
 	if strings.Join(rep.Problems, "\n") != strings.Join(want, "\n") {
 		t.Errorf("problems =\n%s\nwant\n%s", strings.Join(rep.Problems, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestReadPastItsHWMOrOutOfOrderIsIllegal(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		recs []Record
+		want string
+	}{
+		// An uncommitted epoch-start record served by a read: no client
+		// record is involved, only the HWM bound.
+		{"record at hwm", append(theLog(), start(4, 2)), "returned offset 4, at or past its own hwm 4"},
+		{"out of order", []Record{start(0, 1), rec(2, 1, "b"), rec(1, 1, "a"), rec(3, 1, "c")}, "returned offset 1 after offset 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := cleanRun()
+			run.History[3].Records = tc.recs
+			rep := Check(run)
+			if rep.Linearizable != VerdictIllegal {
+				t.Errorf("linearizable = %s, want illegal", rep.Linearizable)
+			}
+			if !strings.Contains(strings.Join(rep.Problems, "\n"), tc.want) {
+				t.Errorf("problems lack %q:\n%s", tc.want, strings.Join(rep.Problems, "\n"))
+			}
+		})
 	}
 }

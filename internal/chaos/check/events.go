@@ -46,9 +46,11 @@ func checkHWMRegressions(samples []HWMSample, p *problems) int {
 }
 
 // checkStaleEpochs counts acceptances under an epoch below one the replica
-// had been fenced at: an event of kind Acked, Truncated, Adopted or
-// ServedFetch at epoch e whose Call came after the Return of a Fenced event
-// at E > e on the same replica and range. Only a fence that had returned
+// had been fenced at: an event of kind Acked, Truncated, Adopted,
+// ServedFetch or Fenced at epoch e whose Call came after the Return of a
+// Fenced event at E > e on the same replica and range. (A second Fence
+// below E is accepting a command from a lower epoch too: the design says a
+// replica already fenced higher refuses.) Only a fence that had returned
 // before the call began counts: a call concurrent with the fence may have
 // been decided first. Fenced at E then Adopted or Truncated at E is the
 // promotion itself and is fine (e == E is not below E).
@@ -81,7 +83,7 @@ func checkStaleEpochs(events []EpochEvent, p *problems) int {
 	n := 0
 	for _, e := range events {
 		switch e.Kind {
-		case Acked, Truncated, Adopted, ServedFetch:
+		case Acked, Truncated, Adopted, ServedFetch, Fenced:
 		default:
 			continue
 		}

@@ -210,7 +210,16 @@ func readInvalid(op Op, offsets []uint64, pos map[string]int, want int, below fu
 	}
 	lo, hi := below(op.Offset), min(below(upper), want)
 	returned := map[int]bool{}
-	for _, rec := range op.Records {
+	for j, rec := range op.Records {
+		// A read returns the committed log from its offset in order:
+		// offsets strictly increase (the Limited bound above relies on
+		// it), and none is at or past the HWM, which is exclusive.
+		if j > 0 && rec.Offset <= op.Records[j-1].Offset {
+			return fmt.Sprintf("returned offset %d after offset %d", rec.Offset, op.Records[j-1].Offset)
+		}
+		if rec.Offset >= op.HWM {
+			return fmt.Sprintf("returned offset %d, at or past its own hwm %d", rec.Offset, op.HWM)
+		}
 		if rec.EpochStart {
 			continue
 		}
@@ -221,10 +230,10 @@ func readInvalid(op Op, offsets []uint64, pos map[string]int, want int, below fu
 		if offsets[i] != rec.Offset {
 			return fmt.Sprintf("returned %s at offset %d, but it was appended at %d", short(rec.Value), rec.Offset, offsets[i])
 		}
-		// Reads return committed records only, and everything committed is
-		// below the HWM answered.
+		// Its offset is below the HWM (checked above), so i < want, by
+		// the definition of want; kept as a guard on that reasoning.
 		if i >= want {
-			return fmt.Sprintf("returned %s at offset %d, at or past its own hwm %d", short(rec.Value), rec.Offset, op.HWM)
+			return fmt.Sprintf("returned %s at offset %d, beyond the %d records below its hwm %d", short(rec.Value), rec.Offset, want, op.HWM)
 		}
 		if i >= lo && i < hi {
 			returned[i] = true
