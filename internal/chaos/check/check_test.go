@@ -455,3 +455,61 @@ func TestReadPastItsHWMOrOutOfOrderIsIllegal(t *testing.T) {
 		})
 	}
 }
+
+func TestLinearizabilityTimeoutIsUnknown(t *testing.T) {
+	// a was acknowledged before b was called but sits after it: illegal,
+	// but only real time says so. Thirty reads of the still-empty log,
+	// concurrent with a, commute; to prove no order works the search tries
+	// every subset of them, far longer than the bound given.
+	run := Run{Seed: 1}
+	for i := range 30 {
+		run.History = append(run.History, readOp(i, 0, 0, nil, 0, 1000))
+	}
+	run.History = append(run.History,
+		appendOp(30, "a", 2, 1, OK, 0, 10),
+		appendOp(31, "b", 1, 1, OK, 20, 1000))
+	log := []Record{start(0, 1), rec(1, 1, "b"), rec(2, 1, "a")}
+	run.Final = []ReplicaLog{replica("A", log, 3), replica("B", log, 3), replica("C", log, 3)}
+	begin := time.Now()
+	rep := CheckWith(run, Options{LinearizabilityTimeout: 100 * time.Millisecond})
+	expect(t, rep, VerdictUnknown, nil)
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Errorf("check took %s with a 100ms bound", took)
+	}
+	if !strings.Contains(strings.Join(rep.Problems, "\n"), "search timed out after 100ms") {
+		t.Errorf("problems do not say the search timed out: %q", rep.Problems)
+	}
+}
+
+func TestStaticallyIllegalReadIsIllegalEvenOnTimeout(t *testing.T) {
+	// The same hard search, plus a read returning a value nobody
+	// appended: that read can never linearize, so the verdict is illegal
+	// whether or not the search finishes.
+	run := Run{Seed: 1}
+	for i := range 30 {
+		run.History = append(run.History, readOp(i, 0, 0, nil, 0, 1000))
+	}
+	log := []Record{start(0, 1), rec(1, 1, "b"), rec(2, 1, "a")}
+	run.History = append(run.History,
+		appendOp(30, "a", 2, 1, OK, 0, 10),
+		appendOp(31, "b", 1, 1, OK, 20, 1000),
+		readOp(32, 0, 3, []Record{log[0], log[1], rec(2, 1, "q")}, 2000, 2001))
+	run.Final = []ReplicaLog{replica("A", log, 3), replica("B", log, 3), replica("C", log, 3)}
+	rep := CheckWith(run, Options{LinearizabilityTimeout: 100 * time.Millisecond})
+	if rep.Linearizable != VerdictIllegal || len(rep.IllegalRanges) != 1 || rep.IllegalRanges[0] != "r1" {
+		t.Errorf("linearizable = %s %v, want illegal [r1]\n%s", rep.Linearizable, rep.IllegalRanges, strings.Join(rep.Problems, "\n"))
+	}
+}
+
+func TestTwoAcksAtOneOffsetAreIllegal(t *testing.T) {
+	run := cleanRun()
+	// b's ack names a's offset; the log has b at 2.
+	run.History[1].Offset = 1
+	rep := Check(run)
+	if rep.Linearizable != VerdictIllegal || rep.InconsistentOffsets != 1 {
+		t.Errorf("linearizable = %s, inconsistent = %d; want illegal, 1", rep.Linearizable, rep.InconsistentOffsets)
+	}
+	if !strings.Contains(strings.Join(rep.Problems, "\n"), `appends "a" and "b" both took effect at offset 1`) {
+		t.Errorf("problems:\n%s", strings.Join(rep.Problems, "\n"))
+	}
+}

@@ -50,10 +50,13 @@ import (
 
 // rangeLin is one range's linearizability problem.
 type rangeLin struct {
-	name    string
-	offsets []uint64 // offsets of the kept appends, ascending
-	ops     []porcupine.Operation
-	why     []string // per porcupine op: how to name it in a problem
+	name string
+	// impossible says why some op can never linearize whatever the
+	// order ("" if none): then the range is illegal without a search.
+	impossible string
+	offsets    []uint64 // offsets of the kept appends, ascending
+	ops        []porcupine.Operation
+	why        []string // per porcupine op: how to name it in a problem
 }
 
 type linInput struct {
@@ -159,6 +162,12 @@ func buildLin(rs *rangeRun, base time.Time, p *problems) *rangeLin {
 	for i, a := range appends {
 		r.offsets = append(r.offsets, a.offset)
 		pos[string(rs.ops[a.op].Value)] = i
+		// One offset holds one record: a second kept append there can
+		// never take its turn.
+		if i > 0 && a.offset == appends[i-1].offset && r.impossible == "" {
+			r.impossible = fmt.Sprintf("appends %s and %s both took effect at offset %d",
+				short(rs.ops[appends[i-1].op].Value), short(rs.ops[a.op].Value), a.offset)
+		}
 	}
 	// below(o) is how many kept appends sit below offset o.
 	below := func(o uint64) int {
@@ -190,6 +199,9 @@ func buildLin(rs *rangeRun, base time.Time, p *problems) *rangeLin {
 		if reason := readInvalid(op, r.offsets, pos, in.want, below); reason != "" {
 			in.valid = false
 			p.add("illegal-read", "range %s %s: %s", rs.name, why, reason)
+			if r.impossible == "" {
+				r.impossible = why + ": " + reason
+			}
 		}
 		add(op, in, ts(op.Return), why)
 	}
@@ -259,12 +271,19 @@ func checkLinearizable(ranges map[string]*rangeRun, timeout time.Duration, p *pr
 			}
 		}
 	}
-	var lins []*rangeLin
+	// A range where some op can never linearize, whatever the order, is
+	// illegal without a search; the others are searched together.
+	var illegal []string
+	var searched []*rangeLin
 	var all []porcupine.Operation
 	for _, name := range sortedKeys(ranges) {
 		r := buildLin(ranges[name], base, p)
-		if len(r.ops) > 0 {
-			lins = append(lins, r)
+		switch {
+		case r.impossible != "":
+			illegal = append(illegal, r.name)
+			p.add("linearizability", "range %s: %s", r.name, r.impossible)
+		case len(r.ops) > 0:
+			searched = append(searched, r)
 			all = append(all, r.ops...)
 		}
 	}
@@ -274,13 +293,22 @@ func checkLinearizable(ranges map[string]*rangeRun, timeout time.Duration, p *pr
 	deadline := time.Now().Add(timeout)
 	switch porcupine.CheckOperationsTimeout(logModel, all, timeout) {
 	case porcupine.Ok:
+		if len(illegal) > 0 {
+			return VerdictIllegal, illegal
+		}
 		return VerdictOK, nil
 	case porcupine.Unknown:
+		if len(illegal) > 0 {
+			// Known illegal outweighs not knowing about the rest.
+			return VerdictIllegal, illegal
+		}
 		p.add("linearizability", "search timed out after %s", timeout)
 		return VerdictUnknown, nil
 	}
-	var illegal []string
-	for _, r := range lins {
+	// Illegal: search the ranges one by one to name them and say where
+	// each got stuck, within what is left of the bound.
+	named := false
+	for _, r := range searched {
 		left := time.Until(deadline)
 		if timeout > 0 && left <= 0 {
 			p.add("linearizability", "range %s not re-checked: out of time", r.name)
@@ -293,14 +321,16 @@ func checkLinearizable(ranges map[string]*rangeRun, timeout time.Duration, p *pr
 		if res != porcupine.Illegal {
 			continue
 		}
+		named = true
 		illegal = append(illegal, r.name)
 		p.add("linearizability", "range %s: %s", r.name, stuckAt(r, info))
 	}
-	if len(illegal) == 0 {
-		// The ranges each passed alone (or ran out of time): the combined
-		// verdict stands, but no range can be named.
-		illegal = []string{"?"}
+	if !named {
+		// The combined search found a range illegal, but re-checking ran
+		// out of time before naming it.
+		illegal = append(illegal, "?")
 	}
+	sort.Strings(illegal)
 	return VerdictIllegal, illegal
 }
 
