@@ -61,8 +61,22 @@ func (s *Scoreboard) Failed() []int64 {
 }
 
 // Safe says whether every counted run was safe. Void runs neither pass nor
-// fail the suite; Render lists any that had findings.
+// fail the suite; Render lists any that had findings. With no counted run
+// it is vacuously true: check Counted too.
 func (s *Scoreboard) Safe() bool { return len(s.Failed()) == 0 }
+
+// Counted is how many runs counted (were not void).
+func (s *Scoreboard) Counted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.runs {
+		if r.counts() {
+			n++
+		}
+	}
+	return n
+}
 
 // row is one line of the table: the sums over a set of counted runs.
 type row struct {
@@ -217,6 +231,14 @@ func (s *Scoreboard) Render(w io.Writer) error {
 	}
 	if len(voidUnsafe) > 0 {
 		fmt.Fprintf(&b, "void runs with findings (not counted, worth a look): %s\n", strings.Join(voidUnsafe, ", "))
+	}
+	switch {
+	case total.runs == 0:
+		fmt.Fprintf(&b, "verdict: NOTHING TESTED (no run counted)\n")
+	case len(failed) > 0:
+		fmt.Fprintf(&b, "verdict: UNSAFE (%d of %d counted runs failed)\n", len(failed), total.runs)
+	default:
+		fmt.Fprintf(&b, "verdict: safe (%d counted runs, every safety column 0)\n", total.runs)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -109,6 +109,7 @@ func TestScoreboardRender(t *testing.T) {
 		`  lost: range r1 offset 3 value "c"`,
 		"void runs (not counted): 11 (no traffic during faults)\n",
 		"void runs with findings (not counted, worth a look): 11 (partition: lost 1)\n",
+		"verdict: UNSAFE (1 of 4 counted runs failed)\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -137,7 +138,22 @@ func TestScoreboardConcurrentAdd(t *testing.T) {
 	if err := sb.Render(&b); err != nil {
 		t.Fatal(err)
 	}
-	if !sb.Safe() || !strings.Contains(b.String(), "failed seeds: none") {
-		t.Errorf("8 clean runs: Safe() = %v\n%s", sb.Safe(), b.String())
+	if !sb.Safe() || sb.Counted() != 8 || !strings.Contains(b.String(), "failed seeds: none") ||
+		!strings.Contains(b.String(), "verdict: safe (8 counted runs, every safety column 0)") {
+		t.Errorf("8 clean runs: Safe() = %v, Counted() = %d\n%s", sb.Safe(), sb.Counted(), b.String())
+	}
+}
+
+func TestScoreboardNothingCounted(t *testing.T) {
+	var sb Scoreboard
+	run := cleanRun()
+	run.FinalAppendOK = false
+	sb.Add("kill", run, Check(run))
+	var b strings.Builder
+	if err := sb.Render(&b); err != nil {
+		t.Fatal(err)
+	}
+	if sb.Counted() != 0 || !strings.Contains(b.String(), "verdict: NOTHING TESTED (no run counted)") {
+		t.Errorf("Counted() = %d\n%s", sb.Counted(), b.String())
 	}
 }
