@@ -48,6 +48,7 @@ var commands = []command{
 	{name: "trace", summary: "draw a trace (a promotion's) from Jaeger as a waterfall: spans, services, timings, key attributes", run: runTrace},
 	{name: "bench", summary: "acknowledged-append benchmark against a range: throughput and latency percentiles", run: runBench},
 	{name: "journal dump", summary: "print an epoch journal file, read-only: entries and any torn tail", run: runJournalDump},
+	{name: "log dump", summary: "print a stopped replica's whole log of a range from its data directory: every record, HWM, fence, epochs", run: runLogDump},
 }
 
 // env is what a command may touch besides its arguments. It is passed in, not
