@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# chaos.sh: container chaos (`make chaos-compose`). Brings up its own compose
+# project (CHAOS_PROJECT, default tenurechaos; ports published on ephemeral
+# 127.0.0.1 ports, so it collides neither with `make up` nor with the smoke
+# test) and runs the chaos driver (deploy/compose/chaos, bin/static/chaos)
+# on the host against it. The driver runs the scenarios one after the other,
+# each on a range of its own with the workload running before and during the
+# fault: kill the leader; docker pause the leader past its lease, then
+# unpause; disconnect the leader from the network, then reconnect; stop two
+# of three replicas together, then start them; corrupt or truncate a stopped
+# follower's journal. It reads the final state through tenurectl, checks
+# every run with internal/chaos/check and ends with the scoreboard. The
+# stack is ALWAYS torn down with its volumes, also on failure or
+# interruption. Every wait is bounded.
+#
+# Why the driver runs on the host, not in the network like the smoke client:
+# the faults are docker operations, and the workload does not need the
+# replicas' advertised (compose) addresses; it dials each replica's
+# published port (see deploy/compose/chaos/main.go).
+#
+# Needs: the images (`make images`), bin/static/chaos and the host tenurectl
+# bin/static/tenurectl (`make chaos-compose` builds all of them).
+#   CHAOS_SEED=N        reproduce a run's choices (printed at the start and end)
+#   CHAOS_SCENARIOS=a,b run only these (kill-leader, pause-leader,
+#                       disconnect-leader, restart-majority, corrupt-journal)
+#   CHAOS_KEEP_LOGS=1   print every container's log tail also on success
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+PROJECT=${CHAOS_PROJECT:-tenurechaos}
+COMPOSE_FILE=deploy/compose/docker-compose.yml
+CHAOS_BIN=$(realpath "${CHAOS_BIN:-bin/static/chaos}")
+TENURECTL=$(realpath "${CHAOS_TENURECTL:-bin/static/tenurectl}")
+for f in "$CHAOS_BIN" "$TENURECTL"; do
+	[ -f "$f" ] && [ -x "$f" ] || { echo "chaos.sh: no executable $f (make chaos-compose builds it)" >&2; exit 2; }
+done
+SEED=${CHAOS_SEED:-0}
+if [ "$SEED" = 0 ]; then SEED=$(( ($(date +%s%N) / 1000) % 1000000000 + 1 )); fi
+SCENARIOS=${CHAOS_SCENARIOS:-kill-leader,pause-leader,disconnect-leader,restart-majority,corrupt-journal}
+TENURE_IMAGE=${TENURE_IMAGE:-tenure/tenure:dev}
+if [ -z "${COMPOSE:-}" ]; then
+	if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE=docker-compose; fi
+fi
+# Ephemeral host ports on loopback only.
+for v in LEASE REPLICA_1 REPLICA_2 REPLICA_3 PROMOTER_1 PROMOTER_2 JAEGER; do
+	export "TENURE_PUBLISH_${v}=127.0.0.1:"
+done
+export TENURE_IMAGE
+
+work=$(mktemp -d)
+t0=$SECONDS
+log() { printf '[chaos.sh %4ds] %s\n' "$((SECONDS - t0))" "$*"; }
+compose() { timeout --foreground 300 $COMPOSE -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
+
+teardown() {
+	local rc=$?
+	trap - EXIT INT TERM
+	set +e
+	if [ "$rc" -ne 0 ] || [ -n "${CHAOS_KEEP_LOGS:-}" ]; then
+		log "exit $rc; container states and recent logs:"
+		compose ps
+		compose logs --no-color --tail 40 2>&1 | tail -n 400
+	fi
+	# A paused container cannot be stopped: unpause any the driver left.
+	docker ps -q --filter "label=com.docker.compose.project=$PROJECT" --filter status=paused | xargs -r docker unpause >/dev/null
+	log "tearing down ${PROJECT} (containers, network, volumes)"
+	compose down -v --remove-orphans --timeout 5 >/dev/null 2>&1 ||
+		compose down -v --remove-orphans >/dev/null 2>&1
+	rm -rf "$work"
+	if [ "$rc" -eq 0 ]; then log "PASS (project $PROJECT, seed $SEED, $((SECONDS - t0))s)"; else log "FAIL (project $PROJECT, seed $SEED, $((SECONDS - t0))s)"; fi
+	exit "$rc"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+log "compose: $COMPOSE; project $PROJECT; seed $SEED; removing any leftover stack"
+compose down -v --remove-orphans >/dev/null 2>&1 || true
+
+log "starting the stack"
+compose up -d
+COMPOSE="$COMPOSE" timeout --foreground 300 deploy/compose/wait-healthy.sh "$PROJECT" 240
+
+log "running the chaos driver ($SCENARIOS)"
+# The driver bounds each of its waits; this bounds the whole.
+timeout --foreground --kill-after=30 "${CHAOS_DRIVER_TIMEOUT:-1500}" \
+	"$CHAOS_BIN" --project "$PROJECT" --tenurectl "$TENURECTL" --work "$work" --seed "$SEED" --scenarios "$SCENARIOS"

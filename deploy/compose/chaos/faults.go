@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tenurelog/tenure/pkg/journal"
+)
+
+// journalEntryBytes is one journal entry: epoch u64, start u64, crc32c u32
+// (DESIGN, "The epoch journal").
+const journalEntryBytes = 8 + 8 + 4
+
+// killed counts a kill: the replica's next samples are a new incarnation
+// (a kill may lose an HWM the store persists lazily).
+func (sc *scenario) killed(id string) {
+	sc.incarnation[id]++
+	sc.obs.restarted(id)
+}
+
+// killLeader: docker kill the leader's container; a new leader must be
+// promoted; start the killed one again and wait for it to follow.
+func (sc *scenario) killLeader(ctx context.Context) error {
+	leader, epoch, err := sc.currentLeader(ctx)
+	if err != nil {
+		return err
+	}
+	logf("%s: docker kill %s (leader at epoch %d)", sc.name, leader, epoch)
+	if _, err := docker(ctx, "kill", sc.stack.ids[leader]); err != nil {
+		return err
+	}
+	sc.faults["kill"]++
+	sc.killed(leader)
+	if next, err := sc.waitLeader(ctx, epoch, leader); err != nil {
+		sc.expect("no new leader after killing %s: %v", leader, err)
+	} else {
+		logf("%s: %s promoted", sc.name, next)
+	}
+	time.Sleep(sc.jitter(2 * time.Second))
+	logf("%s: docker start %s", sc.name, leader)
+	if err := sc.startReplicas(ctx, leader); err != nil {
+		return err
+	}
+	return sc.waitRejoined(ctx, leader)
+}
+
+// pauseLeader: docker pause the leader (every process frozen, its sockets
+// open) past its lease TTL, then unpause it. Meanwhile a new leader is
+// promoted; the unpaused zombie still believes it leads, with appends in
+// flight. None of its late acknowledgements may be of a record the new
+// epoch lost, and it must step down and follow.
+func (sc *scenario) pauseLeader(ctx context.Context) error {
+	leader, epoch, err := sc.currentLeader(ctx)
+	if err != nil {
+		return err
+	}
+	hold := sc.jitter(3 * sc.cfg.leaseTTL)
+	logf("%s: docker pause %s (leader at epoch %d) for at least %v", sc.name, leader, epoch, hold.Round(time.Millisecond))
+	if _, err := docker(ctx, "pause", sc.stack.ids[leader]); err != nil {
+		return err
+	}
+	sc.faults["pause"]++
+	paused := time.Now()
+	next, perr := sc.waitLeader(ctx, epoch, leader)
+	if perr != nil {
+		sc.expect("no new leader while %s was paused: %v", leader, perr)
+	} else {
+		logf("%s: %s promoted %v after the pause", sc.name, next, time.Since(paused).Round(time.Millisecond))
+	}
+	if rest := hold - time.Since(paused); rest > 0 {
+		time.Sleep(rest)
+	}
+	logf("%s: docker unpause %s after %v", sc.name, leader, time.Since(paused).Round(time.Millisecond))
+	// Unpaused even when ctx was cancelled: a frozen container would hang
+	// the teardown's graceful stop.
+	if _, err := docker(context.WithoutCancel(ctx), "unpause", sc.stack.ids[leader]); err != nil {
+		return err
+	}
+	return sc.waitRejoined(ctx, leader)
+}
+
+// disconnectLeader: docker network disconnect the leader from the stack's
+// network (peers, promoter, lease service and the workload all lose it),
+// past its lease TTL, then connect it again under its aliases.
+func (sc *scenario) disconnectLeader(ctx context.Context) error {
+	leader, epoch, err := sc.currentLeader(ctx)
+	if err != nil {
+		return err
+	}
+	aliases, err := sc.stack.aliases(ctx, leader)
+	if err != nil {
+		return err
+	}
+	hold := sc.jitter(3 * sc.cfg.leaseTTL)
+	logf("%s: docker network disconnect %s %s (leader at epoch %d) for at least %v", sc.name, sc.stack.network, leader, epoch, hold.Round(time.Millisecond))
+	if _, err := docker(ctx, "network", "disconnect", sc.stack.network, sc.stack.ids[leader]); err != nil {
+		return err
+	}
+	sc.faults["disconnect"]++
+	cut := time.Now()
+	next, perr := sc.waitLeader(ctx, epoch, leader)
+	if perr != nil {
+		sc.expect("no new leader while %s was disconnected: %v", leader, perr)
+	} else {
+		logf("%s: %s promoted %v after the disconnect", sc.name, next, time.Since(cut).Round(time.Millisecond))
+	}
+	if rest := hold - time.Since(cut); rest > 0 {
+		time.Sleep(rest)
+	}
+	args := []string{"network", "connect"}
+	for _, a := range aliases {
+		args = append(args, "--alias", a)
+	}
+	args = append(args, sc.stack.network, sc.stack.ids[leader])
+	logf("%s: docker network connect %s %s (aliases %v) after %v", sc.name, sc.stack.network, leader, aliases, time.Since(cut).Round(time.Millisecond))
+	if _, err := docker(context.WithoutCancel(ctx), args...); err != nil {
+		return err
+	}
+	if err := sc.stack.refreshPort(ctx, leader, "7100"); err != nil {
+		return err
+	}
+	return sc.waitRejoined(ctx, leader)
+}
+
+// restartMajority: stop the leader and one follower together (two of
+// three: no quorum is left), keep them down a moment, start both. The range
+// is unavailable meanwhile; afterwards it must be promoted again with
+// nothing acknowledged lost.
+func (sc *scenario) restartMajority(ctx context.Context) error {
+	leader, epoch, err := sc.currentLeader(ctx)
+	if err != nil {
+		return err
+	}
+	other := sc.follower(leader)
+	pair := []string{leader, other}
+	logf("%s: docker stop %s (leader at epoch %d) and %s together", sc.name, leader, epoch, other)
+	stopErrs := make(chan error, len(pair))
+	for _, id := range pair {
+		go func() {
+			_, err := docker(ctx, "stop", "-t", "10", sc.stack.ids[id])
+			stopErrs <- err
+		}()
+	}
+	var errs []error
+	for range pair {
+		errs = append(errs, <-stopErrs)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	sc.faults["restart"] += len(pair)
+	down := sc.jitter(2 * time.Second)
+	time.Sleep(down)
+	logf("%s: docker start %s and %s after %v down", sc.name, leader, other, down.Round(time.Millisecond))
+	if err := sc.startReplicas(ctx, pair...); err != nil {
+		return err
+	}
+	if _, err := sc.waitLeader(ctx, epoch, ""); err != nil {
+		sc.expect("no leader above epoch %d after the restart: %v", epoch, err)
+	}
+	return sc.waitRejoined(ctx, replicaIDs...)
+}
+
+// corruptJournal: stop a follower, corrupt or truncate its journal of the
+// range in its volume, start it. Its store must rebuild the journal from the
+// records' epochs (its log says so) and the follower must catch up.
+func (sc *scenario) corruptJournal(ctx context.Context) error {
+	leader, _, err := sc.currentLeader(ctx)
+	if err != nil {
+		return err
+	}
+	f := sc.follower(leader)
+	logf("%s: docker stop %s (a follower)", sc.name, f)
+	stopped := time.Now()
+	if _, err := docker(ctx, "stop", "-t", "10", sc.stack.ids[f]); err != nil {
+		return err
+	}
+	path := "/data/journal/" + sc.rangeID + ".journal"
+	mode := []string{"corrupt", "truncate"}[sc.rng.IntN(2)]
+	var what string
+	err = sc.stack.editFile(ctx, f, path, func(b []byte) ([]byte, error) {
+		if len(b) < journal.HeaderBytes+journalEntryBytes {
+			return nil, fmt.Errorf("journal %s has %d bytes, no entry to damage", path, len(b))
+		}
+		switch mode {
+		case "corrupt":
+			// The first entry's epoch: fails its checksum. The last entry
+			// is cut as torn, any other makes the journal corrupt; either
+			// way the journal no longer describes the log.
+			b[journal.HeaderBytes+7] ^= 0x5a
+			what = fmt.Sprintf("flipped bits of the first entry's epoch (%d entries)", (len(b)-journal.HeaderBytes)/journalEntryBytes)
+		case "truncate":
+			n := len(b)
+			b = b[:journal.HeaderBytes+journalEntryBytes/2]
+			what = fmt.Sprintf("cut from %d to %d bytes (half an entry after the header)", n, len(b))
+		}
+		return b, nil
+	})
+	if err != nil {
+		// Started again anyway: the next scenarios need it.
+		return errors.Join(err, sc.startReplicas(ctx, f))
+	}
+	sc.faults["journal-"+mode]++
+	logf("%s: %s %s: %s", sc.name, f, path, what)
+	logf("%s: docker start %s", sc.name, f)
+	if err := sc.startReplicas(ctx, f); err != nil {
+		return err
+	}
+	sc.checkRebuilt(ctx, f, stopped)
+	return sc.waitRejoined(ctx, f)
+}
+
+// checkRebuilt looks in the replica's log, since it was stopped, for the
+// store's "rebuilt the epoch journal" warning for this range.
+func (sc *scenario) checkRebuilt(ctx context.Context, id string, since time.Time) {
+	err := retry(ctx, 30*time.Second, "the rebuild in "+id+"'s log", func(ctx context.Context) error {
+		out, err := dockerLogs(ctx, sc.stack.ids[id], since)
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "rebuilt the epoch journal") && strings.Contains(line, "range="+sc.rangeID) {
+				logf("%s: %s says: %s", sc.name, id, strings.TrimSpace(line))
+				return nil
+			}
+		}
+		return errors.New("no rebuild logged yet")
+	})
+	if err != nil {
+		sc.expect("%s did not log rebuilding its journal of %s: %v", id, sc.rangeID, err)
+	}
+}
+
+// dockerLogs returns a container's stdout and stderr since a time.
+func dockerLogs(ctx context.Context, id string, since time.Time) (string, error) {
+	// The replica logs to stderr; docker logs replays it on stderr, so
+	// the combined output is wanted. docker() keeps stdout only.
+	out, err := dockerCombined(ctx, "logs", "--since", since.Add(-time.Second).UTC().Format(time.RFC3339), id)
+	if err != nil {
+		return "", err
+	}
+	return out, nil
+}
