@@ -1,0 +1,121 @@
+package chaos
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tenurelog/tenure/internal/chaos/check"
+)
+
+// The short budget (make test) runs chaosSeeds seeds of every fault kind;
+// `make chaos SEEDS=N` runs N. -chaos.seed reproduces one run.
+var (
+	chaosSeeds    = flag.Int("chaos.seeds", 2, "seeds per fault kind (seeds 1..N)")
+	chaosSeed     = flag.Int64("chaos.seed", 0, "run only this seed (reproduces a failing run)")
+	chaosKinds    = flag.String("chaos.kinds", "", "comma-separated fault kinds (default all: "+kindList()+")")
+	chaosReplicas = flag.Int("chaos.replicas", 3, "replicas per run (3 or 5)")
+	chaosBoard    = flag.String("chaos.scoreboard", "", "also write the scoreboard to this file")
+	chaosDump     = flag.String("chaos.dump", "", "write each failing run's observations as JSON into this directory")
+)
+
+func kindList() string {
+	var s []string
+	for _, k := range Kinds {
+		s = append(s, string(k))
+	}
+	return strings.Join(s, ",")
+}
+
+var (
+	boardMu sync.Mutex
+	board   check.Scoreboard
+)
+
+// TestChaos runs the seeded chaos runs and judges each: every safety
+// column must be zero, and every run must count (traffic before and during
+// its faults, a successful final append).
+func TestChaos(t *testing.T) {
+	kinds := Kinds
+	if *chaosKinds != "" {
+		kinds = nil
+		for _, k := range strings.Split(*chaosKinds, ",") {
+			kinds = append(kinds, Kind(strings.TrimSpace(k)))
+		}
+	}
+	seeds := []int64{}
+	if *chaosSeed != 0 {
+		seeds = append(seeds, *chaosSeed)
+	} else {
+		for s := 1; s <= *chaosSeeds; s++ {
+			seeds = append(seeds, int64(s))
+		}
+	}
+	for _, kind := range kinds {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("%s/seed=%d", kind, seed), func(t *testing.T) {
+				run := RunOne(t, RunConfig{Seed: seed, Kind: kind, Replicas: *chaosReplicas})
+				rep := check.Check(run)
+				boardMu.Lock()
+				board.Add(string(kind), run, rep)
+				boardMu.Unlock()
+				t.Logf("seed %d kind %s: ops %d, traffic before %d during %d, final epoch %d, truncations %d, linearizable %s in %v",
+					seed, kind, len(run.History), run.TrafficBefore, run.TrafficDuring, finalEpoch(run), len(run.Truncations), rep.Linearizable, rep.CheckTime)
+				if v := run.Void(); v != "" {
+					t.Errorf("seed %d kind %s: run is void: %s (reproduce: go test ./internal/chaos -run TestChaos -chaos.kinds=%s -chaos.seed=%d)", seed, kind, v, kind, seed)
+				}
+				if !rep.Safe() || run.Void() != "" {
+					dumpRun(t, run)
+				}
+				if !rep.Safe() {
+					t.Errorf("seed %d kind %s: UNSAFE (reproduce: go test ./internal/chaos -run TestChaos -chaos.kinds=%s -chaos.seed=%d):\n  %s",
+						seed, kind, kind, seed, strings.Join(rep.Problems, "\n  "))
+				}
+			})
+		}
+	}
+	var sb strings.Builder
+	if err := board.Render(&sb); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Print("\n" + sb.String())
+	if *chaosBoard != "" {
+		if err := os.WriteFile(*chaosBoard, []byte(sb.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// finalEpoch is the highest epoch any replica was fenced at: how many
+// promotions the run's faults caused (the first leader is epoch 1).
+func finalEpoch(run check.Run) uint64 {
+	var e uint64
+	for _, l := range run.Final {
+		e = max(e, l.FencedEpoch)
+	}
+	return e
+}
+
+// dumpRun writes a failing run's observations (history, final logs, events)
+// as JSON, for reading a violation offset by offset.
+func dumpRun(t *testing.T, run check.Run) {
+	if *chaosDump == "" {
+		return
+	}
+	b, err := json.MarshalIndent(run, "", " ")
+	if err != nil {
+		t.Errorf("dump: %v", err)
+		return
+	}
+	name := filepath.Join(*chaosDump, fmt.Sprintf("run-%s.json", strings.ReplaceAll(t.Name(), "/", "_")))
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		t.Errorf("dump: %v", err)
+		return
+	}
+	t.Logf("observations written to %s", name)
+}

@@ -1,0 +1,128 @@
+package chaos
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/internal/chaos/check"
+	"github.com/tenurelog/tenure/pkg/transport"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+)
+
+// Observer records, at each replica's server, every epoch-bearing call the
+// replica accepted (fences, acknowledged appends, truncations, adoptions,
+// fetches served as leader), for the stale-epoch and truncation checkers.
+// It sees the replicas from outside: nothing in the services knows it runs.
+type Observer struct {
+	mu     sync.Mutex
+	events []check.EpochEvent
+	truncs []check.Truncation
+	// fences is each replica's last fence answer per range and epoch: what
+	// it held when a truncation at that epoch was commanded.
+	fences map[fenceKey]*tenurev1.FenceResponse
+}
+
+type fenceKey struct {
+	replica, rangeID string
+	epoch            uint64
+}
+
+func newObserver() *Observer {
+	return &Observer{fences: map[fenceKey]*tenurev1.FenceResponse{}}
+}
+
+// current is the observer of the run in progress. The interceptor is
+// installed once per process (transport.SetInterceptors is process-wide);
+// runs are sequential and swap the observer.
+var (
+	current     atomic.Pointer[Observer]
+	installOnce sync.Once
+)
+
+func (o *Observer) install() {
+	installOnce.Do(func() { transport.SetInterceptors(observing{}) })
+	current.Store(o)
+}
+
+func (o *Observer) uninstall() { current.CompareAndSwap(o, nil) }
+
+// observing is the process-wide interceptor: on the server side of a
+// replica (its context names the node, see Network.Handler) it hands every
+// successful call to the current Observer.
+type observing struct{}
+
+func (observing) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		node := nodeFrom(ctx)
+		o := current.Load()
+		if req.Spec().IsClient || node == "" || o == nil {
+			return next(ctx, req)
+		}
+		call := time.Now()
+		resp, err := next(ctx, req)
+		if err == nil {
+			o.record(node, req.Spec().Procedure, req.Any(), resp.Any(), call, time.Now())
+		}
+		return resp, err
+	}
+}
+
+func (observing) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (observing) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+func (o *Observer) record(node, procedure string, req, resp any, call, ret time.Time) {
+	ev := check.EpochEvent{Replica: node, Call: call, Return: ret}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch procedure {
+	case tenurev1connect.ReplicaServiceFenceProcedure:
+		q, a := req.(*tenurev1.FenceRequest), resp.(*tenurev1.FenceResponse)
+		ev.Range, ev.Kind, ev.Epoch = q.GetRangeId(), check.Fenced, q.GetEpoch()
+		o.fences[fenceKey{node, q.GetRangeId(), q.GetEpoch()}] = a
+	case tenurev1connect.LogServiceAppendProcedure:
+		q, a := req.(*tenurev1.AppendRequest), resp.(*tenurev1.AppendResponse)
+		ev.Range, ev.Kind, ev.Epoch = q.GetRangeId(), check.Acked, a.GetEpoch()
+	case tenurev1connect.ReplicaServiceTruncateProcedure:
+		q := req.(*tenurev1.TruncateRequest)
+		ev.Range, ev.Kind, ev.Epoch = q.GetRangeId(), check.Truncated, q.GetEpoch()
+		tr := check.Truncation{Replica: node, Range: q.GetRangeId(), Epoch: q.GetEpoch(), To: q.GetTargetOffset()}
+		// A truncation at epoch E follows the replica's fence at E, whose
+		// answer says what the replica held: the checker matches it against
+		// the acknowledged records by (offset, epoch).
+		if f := o.fences[fenceKey{node, q.GetRangeId(), q.GetEpoch()}]; f != nil {
+			tr.LogEnd = f.GetLogEnd()
+			for _, h := range f.GetHistory() {
+				tr.History = append(tr.History, check.EpochStart{Epoch: h.GetEpoch(), Start: h.GetStartOffset()})
+			}
+		}
+		o.truncs = append(o.truncs, tr)
+	case tenurev1connect.ReplicaServiceAdoptProcedure:
+		q := req.(*tenurev1.AdoptRequest)
+		ev.Range, ev.Kind, ev.Epoch = q.GetRangeId(), check.Adopted, q.GetEpoch()
+	case tenurev1connect.ReplicaServiceFetchProcedure:
+		q, a := req.(*tenurev1.FetchRequest), resp.(*tenurev1.FetchResponse)
+		if len(a.GetRecords()) == 0 {
+			return // only fetches that handed out records matter
+		}
+		ev.Range, ev.Kind, ev.Epoch = q.GetRangeId(), check.ServedFetch, a.GetEpoch()
+	default:
+		return
+	}
+	o.events = append(o.events, ev)
+}
+
+func (o *Observer) results() ([]check.EpochEvent, []check.Truncation) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]check.EpochEvent(nil), o.events...), append([]check.Truncation(nil), o.truncs...)
+}

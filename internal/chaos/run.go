@@ -1,0 +1,201 @@
+// Package chaos breaks a whole in-process tenure on purpose and checks what
+// survives. One run (RunOne) starts embedded etcd, the lease service, three
+// (or five) replicas and two promoters, runs the workload (package
+// workload) against one range, injects faults of one kind at seeded times
+// and targets, heals, requires a final append to succeed, stops everything,
+// reads every replica's log from its store, and judges the run with package
+// check: acknowledged records lost, duplicates, inconsistent offsets,
+// divergent committed prefixes, HWM regressions, stale-epoch acceptances,
+// truncations of acknowledged records, and linearizability (porcupine).
+//
+// Fault kinds (Kinds):
+//
+//	kill       the leader crashes (its journals lose unsynced bytes) and restarts
+//	pause      the leader stops handling anything past its lease, then resumes (the zombie)
+//	partition  the leader is cut from replicas, lease service and promoters; clients may still reach it
+//	flaky      every link drops and delays requests for a while
+//	majority   two replicas crash together and restart one after the other
+//	promoter   the elected promoter and the leader die together
+//
+// Limits, on purpose: faults are in the HTTP traffic between nodes and at
+// their servers (Network), not in etcd's; a paused node's timers keep
+// running; a crash loses unsynced journal bytes (journaltest.MemFS) but not
+// Badger's, whose files are written through the OS page cache by Badger
+// itself and survive a process crash, as they would a real one.
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tenurelog/tenure/internal/chaos/check"
+	"github.com/tenurelog/tenure/internal/chaos/workload"
+)
+
+// Kind is a fault kind.
+type Kind string
+
+// Kinds are every fault kind, in the scoreboard's order.
+var Kinds = []Kind{"kill", "pause", "partition", "flaky", "majority", "promoter"}
+
+// RunConfig configures one run.
+type RunConfig struct {
+	Seed     int64
+	Kind     Kind
+	Replicas int // 3 (default) or 5
+	// Episodes is how many faults are injected one after another (default:
+	// 1 or 2, chosen by the seed).
+	Episodes int
+}
+
+const rangeID = "chaos"
+
+// RunOne runs one seeded chaos run and returns what it observed. The caller
+// checks it (check.Check).
+func RunOne(t testing.TB, rc RunConfig) check.Run {
+	t.Helper()
+	if rc.Replicas == 0 {
+		rc.Replicas = 3
+	}
+	rng := rand.New(rand.NewPCG(uint64(rc.Seed), uint64(len(rc.Kind))))
+	if rc.Episodes == 0 {
+		rc.Episodes = 1 + rng.IntN(2)
+	}
+	run := check.Run{Seed: rc.Seed, Faults: map[string]int{}}
+	c := startCluster(t, uint64(rc.Seed), rc.Replicas, 2)
+	c.createRange(rangeID)
+	if c.waitLeader(rangeID, 20*time.Second) == nil {
+		t.Fatalf("seed %d: no first leader within 20s", rc.Seed)
+	}
+
+	hist := &check.History{}
+	urls := map[string]string{}
+	for _, rn := range c.replicas {
+		urls[rn.id] = "http://" + rn.listen
+	}
+	w, err := workload.New(workload.Config{Range: rangeID, Replicas: urls, HTTP: c.net.Client("client"), History: hist,
+		Prefix: fmt.Sprintf("s%d", rc.Seed), Seed: uint64(rc.Seed)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopLoad := context.WithCancel(context.Background())
+	loadDone := make(chan struct{})
+	go func() { w.Run(wctx); close(loadDone) }()
+	defer func() { stopLoad(); <-loadDone }()
+
+	var hwms []check.HWMSample
+	sctx, stopSampling := context.WithCancel(context.Background())
+	sampleDone := make(chan struct{})
+	go func() { hwms = c.sampleHWMs(sctx, rangeID); close(sampleDone) }()
+	defer func() { stopSampling(); <-sampleDone }()
+
+	// Traffic before the first fault.
+	waitUntil(15*time.Second, func() bool { return w.OK() >= 20 })
+	run.TrafficBefore = w.OK()
+
+	for ep := 0; ep < rc.Episodes; ep++ {
+		okBefore := w.OK()
+		c.inject(rc.Kind, rng)
+		run.Faults[string(rc.Kind)]++
+		// Settle: the cluster recovers, traffic resumes.
+		time.Sleep(time.Second)
+		run.TrafficDuring += w.OK() - okBefore
+	}
+
+	// Healed: the final append must succeed, through the same clients.
+	run.FinalAppendOK = w.AppendOne(context.Background(), 30*time.Second) == nil
+	stopLoad()
+	<-loadDone
+	stopSampling()
+	<-sampleDone
+
+	run.History = hist.Ops()
+	run.Epochs, run.Truncations = c.obs.results()
+	run.Final = c.finalLogs(rangeID)
+	run.HWMs = hwms
+	return run
+}
+
+// inject runs one fault episode of kind: break, hold, heal. It returns once
+// healed.
+func (c *Cluster) inject(kind Kind, rng *rand.Rand) {
+	target := c.waitLeader(rangeID, 10*time.Second)
+	if target == nil {
+		target = c.replicas[rng.IntN(len(c.replicas))]
+	}
+	hold := func(lo, hi time.Duration) { time.Sleep(lo + time.Duration(rng.Int64N(int64(hi-lo)))) }
+	restart, kill := c.startReplica, c.killReplica
+	switch kind {
+	case "kill":
+		kill(target)
+		hold(300*time.Millisecond, 2*time.Second)
+		restart(target)
+	case "pause":
+		// Past the lease: the promoter may only act once it expired.
+		c.net.Pause(target.id)
+		hold(sessionTTL+500*time.Millisecond, sessionTTL+2*time.Second)
+		c.net.Resume(target.id)
+	case "partition":
+		others := c.nodes()
+		if rng.IntN(2) == 0 {
+			others = append(others, "client")
+		}
+		c.net.Isolate(target.id, others)
+		hold(sessionTTL+500*time.Millisecond, sessionTTL+2*time.Second)
+		c.net.Heal()
+	case "flaky":
+		c.net.Flaky(0.05+0.25*rng.Float64(), time.Duration(rng.Int64N(int64(60*time.Millisecond))))
+		hold(2*time.Second, 4*time.Second)
+		c.net.Heal()
+	case "majority":
+		// Two replicas, the leader among them half the time.
+		victims := []*replicaNode{}
+		for _, rn := range rng.Perm(len(c.replicas)) {
+			victims = append(victims, c.replicas[rn])
+		}
+		victims = victims[:2]
+		if rng.IntN(2) == 0 && !slices.Contains(victims, target) {
+			victims[0] = target
+		}
+		for _, v := range victims {
+			kill(v)
+		}
+		hold(300*time.Millisecond, 1500*time.Millisecond)
+		for _, v := range victims {
+			restart(v)
+			hold(100*time.Millisecond, 800*time.Millisecond)
+		}
+	case "promoter":
+		// The elected promoter's process and the leader die together; the
+		// other promoter must win the election and promote.
+		p := c.promoters[0]
+		for _, q := range c.promoters {
+			if q.p.Elected() {
+				p = q
+			}
+		}
+		p.stop()
+		kill(target)
+		hold(500*time.Millisecond, 2*time.Second)
+		restart(target)
+		c.promoters = slices.DeleteFunc(c.promoters, func(q *promoterNode) bool { return q == p })
+		c.startPromoter(p.id)
+	default:
+		c.t.Fatalf("unknown fault kind %q", kind)
+	}
+}
+
+func waitUntil(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
