@@ -71,7 +71,8 @@ func (h *hosted) appendLocal(values [][]byte) (*leader, uint64, error) {
 }
 
 // readableLeader returns the leadership if this range may serve reads: it
-// leads and holds its lease. h.mu is taken shared.
+// leads, holds its lease, and has committed its own epoch-start record.
+// h.mu is taken shared.
 func (h *hosted) readableLeader() (*leader, error) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
@@ -81,6 +82,18 @@ func (h *hosted) readableLeader() (*leader, error) {
 	}
 	if !h.leaseValid(l.epoch) {
 		return nil, preconditionf("range %q: leader %s has no valid lease at epoch %d; not serving reads", h.id, h.s.cfg.ID, l.epoch)
+	}
+	// A new leader starts from the promotion's committed bound, the largest
+	// HWM its fenced peers reported, which can be below what the previous
+	// leader had already acknowledged (its own HWM died with it). Reads
+	// answered from that HWM would go back in time: the chaos suite's
+	// linearizability check caught one (kill, seed 3). Every acknowledged
+	// record is in this leader's log below its epoch-start record, so once
+	// that record is committed (HWM past it) the HWM covers them all
+	// (Raft section 8: a leader serves reads only after committing an entry
+	// of its own term).
+	if hwm := h.r.HWM(); hwm <= l.epochStart {
+		return nil, preconditionf("range %q: leader %s at epoch %d has not yet committed its epoch-start record (offset %d, HWM %d); not serving reads yet, retry shortly", h.id, h.s.cfg.ID, l.epoch, l.epochStart, hwm)
 	}
 	return l, nil
 }
