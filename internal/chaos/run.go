@@ -14,7 +14,7 @@
 //	pause      the leader stops handling anything past its lease, then resumes (the zombie)
 //	partition  the leader is cut from replicas, lease service and promoters; clients may still reach it
 //	flaky      every link drops and delays requests for a while
-//	majority   two replicas crash together and restart one after the other
+//	majority   a majority of replicas crash together and restart one after the other
 //	promoter   the elected promoter and the leader die together
 //
 // Limits, on purpose: faults are in the HTTP traffic between nodes and at
@@ -152,12 +152,13 @@ func (c *Cluster) inject(kind Kind, rng *rand.Rand) {
 		hold(2*time.Second, 4*time.Second)
 		c.net.Heal()
 	case "majority":
-		// Two replicas, the leader among them half the time.
+		// A majority (two of three, three of five), the leader among them
+		// half the time.
 		victims := []*replicaNode{}
 		for _, rn := range rng.Perm(len(c.replicas)) {
 			victims = append(victims, c.replicas[rn])
 		}
-		victims = victims[:2]
+		victims = victims[:len(c.replicas)/2+1]
 		if rng.IntN(2) == 0 && !slices.Contains(victims, target) {
 			victims[0] = target
 		}
