@@ -101,9 +101,15 @@ func RunOne(t testing.TB, rc RunConfig) check.Run {
 		okBefore := w.OK()
 		c.inject(rc.Kind, rng)
 		run.Faults[string(rc.Kind)]++
+		// Traffic during a fault is what succeeded between breaking and
+		// healing; the run's figure is the least of its episodes, so every
+		// fault must have seen some.
+		during := w.OK() - okBefore
+		if ep == 0 || during < run.TrafficDuring {
+			run.TrafficDuring = during
+		}
 		// Settle: the cluster recovers, traffic resumes.
 		time.Sleep(time.Second)
-		run.TrafficDuring += w.OK() - okBefore
 	}
 
 	// Healed: the final append must succeed, through the same clients.
@@ -137,7 +143,7 @@ func (c *Cluster) inject(kind Kind, rng *rand.Rand) {
 	case "pause":
 		// Past the lease: the promoter may only act once it expired.
 		c.net.Pause(target.id)
-		hold(sessionTTL+500*time.Millisecond, sessionTTL+2*time.Second)
+		hold(sessionTTL+time.Second, sessionTTL+2500*time.Millisecond)
 		c.net.Resume(target.id)
 	case "partition":
 		others := c.nodes()
@@ -145,7 +151,7 @@ func (c *Cluster) inject(kind Kind, rng *rand.Rand) {
 			others = append(others, "client")
 		}
 		c.net.Isolate(target.id, others)
-		hold(sessionTTL+500*time.Millisecond, sessionTTL+2*time.Second)
+		hold(sessionTTL+time.Second, sessionTTL+2500*time.Millisecond)
 		c.net.Heal()
 	case "flaky":
 		c.net.Flaky(0.05+0.25*rng.Float64(), time.Duration(rng.Int64N(int64(60*time.Millisecond))))
@@ -166,9 +172,11 @@ func (c *Cluster) inject(kind Kind, rng *rand.Rand) {
 			kill(v)
 		}
 		hold(300*time.Millisecond, 1500*time.Millisecond)
+		// Rolling restart: after the first one a quorum is back and the
+		// range must recover while the rest are still down.
 		for _, v := range victims {
 			restart(v)
-			hold(100*time.Millisecond, 800*time.Millisecond)
+			hold(time.Second, 2*time.Second)
 		}
 	case "promoter":
 		// The elected promoter's process and the leader die together; the
