@@ -43,13 +43,18 @@ func HandlerOptions(extra ...connect.HandlerOption) []connect.HandlerOption {
 }
 
 // ClientOptions are the options every tenure client is built with: the same
-// read limit as the handlers, gRPC protocol (binary, HTTP/2, works with any
-// gRPC peer) and the interceptors installed with SetInterceptors, now or
-// later.
+// read limit as the handlers, the Connect protocol (binary protobuf over
+// HTTP/2) and the interceptors installed with SetInterceptors, now or later.
+//
+// Connect rather than gRPC: every tenure server speaks Connect, gRPC and
+// gRPC-Web (so grpcurl and gRPC clients in other languages still work), and
+// Connect is the cheaper of them per call. A unary call is one HEADERS and
+// one DATA frame each way, without gRPC's length-prefixed envelope and
+// trailers frame; each hop of the replication path (an append, a fetch) is
+// one unary call, and at 64 clients per-call CPU is what bounds throughput.
 func ClientOptions(extra ...connect.ClientOption) []connect.ClientOption {
 	opts := []connect.ClientOption{
 		connect.WithReadMaxBytes(wire.MaxMessageBytes),
-		connect.WithGRPC(),
 		connect.WithInterceptors(installedInterceptors{}),
 	}
 	return append(opts, extra...)

@@ -50,6 +50,15 @@ func TestServeHTTP2Cleartext(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Read() error = %v", err)
 	}
+	if got := string(resp.Msg.GetRecords()[0].GetValue()); got != connect.ProtocolConnect {
+		t.Errorf("server saw protocol %q, want %q", got, connect.ProtocolConnect)
+	}
+	// gRPC clients (grpcurl, other languages) are served too.
+	grpcClient := tenurev1connect.NewLogServiceClient(transport.NewHTTPClient(), srv.URL(), transport.ClientOptions(connect.WithGRPC())...)
+	resp, err = grpcClient.Read(ctx, connect.NewRequest(&tenurev1.ReadRequest{RangeId: "r"}))
+	if err != nil {
+		t.Fatalf("gRPC Read() error = %v", err)
+	}
 	if got := string(resp.Msg.GetRecords()[0].GetValue()); got != connect.ProtocolGRPC {
 		t.Errorf("server saw protocol %q, want %q", got, connect.ProtocolGRPC)
 	}

@@ -386,12 +386,19 @@ func (g *gate) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	// gRPC framing: a flags byte (0: uncompressed), a 4-byte length, the message.
-	var m tenurev1.FetchRequest
-	if len(body) < 5 || body[0] != 0 {
-		return nil, fmt.Errorf("test gate: unexpected fetch framing")
+	msg := body
+	if strings.HasPrefix(req.Header.Get("Content-Type"), "application/grpc") {
+		// gRPC framing: a flags byte (0: uncompressed), a 4-byte length, the message.
+		if len(body) < 5 || body[0] != 0 {
+			return nil, fmt.Errorf("test gate: unexpected fetch framing")
+		}
+		msg = body[5:]
+	} else if ct := req.Header.Get("Content-Type"); ct != "application/proto" || req.Header.Get("Content-Encoding") != "" {
+		// Connect unary: the message itself, uncompressed.
+		return nil, fmt.Errorf("test gate: unexpected fetch content type %q", ct)
 	}
-	if err := proto.Unmarshal(body[5:], &m); err != nil {
+	var m tenurev1.FetchRequest
+	if err := proto.Unmarshal(msg, &m); err != nil {
 		return nil, err
 	}
 	allowed := func() bool { f := g.filter(); return f == nil || f(&m) }
