@@ -53,9 +53,15 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 	expired := false
 	for {
 		changed := h.r.Changed()
-		a, news, err := l.answerFetch(m, maxBytes)
+		a, news, moved, err := l.answerFetch(m, maxBytes)
 		if se := (*storeError)(nil); errors.As(err, &se) {
 			h.halt(err)
+		}
+		if moved {
+			// The follower's checked offset is its acknowledgement: raise
+			// the HWM and answer the appends it commits from here, without
+			// a hop through the commit loop.
+			l.advanceOrHalt()
 		}
 		if err != nil || news == fetchRecords || expired {
 			if a != nil {
@@ -126,48 +132,55 @@ func (h *hosted) leaderAt(epoch uint64) (*leader, error) {
 
 // answerFetch serves one fetch pass: check the follower's position, count
 // it if it passed, and read what follows. news says what is new for the
-// follower, so the caller may hold the long poll; the caller notes the HWM
-// of the answer it sends (noteSent).
-func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev1.FetchResponse, news fetchNews, err error) {
+// follower, so the caller may hold the long poll; moved says the follower's
+// counted offset changed, so the caller raises the HWM (advance) once h.mu
+// is released; the caller notes the HWM of the answer it sends (noteSent).
+func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev1.FetchResponse, news fetchNews, moved bool, err error) {
 	h := l.h
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if h.acting() != l {
-		return nil, fetchNothing, l.endedErr()
+		return nil, fetchNothing, false, l.endedErr()
 	}
 	// Read the HWM before the log end: both only grow and HWM <= log end,
-	// so the answer never carries an HWM beyond its own log end.
+	// so the answer never carries an HWM beyond its own log end. The log
+	// end answered is the assigned end: records accepted here, written or
+	// still being written (the journal already holds their epoch, so the
+	// check below describes them too).
 	hwm := h.r.HWM()
-	logEnd := h.r.LogEnd()
+	logEnd := h.r.AssignedEnd()
 	hist := h.r.History()
 	if len(hist) == 0 {
 		// A leader always holds at least its own epoch's entry; an empty
 		// history means the journal broke. Checking against it would tell
 		// every follower to truncate to 0.
-		return nil, fetchNothing, &storeError{fmt.Errorf("range %q: leader's epoch history became unreadable at epoch %d", h.id, l.epoch)}
+		return nil, fetchNothing, false, &storeError{fmt.Errorf("range %q: leader's epoch history became unreadable at epoch %d", h.id, l.epoch)}
 	}
 	now := time.Now()
 	if d := checkFetch(hist, logEnd, m.GetLastFetchedEpoch(), m.GetFetchOffset()); d != nil {
 		// Not counted: this follower's offset includes bytes we lack.
 		l.record(m.GetReplicaId(), 0, false, now)
-		return &tenurev1.FetchResponse{Epoch: l.epoch, HighWaterMark: hwm, LogEnd: logEnd, Diverging: d}, fetchRecords, nil
+		return &tenurev1.FetchResponse{Epoch: l.epoch, HighWaterMark: hwm, LogEnd: logEnd, Diverging: d}, fetchRecords, false, nil
 	}
 	var recs []*tenurev1.Record
 	if off := m.GetFetchOffset(); logEnd > off {
-		// Records up to the log end, durable here or not: followers fsync
-		// in parallel with the leader's own group commit.
+		// Records up to the assigned end, written and durable here or not:
+		// followers write and fsync in parallel with the leader's own group
+		// commit, from the moment the leader accepted the batch. Only
+		// durable copies count toward the HWM (commitPoint), the leader's
+		// own once its fsync returned.
 		n := min(uint64(wire.MaxBatchRecords), logEnd-off)
-		recs, err = h.r.Read(off, int(n), maxBytes)
+		recs, err = h.r.ReadTail(off, int(n), maxBytes)
 		if err != nil {
-			return nil, fetchNothing, &storeError{fmt.Errorf("range %q: read from %d for %s: %w", h.id, off, m.GetReplicaId(), err)}
+			return nil, fetchNothing, false, &storeError{fmt.Errorf("range %q: read from %d for %s: %w", h.id, off, m.GetReplicaId(), err)}
 		}
 	}
-	sent := l.record(m.GetReplicaId(), m.GetFetchOffset(), true, now)
+	sent, moved := l.record(m.GetReplicaId(), m.GetFetchOffset(), true, now)
 	switch {
 	case len(recs) > 0:
 		news = fetchRecords
 	case hwm > sent:
 		news = fetchHWM
 	}
-	return &tenurev1.FetchResponse{Epoch: l.epoch, Records: recs, HighWaterMark: hwm, LogEnd: logEnd}, news, nil
+	return &tenurev1.FetchResponse{Epoch: l.epoch, Records: recs, HighWaterMark: hwm, LogEnd: logEnd}, news, moved, nil
 }

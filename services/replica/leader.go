@@ -44,8 +44,6 @@ type leader struct {
 	mu sync.Mutex
 	// progress is each other member's fetch progress, by replica id.
 	progress map[string]*progress
-	// poke wakes the committer when a follower's checked offset moved.
-	poke chan struct{}
 	// waiters are the appends waiting for the HWM to pass their end. The
 	// committer wakes exactly those the HWM passed, so an HWM move costs one
 	// wake per acknowledged append, not one per waiting append per change
@@ -86,7 +84,6 @@ func (h *hosted) newLeader(je journaledEpoch, replicas []*tenurev1.Replica) *lea
 		ctx:        ctx,
 		cancel:     cancel,
 		progress:   map[string]*progress{},
-		poke:       make(chan struct{}, 1),
 		waiters:    map[*commitWaiter]struct{}{},
 	}
 	for _, r := range replicas {
@@ -105,27 +102,37 @@ func (l *leader) endedErr() error {
 	return preconditionf("range %q: leadership at epoch %d ended", l.h.id, l.epoch)
 }
 
-// commitLoop is the only writer of the leader's HWM. It wakes on any store
-// change (the leader's own fsync moving its durable end) and on follower
-// progress, and raises the HWM to the commit point.
+// commitLoop raises the HWM to the commit point whenever the store changes
+// (the leader's own fsync moving its durable end, its write moving its log
+// end). Follower progress is counted by the fetch that reports it, which
+// calls advance itself (advanceOrHalt): the acknowledgement of a batch then
+// costs no extra goroutine hop. Both only ever raise the HWM (SetHWM
+// ignores a lower one), so running concurrently is harmless.
 func (l *leader) commitLoop() {
 	for {
 		changed := l.h.r.Changed()
-		if err := l.advance(); err != nil {
-			l.h.halt(fmt.Errorf("raise HWM at epoch %d: %w", l.epoch, err))
+		if !l.advanceOrHalt() {
 			return
 		}
 		select {
 		case <-changed:
-		case <-l.poke:
 		case <-l.ctx.Done():
 			return
 		}
 	}
 }
 
+// advanceOrHalt runs advance and halts the range if it failed; false then.
+func (l *leader) advanceOrHalt() bool {
+	if err := l.advance(); err != nil {
+		l.h.halt(fmt.Errorf("raise HWM at epoch %d: %w", l.epoch, err))
+		return false
+	}
+	return true
+}
+
 // advance raises the HWM to the commit point, if it moved, and wakes the
-// appends the HWM now passes.
+// appends the HWM now passes. h.mu must not be held (it is taken shared).
 func (l *leader) advance() error {
 	followers := l.checkedOffsets()
 	h := l.h
@@ -138,6 +145,10 @@ func (l *leader) advance() error {
 	}
 	hwm := h.r.HWM()
 	next, ok := commitPoint(h.r.DurableEnd(), followers, len(l.replicas), l.epochStart)
+	// Followers receive records before the leader's own write of them has
+	// committed (ReadTail), so a quorum of followers can be ahead of what
+	// this leader has written: committed records are readable here first.
+	next = min(next, h.r.LogEnd())
 	// Monotonic: the HWM never steps back (the committed bound may have
 	// raised it above what this epoch's quorum has reached so far).
 	if ok && next > hwm {
@@ -263,28 +274,23 @@ func (l *leader) committed(end uint64) (uint64, error) {
 }
 
 // record notes a follower's fetch. A checked offset replaces the previous
-// one (not the maximum: a follower that reports less now holds less) and
-// wakes the committer when it moved; a diverged follower counts for nothing
-// until it has truncated and fetched again. It returns the HWM last sent.
-func (l *leader) record(id string, offset uint64, checked bool, now time.Time) (sentHWM uint64) {
+// one (not the maximum: a follower that reports less now holds less); a
+// diverged follower counts for nothing until it has truncated and fetched
+// again. It returns the HWM last sent and whether a checked offset moved
+// (the caller then raises the HWM: advance).
+func (l *leader) record(id string, offset uint64, checked bool, now time.Time) (sentHWM uint64, moved bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.progress[id]
 	if p == nil {
-		return 0
+		return 0, false
 	}
 	if !checked {
 		offset = 0
 	}
-	moved := p.checked != checked || p.offset != offset
+	moved = p.checked != checked || p.offset != offset
 	p.offset, p.checked, p.lastFetch = offset, checked, now
-	if moved && checked {
-		select {
-		case l.poke <- struct{}{}:
-		default:
-		}
-	}
-	return p.sentHWM
+	return p.sentHWM, moved && checked
 }
 
 // noteSent records the HWM sent to a follower.

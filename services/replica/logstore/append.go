@@ -9,9 +9,10 @@ import (
 )
 
 // Append writes values at the log end under epoch (the leader path) and
-// returns the first offset once the records are written: readable by Read
-// and by followers' fetches, not yet fsynced. They are durable once
-// DurableEnd passes them (WaitDurable). Concurrent Appends share commits and
+// returns the first offset once the records are written: readable by Read,
+// not yet fsynced. ReadTail (followers' fetches) serves them earlier, from
+// the moment their offsets are assigned. They are durable once DurableEnd
+// passes them (WaitDurable). Concurrent Appends share commits and
 // fsyncs; each gets a contiguous run of offsets, in call order.
 //
 // epochStart marks the epoch-start record a new leader writes first; values
@@ -290,6 +291,9 @@ func (r *Range) enqueueLocked(p prepared, epochAt func(i int) (uint64, byte)) (*
 	if err := r.s.enqueue(w); err != nil {
 		return nil, err
 	}
+	r.addTailLocked(w)
 	r.next, r.tailEpoch = w.end, w.lastEpoch
+	// Fetchable now (ReadTail), before the write commits.
+	r.notifyLocked()
 	return w, nil
 }

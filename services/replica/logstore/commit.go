@@ -209,7 +209,13 @@ func (s *Store) commitBatch(b batch) error {
 		records += len(w.keys)
 		bytes += w.bytes
 	}
-	err := s.writeBatch(b)
+	var err error
+	if len(b.writes) > 0 {
+		err = s.crash(CrashCommitWrite)
+	}
+	if err == nil {
+		err = s.writeBatch(b)
+	}
 	// Committed (or failed): Badger holds its own copy now, so the room
 	// goes back to writers while this batch syncs.
 	s.release(records, bytes)
@@ -360,6 +366,7 @@ func (r *Range) published(w *write) {
 		panic(fmt.Sprintf("logstore: range %s: committed write at %d, log end is %d", r.id, w.base, r.logEnd))
 	}
 	r.logEnd, r.lastEpoch = w.end, w.lastEpoch
+	r.trimTailLocked()
 	r.notifyLocked()
 }
 

@@ -2,10 +2,13 @@ package logstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/tenurelog/tenure/pkg/journal"
+	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -84,8 +87,19 @@ type Range struct {
 	// truncGen counts completed truncations; lastTruncTo is the latest one's
 	// target. WaitDurable uses them to notice its offset was cut.
 	truncGen, lastTruncTo uint64
-	// changed is closed and replaced at every change of logEnd, durableEnd,
-	// hwm, state or history.
+	// tail holds the most recent writes, newest last, from the moment their
+	// offsets were assigned: contiguous, ending at next. A leader answers
+	// fetches from it (ReadTail), so followers receive a batch while the
+	// leader's own Badger write is still in progress instead of after it.
+	// It holds every write not yet published and, beyond those, at most
+	// tailKeepBytes / tailKeepRecords of published ones. tailRecords and
+	// tailBytes count what it holds. tailGen is the truncGen it was built
+	// under: a truncation invalidates it (see tailLocked).
+	tail                   []*write
+	tailRecords, tailBytes int
+	tailGen                uint64
+	// changed is closed and replaced at every change of next, logEnd,
+	// durableEnd, hwm, state or history.
 	changed chan struct{}
 }
 
@@ -186,6 +200,15 @@ func (r *Range) LogEnd() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.logEnd
+}
+
+// AssignedEnd returns the next offset to be assigned: records below it were
+// accepted by Append or AppendRecords and are being written, or written.
+// ReadTail serves them; LogEnd <= AssignedEnd.
+func (r *Range) AssignedEnd() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.next
 }
 
 // DurableEnd returns the offset below which every record is fsynced.
@@ -329,8 +352,8 @@ func (r *Range) journalErr(err error) error {
 	return err
 }
 
-// Changed returns a channel closed at the next change of LogEnd, DurableEnd,
-// HWM, state or history, or when the store fails or closes. Take a new
+// Changed returns a channel closed at the next change of AssignedEnd,
+// LogEnd, DurableEnd, HWM, state or history, or when the store fails or closes. Take a new
 // channel after each wake (broadcast pattern); check the condition after
 // taking the channel, so no change is missed between the two.
 func (r *Range) Changed() <-chan struct{} {
@@ -367,4 +390,133 @@ func (r *Range) WaitDurable(ctx context.Context, off uint64) error {
 		}
 		r.mu.Lock()
 	}
+}
+
+// How much of the published log the in-memory tail keeps besides the writes
+// still in flight: enough that a follower that fetches within a few batches
+// of the leader reads memory, not Badger, and little next to the queue's
+// own bound (maxQueueBytes), which bounds the unpublished part.
+const (
+	tailKeepBytes   = 4 << 20
+	tailKeepRecords = 4096
+)
+
+// addTailLocked appends w, just queued, to the in-memory tail. r.mu is held.
+func (r *Range) addTailLocked(w *write) {
+	tail := r.tailLocked()
+	if n := len(tail); n > 0 && tail[n-1].end != w.base {
+		// Not contiguous with what is held: start over rather than serve a
+		// gap. (Offsets are assigned from next under r.mu, so this only
+		// happens if that ever changed.)
+		clear(tail)
+		tail, r.tailRecords, r.tailBytes = tail[:0], 0, 0
+	}
+	r.tail = append(tail, w)
+	r.tailRecords += len(w.vals)
+	r.tailBytes += w.bytes
+}
+
+// trimTailLocked drops published writes from the front of the tail while it
+// holds more than tailKeepBytes or tailKeepRecords. r.mu is held.
+func (r *Range) trimTailLocked() {
+	tail := r.tailLocked()
+	i := 0
+	for i < len(tail) && tail[i].end <= r.logEnd &&
+		(r.tailBytes-tail[i].bytes >= tailKeepBytes || r.tailRecords-len(tail[i].vals) >= tailKeepRecords) {
+		r.tailRecords -= len(tail[i].vals)
+		r.tailBytes -= tail[i].bytes
+		tail[i] = nil
+		i++
+	}
+	r.tail = tail[i:]
+}
+
+// tailLocked returns the tail, emptied first if a truncation completed since
+// it was built: its records may be the ones cut. r.mu is held.
+func (r *Range) tailLocked() []*write {
+	if r.tailGen != r.truncGen {
+		clear(r.tail)
+		r.tail, r.tailRecords, r.tailBytes, r.tailGen = r.tail[:0], 0, 0, r.truncGen
+	}
+	return r.tail
+}
+
+// ReadTail is Read for a leader answering fetches: it returns the records
+// in [from, min(AssignedEnd, from+maxRecords)), stopping early once their
+// values would exceed maxBytes but always at least one record when from <
+// AssignedEnd. Records still being written come from memory, exactly as
+// Append sealed them (epoch, flags, value), so a follower can write them
+// while the leader's own Badger write runs. Where from is below what the
+// in-memory tail holds it reads Badger (Read), up to LogEnd only.
+//
+// Records above LogEnd are not durable nor readable here yet: a caller that
+// counts or serves records as committed must bound by LogEnd and
+// DurableEnd. If the store fails before writing them they are never
+// written here, exactly as if the process had crashed after sending them.
+func (r *Range) ReadTail(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Record, error) {
+	if maxRecords <= 0 || maxRecords > wire.MaxReadRecords {
+		maxRecords = wire.MaxReadRecords
+	}
+	if maxBytes <= 0 {
+		maxBytes = wire.MaxBatchBytes
+	}
+	// Shared with Truncate, as in Read: nothing is cut while we copy.
+	r.cutMu.RLock()
+	writes, next, ok := r.tailFrom(from, maxRecords)
+	r.cutMu.RUnlock()
+	if !ok {
+		return r.Read(from, maxRecords, maxBytes)
+	}
+	if from > next {
+		return nil, fmt.Errorf("%w: ReadTail(%d) on %s: log ends at %d", ErrOutOfRange, from, r.id, next)
+	}
+	if err := r.s.writeErrAfterClose(); err != nil {
+		// Failed: what is in memory may never be written.
+		return nil, err
+	}
+	out := make([]*tenurev1.Record, 0, min(uint64(maxRecords), next-from))
+	total := 0
+	for _, w := range writes {
+		for i := max(from, w.base) - w.base; i < uint64(len(w.vals)) && len(out) < maxRecords; i++ {
+			stored := w.vals[i]
+			value := stored[recordHeaderBytes:]
+			if len(out) > 0 && total+len(value) > maxBytes {
+				return out, nil
+			}
+			rec := &tenurev1.Record{
+				Offset:     w.base + i,
+				Epoch:      binary.BigEndian.Uint64(stored[0:8]),
+				EpochStart: stored[8]&flagEpochStart != 0,
+			}
+			if len(value) > 0 {
+				// Shared, not copied: a sealed write is never modified.
+				rec.Value = value
+			}
+			total += len(value)
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// tailFrom copies, under r.mu, the tail's writes holding offsets from
+// from on, enough for maxRecords records, and returns next. ok is false
+// when the tail does not reach down to from (the caller reads Badger).
+func (r *Range) tailFrom(from uint64, maxRecords int) (writes []*write, next uint64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next = r.next
+	if from >= next {
+		return nil, next, true
+	}
+	tail := r.tailLocked()
+	if len(tail) == 0 || from < tail[0].base {
+		return nil, next, false
+	}
+	i := sort.Search(len(tail), func(i int) bool { return tail[i].end > from })
+	for n := 0; i < len(tail) && n < maxRecords; i++ {
+		writes = append(writes, tail[i])
+		n += int(tail[i].end - max(from, tail[i].base))
+	}
+	return writes, next, true
 }

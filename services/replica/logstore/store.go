@@ -63,7 +63,11 @@ type Options struct {
 	// further write (ErrFailed) until it is closed and reopened. Points:
 	// "truncate:intent" (intent synced), "truncate:journal" (journal cut),
 	// "truncate:log" (log keys deleted, not yet synced), "append:journal"
-	// (a new epoch journaled, its records not yet written).
+	// (a new epoch journaled, its records not yet written), "commit:write"
+	// (the group commit took a batch of records, not yet written to Badger:
+	// they are assigned, and a leader already serves them to followers).
+	// A CrashAt that blocks holds the operation there (the committer, at
+	// "commit:write"), which tests use to stage a slow disk.
 	CrashAt func(point string) error
 }
 
@@ -73,6 +77,7 @@ const (
 	CrashTruncateJournal = "truncate:journal"
 	CrashTruncateLog     = "truncate:log"
 	CrashAppendJournal   = "append:journal"
+	CrashCommitWrite     = "commit:write"
 )
 
 // A Store is one replica's storage: one Badger database for every range's
