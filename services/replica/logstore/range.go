@@ -392,13 +392,15 @@ func (r *Range) WaitDurable(ctx context.Context, off uint64) error {
 	}
 }
 
-// How much of the published log the in-memory tail keeps besides the writes
-// still in flight: enough that a follower that fetches within a few batches
-// of the leader reads memory, not Badger, and little next to the queue's
-// own bound (maxQueueBytes), which bounds the unpublished part.
+// How much of the published log the in-memory tail keeps per range besides
+// the writes still in flight (which the queue bounds store-wide,
+// maxQueueBytes): a batch or so, so that a follower whose fetch arrives just
+// after the leader's write committed still reads memory. It is per range,
+// and a replica may host a thousand ranges, so it stays small: a follower
+// further behind reads Badger, as it always could.
 const (
-	tailKeepBytes   = 4 << 20
-	tailKeepRecords = 4096
+	tailKeepBytes   = 64 << 10
+	tailKeepRecords = 64
 )
 
 // addTailLocked appends w, just queued, to the in-memory tail. r.mu is held.
