@@ -215,10 +215,11 @@ func untar(r io.Reader, dst string) error {
 }
 
 // editFile rewrites one file inside a (stopped) container: docker cp it out
-// as a tar, apply edit to its bytes, docker cp it back with -a from a tar
-// carrying the original header, so owner (the image's uid 65532) and mode
-// stay as the replica needs them. FROM scratch images have no shell to do
-// this inside.
+// as a tar, apply edit to its bytes, docker cp it back from a tar carrying
+// the original header, so owner (the image's uid 65532) and mode stay as the
+// replica needs them: the daemon applies a piped tar's uid and gid. (Not
+// -a: that looks the container's user up in /etc/passwd, which a FROM
+// scratch image lacks.) Those images have no shell to edit it inside.
 func (s *stack) editFile(ctx context.Context, svc, path string, edit func([]byte) ([]byte, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, dockerTimeout)
 	defer cancel()
@@ -257,7 +258,7 @@ func (s *stack) editFile(ctx context.Context, svc, path string, edit func([]byte
 		return err
 	}
 	errOut.Reset()
-	cmd = exec.CommandContext(ctx, "docker", "cp", "-a", "-", s.ids[svc]+":"+filepath.Dir(path))
+	cmd = exec.CommandContext(ctx, "docker", "cp", "-", s.ids[svc]+":"+filepath.Dir(path))
 	cmd.Stdin, cmd.Stderr = &in, &errOut
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("docker cp - %s:%s: %w: %s", svc, filepath.Dir(path), err, strings.TrimSpace(errOut.String()))

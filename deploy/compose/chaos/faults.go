@@ -168,7 +168,17 @@ func (sc *scenario) restartMajority(ctx context.Context) error {
 // range in its volume, start it. Its store must rebuild the journal from the
 // records' epochs (its log says so) and the follower must catch up.
 func (sc *scenario) corruptJournal(ctx context.Context) error {
-	leader, _, err := sc.currentLeader(ctx)
+	// A planned handover first, so the journal holds two epochs: damage to
+	// the first entry is then in the middle (a corrupt journal, refused),
+	// not a torn tail that opening merely cuts.
+	_, epoch, err := sc.currentLeader(ctx)
+	if err != nil {
+		return err
+	}
+	if err := sc.handover(ctx); err != nil {
+		return err
+	}
+	leader, err := sc.waitLeader(ctx, epoch, "")
 	if err != nil {
 		return err
 	}
@@ -243,4 +253,20 @@ func dockerLogs(ctx context.Context, id string, since time.Time) (string, error)
 		return "", err
 	}
 	return out, nil
+}
+
+// handover asks the elected promoter for a planned promotion through
+// tenurectl promote (the other promoter refuses; either may be elected).
+func (sc *scenario) handover(ctx context.Context) error {
+	var errs []error
+	for _, p := range []string{"promoter-1", "promoter-2"} {
+		out, err := runTenurectl(ctx, sc.cfg.tenurectl, "--lease", sc.stack.url("lease-1", "7000"), "--promoter", sc.stack.url(p, "7200"),
+			"promote", sc.rangeID, "--reason", "chaos: a second epoch before damaging a journal")
+		if err == nil {
+			logf("%s: planned handover through %s: %s", sc.name, p, strings.Join(strings.Fields(string(out)), " "))
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("planned handover: %w", errors.Join(errs...))
 }

@@ -119,7 +119,7 @@ func run(ctx context.Context, cfg config) int {
 			seed: cfg.seed*100 + int64(i),
 			rng:  rand.New(rand.NewPCG(uint64(cfg.seed), uint64(i))),
 		}
-		sc.rangeID = fmt.Sprintf("chaos-%s-%d", name, cfg.seed)
+		sc.rangeID = fmt.Sprintf("chaos-%s-%d", name, sc.seed)
 		logf("=== scenario %s: range %s, seed %d", name, sc.rangeID, sc.seed)
 		runObs, err := sc.run(ctx)
 		if err != nil {

@@ -298,12 +298,14 @@ func (sc *scenario) waitConverged(ctx context.Context) {
 // persisted), copies each one's data directory out, starts them again, and
 // reads each copy with tenurectl log dump.
 func (sc *scenario) finalLogs(ctx context.Context) ([]check.ReplicaLog, error) {
+	stopping := time.Now()
 	if err := sc.eachReplica(ctx, func(ctx context.Context, id string) error {
 		_, err := docker(ctx, "stop", "-t", "10", sc.stack.ids[id])
 		return err
 	}); err != nil {
 		return nil, err
 	}
+	logf("%s: stopped the replicas in %v to copy their data", sc.name, time.Since(stopping).Round(time.Millisecond))
 	dir := filepath.Join(sc.cfg.workDir, sc.name)
 	copyErr := sc.eachReplica(ctx, func(ctx context.Context, id string) error {
 		return sc.stack.copyOut(ctx, id, "/data", filepath.Join(dir, id))
