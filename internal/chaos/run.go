@@ -16,6 +16,8 @@
 //	flaky      every link drops and delays requests for a while
 //	majority   a majority of replicas crash together and restart one after the other
 //	promoter   the elected promoter and the leader die together
+//	cascade    the leader dies; its successor dies as it comes back, so the
+//	           next promotion fences the first one's stale tail and truncates it
 //
 // Limits, on purpose: faults are in the HTTP traffic between nodes and at
 // their servers (Network), not in etcd's; a paused node's timers keep
@@ -40,7 +42,7 @@ import (
 type Kind string
 
 // Kinds are every fault kind, in the scoreboard's order.
-var Kinds = []Kind{"kill", "pause", "partition", "flaky", "majority", "promoter"}
+var Kinds = []Kind{"kill", "pause", "partition", "flaky", "majority", "promoter", "cascade"}
 
 // RunConfig configures one run.
 type RunConfig struct {
@@ -193,6 +195,23 @@ func (c *Cluster) inject(kind Kind, rng *rand.Rand) {
 		restart(target)
 		c.promoters = slices.DeleteFunc(c.promoters, func(q *promoterNode) bool { return q == p })
 		c.startPromoter(p.id)
+	case "cascade":
+		// The first leader dies holding an uncommitted tail; once a
+		// successor leads, it dies too and the first comes back: the next
+		// promotion fences the first with its old-epoch tail, which a
+		// later epoch overwrote, and must truncate it, never an
+		// acknowledged record.
+		kill(target)
+		next := c.waitLeader(rangeID, 10*time.Second)
+		hold(100*time.Millisecond, 600*time.Millisecond)
+		if next != nil && next != target {
+			kill(next)
+		}
+		restart(target)
+		hold(time.Second, 2*time.Second)
+		if next != nil && next != target {
+			restart(next)
+		}
 	default:
 		c.t.Fatalf("unknown fault kind %q", kind)
 	}
