@@ -167,6 +167,15 @@ ps: ## Show the compose stack's containers and their health.
 compose-smoke: images $(BIN)/static/smoke ## Bring up a separate compose stack, kill a leader, check no acknowledged record is lost and the promotion's trace; always tears it down.
 	COMPOSE="$(COMPOSE)" SMOKE_BIN=$(BIN)/static/smoke timeout --kill-after=60 $(SMOKE_TIMEOUT) deploy/compose/smoke.sh
 
+CHAOS_COMPOSE_TIMEOUT ?= 1800
+
+$(BIN)/static/chaos: $(wildcard deploy/compose/chaos/*.go) $(GOFILES) go.mod go.sum
+	$(STATIC_GO) -o $@ ./deploy/compose/chaos
+
+.PHONY: chaos-compose
+chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kill, pause, disconnect, majority restart, damaged journal) under load, check it, print the scoreboard; always tears it down.
+	COMPOSE="$(COMPOSE)" CHAOS_BIN=$(BIN)/static/chaos CHAOS_TENURECTL=$(BIN)/static/tenurectl timeout --kill-after=60 $(CHAOS_COMPOSE_TIMEOUT) deploy/compose/chaos.sh
+
 .PHONY: ctl
 ctl: ## Run tenurectl on the compose stack's network: make ctl ARGS="status".
 	docker run --rm -i --network $(COMPOSE_PROJECT)_tenure -e TENURECTL_LEASE=http://lease-1:7000 -e TENURECTL_PROMOTER=http://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 $(TENURE_IMAGE) tenurectl $(ARGS)
