@@ -106,16 +106,19 @@ func BenchmarkMassFailover(b *testing.B) {
 	for i := range ranges {
 		c.createRange(fmt.Sprintf("m%04d", i), "r1")
 	}
-	c.newPromoter("p1", true, func(cfg *Config) { cfg.FenceTimeout, cfg.RPCTimeout = 10*time.Second, 10*time.Second })
+	p := c.newPromoter("p1", true, func(cfg *Config) { cfg.FenceTimeout, cfg.RPCTimeout = 10*time.Second, 10*time.Second })
 	waitFor(b, "every range to have a leader", 120*time.Second, func() bool {
 		return len(c.ledBy("r1", 1))+len(c.ledBy("r2", 1))+len(c.ledBy("r3", 1)) == ranges
 	})
 	victims := c.ledBy("r1", 1)
+	stopProfile := massProfile(b)
 	killed := time.Now()
 	c.stop(c.byID["r1"])
 	c.waitReled(victims, "r1")
+	stopProfile()
 	b.ReportMetric(float64(len(victims)), "ranges")
 	b.ReportMetric(float64(time.Since(killed).Milliseconds()), "all-re-led-ms")
+	massBreakdown(b, p, victims, killed)
 }
 
 // appendUnder appends until an append is acknowledged under an epoch above

@@ -1,0 +1,90 @@
+package promoter
+
+import (
+	"context"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// massBreakdown logs where a mass failover's time went, from the victims'
+// transition records: when promotions started after the kill (detection
+// plus waiting for a fan-out slot), when their leaders were adopted, and
+// each step's median and maximum.
+func massBreakdown(b *testing.B, p *Promoter, victims map[string]bool, killed time.Time) {
+	ctx := context.Background()
+	var starts, adopted []time.Duration
+	steps := map[string][]time.Duration{}
+	var order []string
+	waitFor(b, "the victims' transition records", 60*time.Second, func() bool {
+		starts, adopted, steps, order = starts[:0], adopted[:0], map[string][]time.Duration{}, order[:0]
+		for id := range victims {
+			trs, err := p.transitions(ctx, id, 1)
+			if err != nil || len(trs) != 1 || trs[0].GetEpoch() < 2 {
+				return false
+			}
+			tr := trs[0]
+			start := time.UnixMilli(tr.GetStartedUnixMs()).Sub(killed)
+			starts = append(starts, start)
+			at := start
+			for _, st := range tr.GetTimings() {
+				d := time.Duration(st.GetDurationUs()) * time.Microsecond
+				if _, ok := steps[st.GetStep()]; !ok {
+					order = append(order, st.GetStep())
+				}
+				steps[st.GetStep()] = append(steps[st.GetStep()], d)
+				if st.GetStep() != "bind" && st.GetStep() != "record" {
+					at += d
+				}
+			}
+			adopted = append(adopted, at)
+		}
+		return true
+	})
+	q := func(ds []time.Duration, f float64) time.Duration {
+		slices.Sort(ds)
+		return ds[int(f*float64(len(ds)-1))].Round(time.Millisecond)
+	}
+	b.Logf("started after kill: first %v, p50 %v, last %v; adopted: p50 %v, last %v",
+		q(starts, 0), q(starts, 0.5), q(starts, 1), q(adopted, 0.5), q(adopted, 1))
+	for _, s := range order {
+		b.Logf("  step %-9s p50 %v p90 %v max %v", s, q(steps[s], 0.5), q(steps[s], 0.9), q(steps[s], 1))
+	}
+}
+
+// massProfile measures the failover phase alone: the CPU time the whole
+// in-process cluster spent in it (a measure of its work that a loaded
+// machine distorts less than the wall time), reported as cpu-ms, and a CPU
+// profile when TENURE_MASS_CPUPROFILE names a file. The returned function
+// stops both.
+func massProfile(b *testing.B) func() {
+	cpu0 := cpuTime()
+	path := os.Getenv("TENURE_MASS_CPUPROFILE")
+	if path == "" {
+		return func() { b.ReportMetric(float64((cpuTime() - cpu0).Milliseconds()), "cpu-ms") }
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		b.ReportMetric(float64((cpuTime() - cpu0).Milliseconds()), "cpu-ms")
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
+}
+
+// cpuTime is the process's user plus system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
