@@ -3,6 +3,8 @@ package lease
 import (
 	"context"
 	"math"
+	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -87,6 +89,52 @@ func (s *Service) boundLease(ctx context.Context, rangeID string, rec leaseRecor
 		l.TtlRemainingMs, l.Live = ms, live
 	}
 	return l
+}
+
+// ttlSampleMaxAge is how long a session's TTL sample answers remaining.
+const ttlSampleMaxAge = time.Second
+
+// ttlSamples remembers the last remaining-TTL sample of each session asked
+// about within ttlSampleMaxAge (see remaining).
+type ttlSamples struct {
+	mu sync.Mutex
+	m  map[int64]ttlSample
+}
+
+type ttlSample struct {
+	ms int64
+	at time.Time
+}
+
+// get returns the session's remaining TTL as of now from a sample younger
+// than ttlSampleMaxAge, lowered by the sample's age; false when there is
+// none, or when the lowered TTL is not positive (the session may be about
+// to expire: only etcd can tell).
+func (t *ttlSamples) get(id int64, now time.Time) (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	smp, ok := t.m[id]
+	age := now.Sub(smp.at)
+	if !ok || age < 0 || age >= ttlSampleMaxAge || smp.ms-age.Milliseconds() <= 0 {
+		return 0, false
+	}
+	return smp.ms - age.Milliseconds(), true
+}
+
+func (t *ttlSamples) put(id, ms int64, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[int64]ttlSample{}
+	}
+	// Samples outlive their use by at most one sweep: the map holds the
+	// sessions asked about within the last second, a handful per holder.
+	for k, smp := range t.m {
+		if now.Sub(smp.at) >= ttlSampleMaxAge {
+			delete(t.m, k)
+		}
+	}
+	t.m[id] = ttlSample{ms: ms, at: now}
 }
 
 func (s *Service) bindLease(ctx context.Context, req *tenurev1.BindLeaseRequest) (*tenurev1.BindLeaseResponse, error) {

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"slices"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -52,11 +53,23 @@ type ttlCache map[int64]struct {
 }
 
 // remaining is a session's remaining TTL in milliseconds (etcd reports whole
-// seconds, rounded down) and whether it is live.
+// seconds, rounded down) and whether it is live. Callers ask about a session
+// a key attached to it named a moment ago (a lease key read or written), so
+// a live answer from etcd is remembered for up to ttlSampleMaxAge and
+// reused, lowered by its age, while that stays positive: a mass failover
+// asks about the dead leader's and the promoter's sessions hundreds of
+// times a second, and a TimeToLive round trip for each was a third of the
+// lease service's etcd calls. A sample lowered by its age never overstates
+// the TTL (keep-alives only lengthen it); a session revoked meanwhile takes
+// its keys with it, so the key the caller read or wrote shows it was live.
 func (s *Service) remaining(ctx context.Context, sessionID int64, cache ttlCache) (int64, bool, error) {
 	if c, ok := cache[sessionID]; ok {
 		return c.ms, c.live, nil
 	}
+	if ms, ok := s.ttls.get(sessionID, time.Now()); ok {
+		return ms, true, nil
+	}
+	asked := time.Now()
 	r, err := s.leases.TimeToLive(ctx, clientv3.LeaseID(sessionID))
 	var ms int64
 	var live bool
@@ -65,6 +78,7 @@ func (s *Service) remaining(ctx context.Context, sessionID int64, cache ttlCache
 		return 0, false, err
 	case err == nil && r.TTL >= 0:
 		ms, live = r.TTL*1000, true
+		s.ttls.put(sessionID, ms, asked)
 	}
 	cache[sessionID] = struct {
 		ms   int64

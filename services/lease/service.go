@@ -76,6 +76,9 @@ type Service struct {
 	// it instead of granting a session that lives longer than asked.
 	minTTLSeconds atomic.Int64
 
+	// ttls remembers sessions' remaining TTLs for a moment (remaining).
+	ttls ttlSamples
+
 	closeOnce sync.Once
 	closing   chan struct{}
 }
