@@ -46,7 +46,15 @@ func (m *promotion) step(name string) {
 // two promoters acting on the same evidence, promote at most once: the
 // second grant answers Aborted. observedEpoch < 0 means "whatever is current"
 // (an operator's Promote).
-func (p *Promoter) promote(ctx context.Context, rangeID string, observedEpoch int64, preferred, reason string) (_ *tenurev1.Transition, err error) {
+func (p *Promoter) promote(ctx context.Context, rangeID string, observedEpoch int64, preferred, reason string) (*tenurev1.Transition, error) {
+	return p.promoteRecorded(ctx, rangeID, observedEpoch, preferred, reason, true)
+}
+
+// promoteRecorded is promote; waitRecord says whether it returns only once
+// the transition record is written, or as soon as it is queued (the
+// background promotions of a failover, which need not hold their fan-out
+// slot for an audit record).
+func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observedEpoch int64, preferred, reason string, waitRecord bool) (_ *tenurev1.Transition, err error) {
 	ctx, span := tracer.Start(ctx, "promote", trace.WithAttributes(
 		attribute.String("tenure.range", rangeID), attribute.String("tenure.reason", reason)))
 	defer func() {
@@ -141,7 +149,7 @@ func (p *Promoter) promote(ctx context.Context, rangeID string, observedEpoch in
 	// 7. Record.
 	// The record is written even if the promoter is stopping: the promotion
 	// happened, and the record is how operators learn of it.
-	m.record(context.WithoutCancel(ctx), epoch)
+	m.record(context.WithoutCancel(ctx), epoch, waitRecord)
 	m.step("record")
 	p.log.Info("promoted", "range", rangeID, "epoch", epoch, "leader", plan.Candidate,
 		"committed_bound", plan.CommittedBound, "truncations", len(plan.Truncations),
@@ -444,14 +452,29 @@ func (m *promotion) bind(ctx context.Context, epoch uint64, leaderID string) {
 	}
 }
 
-// record stores the transition record. Its span is the promotion's last
-// child: how long the etcd write took, and whether the record is missing.
-func (m *promotion) record(ctx context.Context, epoch uint64) {
+// record stores the transition record, in a batch with other promotions'
+// (recorder). Its span is the promotion's last child: how long the etcd
+// write took, and whether the record is missing; when the promotion does not
+// wait for the write, the span ends after the promotion's own.
+func (m *promotion) record(ctx context.Context, epoch uint64, wait bool) {
 	ctx, span := tracer.Start(ctx, "record-transition")
-	defer span.End()
-	if err := m.p.recordTransition(ctx, m.tr); err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-		m.p.log.ErrorContext(ctx, "transition record not stored", "range", m.rangeID, "epoch", epoch, "err", err)
+	log := m.p.log
+	rangeID := m.rangeID
+	written := func(err error) {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			log.ErrorContext(ctx, "transition record not stored", "range", rangeID, "epoch", epoch, "err", err)
+		}
+		span.End()
 	}
+	if !wait {
+		// recordLater marshals the transition now: the record holds the
+		// steps up to the bind, as when it is written in line.
+		if err := m.p.recordLater(m.tr, written); err != nil {
+			written(err)
+		}
+		return
+	}
+	written(m.p.recordTransition(ctx, m.tr))
 }

@@ -142,6 +142,9 @@ type Promoter struct {
 	inflight map[string]bool
 	probes   map[string]*probeState // by replica address
 
+	// records writes transition records in batches (recorder).
+	records recorder
+
 	// testHookAfterFence, when set by a test, runs between the fence round
 	// and the plan, to interleave two promoters deterministically.
 	testHookAfterFence func(rangeID string, epoch uint64)

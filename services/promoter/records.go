@@ -3,6 +3,8 @@ package promoter
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
@@ -20,15 +22,124 @@ func (p *Promoter) transitionKey(rangeID string, epoch uint64) string {
 	return fmt.Sprintf("%stransitions/%s/%020d", p.cfg.Prefix, rangeID, epoch)
 }
 
+// maxRecordsPerTxn bounds the transition records written in one etcd
+// transaction: below etcd's default limit of 128 operations per transaction.
+const maxRecordsPerTxn = 100
+
+// maxRecordBytesPerTxn bounds one transaction's size, well below etcd's
+// default request limit of 1.5 MiB.
+const maxRecordBytesPerTxn = 512 << 10
+
+// recordRetryMax bounds the wait between attempts to write a batch.
+const recordRetryMax = time.Second
+
+// recorder writes transition records in batches, off the promotions' path:
+// a record is an audit record, and a mass failover that wrote each in its
+// own etcd transaction, inside the promotion's fan-out slot, spent a
+// round trip per range on it. Records handed to it are written in order of
+// arrival, up to maxRecordsPerTxn per transaction, and retried until written
+// or until the etcd client is closed (then each waiter hears why). A writer
+// goroutine runs only while records are pending.
+type recorder struct {
+	mu      sync.Mutex
+	pending []pendingRecord
+	running bool
+}
+
+type pendingRecord struct {
+	key  string
+	val  []byte
+	done func(error)
+}
+
+// recordTransition writes tr and waits until it is written or ctx ends.
 func (p *Promoter) recordTransition(ctx context.Context, tr *tenurev1.Transition) error {
+	done := make(chan error, 1)
+	if err := p.recordLater(tr, func(err error) { done <- err }); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("transition record of %s at epoch %d not yet written: %w", tr.GetRangeId(), tr.GetEpoch(), ctx.Err())
+	}
+}
+
+// recordLater queues tr to be written; done, if not nil, runs once it is
+// written or can no longer be. tr must not change afterwards.
+func (p *Promoter) recordLater(tr *tenurev1.Transition, done func(error)) error {
 	b, err := proto.Marshal(tr)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
-	defer cancel()
-	_, err = p.cfg.Etcd.Put(ctx, p.transitionKey(tr.GetRangeId(), tr.GetEpoch()), string(b))
-	return err
+	if done == nil {
+		done = func(error) {}
+	}
+	r := &p.records
+	r.mu.Lock()
+	r.pending = append(r.pending, pendingRecord{key: p.transitionKey(tr.GetRangeId(), tr.GetEpoch()), val: b, done: done})
+	start := !r.running
+	r.running = true
+	r.mu.Unlock()
+	if start {
+		go p.writeRecords()
+	}
+	return nil
+}
+
+// writeRecords writes pending records, a batch per transaction, until none
+// is left.
+func (p *Promoter) writeRecords() {
+	r := &p.records
+	for {
+		r.mu.Lock()
+		n, size := 0, 0
+		for n < min(len(r.pending), maxRecordsPerTxn) {
+			size += len(r.pending[n].key) + len(r.pending[n].val)
+			if n > 0 && size > maxRecordBytesPerTxn {
+				break
+			}
+			n++
+		}
+		if n == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		batch := r.pending[:n:n]
+		r.pending = r.pending[n:]
+		r.mu.Unlock()
+		err := p.writeBatch(batch)
+		for _, rec := range batch {
+			rec.done(err)
+		}
+	}
+}
+
+// writeBatch writes one batch in one transaction, retrying with backoff
+// while the etcd client is open.
+func (p *Promoter) writeBatch(batch []pendingRecord) error {
+	ops := make([]clientv3.Op, len(batch))
+	for i, rec := range batch {
+		ops[i] = clientv3.OpPut(rec.key, string(rec.val))
+	}
+	wait := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(p.cfg.Etcd.Ctx(), p.cfg.RPCTimeout)
+		_, err := p.cfg.Etcd.Txn(ctx).Then(ops...).Commit()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if p.cfg.Etcd.Ctx().Err() != nil {
+			p.log.Error("transition records not stored: the etcd client is closed", "records", len(batch), "err", err)
+			return err
+		}
+		p.log.Warn("transition records not stored yet; retrying", "records", len(batch), "attempt", attempt, "retry_in", wait, "err", err)
+		time.Sleep(jitter(wait))
+		wait = min(2*wait, recordRetryMax)
+	}
 }
 
 // transitions returns up to limit transition records of a range, newest first.

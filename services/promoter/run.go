@@ -170,7 +170,7 @@ func (p *Promoter) schedule(ctx context.Context, rangeID string, observedEpoch u
 			rs.state = "promoting"
 		}
 		p.mu.Unlock()
-		tr, err := p.promote(ctx, rangeID, int64(observedEpoch), "", reason)
+		tr, err := p.promoteRecorded(ctx, rangeID, int64(observedEpoch), "", reason, false)
 		if retry := p.finished(rangeID, tr, err); retry > 0 && ctx.Err() == nil {
 			time.AfterFunc(retry, func() {
 				if ctx.Err() != nil {
