@@ -78,10 +78,19 @@ func (f *follower) run() {
 	var bo backoff
 	lastErr := ""
 	for f.ctx.Err() == nil {
+		// A leader address refusing connections is probed by one of this
+		// replica's fetch loops at a time (see refusals).
+		if d := f.h.s.refused.hold(f.leaderAddress, time.Now()); d > 0 {
+			if !sleepCtx(f.ctx, d) {
+				return
+			}
+			continue
+		}
 		err := f.step()
 		if f.ctx.Err() != nil {
 			return
 		}
+		f.h.s.refused.observe(f.leaderAddress, err, time.Now())
 		var se *storeError
 		switch {
 		case err == nil:

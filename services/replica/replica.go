@@ -113,6 +113,8 @@ type Replica struct {
 	// loops counts background goroutines (fetch loops, committers), so Close
 	// returns only after they stopped touching the store.
 	loops sync.WaitGroup
+	// refused paces fetch loops whose leader address refuses connections.
+	refused refusals
 
 	mu     sync.Mutex
 	ranges map[string]*hosted
