@@ -38,19 +38,11 @@ SEED=${CHAOS_SEED:-0}
 if [ "$SEED" = 0 ]; then SEED=$(( ($(date +%s%N) / 1000) % 1000000000 + 1 )); fi
 SCENARIOS=${CHAOS_SCENARIOS:-kill-leader,pause-leader,disconnect-leader,restart-majority,corrupt-journal}
 TENURE_IMAGE=${TENURE_IMAGE:-tenure/tenure:dev}
-if [ -z "${COMPOSE:-}" ]; then
-	if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE=docker-compose; fi
-fi
-# Ephemeral host ports on loopback only.
-for v in LEASE REPLICA_1 REPLICA_2 REPLICA_3 PROMOTER_1 PROMOTER_2 JAEGER; do
-	export "TENURE_PUBLISH_${v}=127.0.0.1:"
-done
-export TENURE_IMAGE
+. deploy/compose/lib.sh
 
 work=$(mktemp -d)
 t0=$SECONDS
 log() { printf '[chaos.sh %4ds] %s\n' "$((SECONDS - t0))" "$*"; }
-compose() { timeout --foreground 300 $COMPOSE -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
 
 teardown() {
 	local rc=$?
@@ -64,8 +56,7 @@ teardown() {
 	# A paused container cannot be stopped: unpause any the driver left.
 	docker ps -q --filter "label=com.docker.compose.project=$PROJECT" --filter status=paused | xargs -r docker unpause >/dev/null
 	log "tearing down ${PROJECT} (containers, network, volumes)"
-	compose down -v --remove-orphans --timeout 5 >/dev/null 2>&1 ||
-		compose down -v --remove-orphans >/dev/null 2>&1
+	compose_down
 	rm -rf "$work"
 	if [ "$rc" -eq 0 ]; then log "PASS (project $PROJECT, seed $SEED, $((SECONDS - t0))s)"; else log "FAIL (project $PROJECT, seed $SEED, $((SECONDS - t0))s)"; fi
 	exit "$rc"

@@ -26,20 +26,12 @@ RECORDS=${SMOKE_RECORDS:-200}
 # trace id; auto skips the trace check, loudly, in that case (binaries built
 # without OTLP export); off skips it.
 TRACE_MODE=${SMOKE_TRACE:-require}
-if [ -z "${COMPOSE:-}" ]; then
-	if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE=docker-compose; fi
-fi
 NET="${PROJECT}_tenure"
-# Ephemeral host ports on loopback only.
-for v in LEASE REPLICA_1 REPLICA_2 REPLICA_3 PROMOTER_1 PROMOTER_2 JAEGER; do
-	export "TENURE_PUBLISH_${v}=127.0.0.1:"
-done
-export TENURE_IMAGE
+. deploy/compose/lib.sh
 
 work=$(mktemp -d)
 t0=$SECONDS
 log() { printf '[smoke %3ds] %s\n' "$((SECONDS - t0))" "$*"; }
-compose() { timeout --foreground 300 $COMPOSE -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
 # smoke STEP ARGS...: run the smoke client on the stack's network (replicas
 # advertise compose hostnames). Labelled, so teardown removes it even when a
 # timeout killed the docker CLI.
@@ -59,8 +51,7 @@ teardown() {
 	fi
 	log "tearing down ${PROJECT} (containers, network, volumes)"
 	docker ps -aq --filter "label=tenure.smoke=$PROJECT" | xargs -r docker rm -f >/dev/null
-	compose down -v --remove-orphans --timeout 5 >/dev/null 2>&1 ||
-		compose down -v --remove-orphans >/dev/null 2>&1
+	compose_down
 	rm -rf "$work"
 	if [ "$rc" -eq 0 ]; then log "PASS"; else log "FAIL"; fi
 	exit "$rc"
