@@ -23,7 +23,8 @@ import (
 //	                   epoch, leader or offsets)
 //	OutOfRange         an offset the log does not hold (a read past the HWM)
 //	DataLoss           the range stopped after a safety violation
-//	Unavailable        the replica is closing
+//	Unavailable        the replica is closing, or a leader could not
+//	                   confirm with a quorum that it still leads (a read)
 //	DeadlineExceeded   an append that did not commit within its bound
 
 // statusError is an error with the Connect code it maps to.

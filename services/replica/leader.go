@@ -7,7 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
 
 // leaseRecheck bounds how long a waiting append or read goes without
@@ -32,6 +34,11 @@ type leader struct {
 	epochStart uint64
 	// replicas is the range's replica set at this epoch, self included.
 	replicas []*tenurev1.Replica
+	// peers are clients of the other members, by id: reads confirm this
+	// leadership with them (readindex.go).
+	peers map[string]tenurev1connect.ReplicaServiceClient
+	// reads batches the confirmation rounds of reads.
+	reads confirmer
 
 	// ctx is cancelled, with the reason, when the leadership ends.
 	ctx    context.Context
@@ -85,10 +92,12 @@ func (h *hosted) newLeader(je journaledEpoch, replicas []*tenurev1.Replica) *lea
 		cancel:     cancel,
 		progress:   map[string]*progress{},
 		waiters:    map[*commitWaiter]struct{}{},
+		peers:      map[string]tenurev1connect.ReplicaServiceClient{},
 	}
 	for _, r := range replicas {
 		if r.GetId() != h.s.cfg.ID {
 			l.progress[r.GetId()] = &progress{}
+			l.peers[r.GetId()] = tenurev1connect.NewReplicaServiceClient(h.s.httpClient(), r.GetAddress(), transport.ClientOptions()...)
 		}
 	}
 	return l

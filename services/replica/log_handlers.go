@@ -116,15 +116,16 @@ func readBounds(maxRecords, maxBytes uint32) (int, int) {
 // the HWM (or below the log start) is OutOfRange: it names a record that is
 // not committed, which a client can only have learned of by mistake.
 func (s *Replica) Read(ctx context.Context, req *connect.Request[tenurev1.ReadRequest]) (*connect.Response[tenurev1.ReadResponse], error) {
-	return respond(s.read(req.Msg))
+	return respond(s.read(ctx, req.Msg))
 }
 
-func (s *Replica) read(m *tenurev1.ReadRequest) (*tenurev1.ReadResponse, error) {
+func (s *Replica) read(ctx context.Context, m *tenurev1.ReadRequest) (*tenurev1.ReadResponse, error) {
 	h, err := s.lookup(m.GetRangeId())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := h.readableLeader(); err != nil {
+	l, err := h.readableLeader()
+	if err != nil {
 		return nil, err
 	}
 	// Records below the HWM never change (nothing truncates below it), so
@@ -132,6 +133,19 @@ func (s *Replica) read(m *tenurev1.ReadRequest) (*tenurev1.ReadResponse, error) 
 	hwm, start := h.r.HWM(), h.r.LogStart()
 	off := m.GetOffset()
 	if err := checkReadOffset(h.id, off, start, hwm); err != nil {
+		return nil, err
+	}
+	// The HWM above is answered only if no later epoch had committed
+	// anything when it was read: a quorum confirms this leadership after
+	// that instant (readindex.go), and this replica still leads at the
+	// same epoch afterwards (its own fence did not move meanwhile).
+	if err := l.confirm(ctx); err != nil {
+		return nil, err
+	}
+	if again, err := h.readableLeader(); err != nil || again != l {
+		if err == nil {
+			err = l.endedErr()
+		}
 		return nil, err
 	}
 	maxRecords, maxBytes := readBounds(m.GetMaxRecords(), m.GetMaxBytes())
