@@ -45,6 +45,12 @@ type Config struct {
 	Clients int
 	// ReadEvery makes every n-th operation of a client a read; default 4.
 	ReadEvery int
+	// Readers is the number of clients that only read, each keeping the
+	// leader it found until a read there fails, as a consumer with a cached
+	// leader does; default 1 (negative: none). The other clients share one
+	// belief and move on together at the first failed append, so without
+	// these no read would reach a deposed leader that still answers.
+	Readers int
 	// OpTimeout bounds one operation; default 2s.
 	OpTimeout time.Duration
 	// Pace is a client's pause between operations; default 5ms. It bounds
@@ -78,6 +84,9 @@ func New(cfg Config) (*Workload, error) {
 	if cfg.ReadEvery <= 0 {
 		cfg.ReadEvery = 4
 	}
+	if cfg.Readers == 0 {
+		cfg.Readers = 1
+	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 2 * time.Second
 	}
@@ -99,11 +108,15 @@ func (w *Workload) OK() int { return int(w.ok.Load()) }
 // Run runs the clients until ctx is done.
 func (w *Workload) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for c := range w.cfg.Clients {
+	for c := range w.cfg.Clients + max(w.cfg.Readers, 0) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.client(ctx, c)
+			if c < w.cfg.Clients {
+				w.client(ctx, c)
+			} else {
+				w.reader(ctx, c)
+			}
 		}()
 	}
 	wg.Wait()
@@ -113,14 +126,28 @@ func (w *Workload) client(ctx context.Context, c int) {
 	rng := rand.New(rand.NewPCG(w.cfg.Seed, uint64(c)))
 	for n := 0; ctx.Err() == nil; n++ {
 		if n%w.cfg.ReadEvery == w.cfg.ReadEvery-1 {
-			w.read(ctx, c, rng)
+			w.read(ctx, c, &w.leader, rng)
 		} else {
 			w.append(ctx, c, fmt.Sprintf("%s-c%d-%d", w.cfg.Prefix, c, n))
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(w.cfg.Pace):
-		}
+		w.pace(ctx)
+	}
+}
+
+// reader only reads, from the leader it believes in on its own.
+func (w *Workload) reader(ctx context.Context, c int) {
+	rng := rand.New(rand.NewPCG(w.cfg.Seed, uint64(c)))
+	var belief atomic.Pointer[string]
+	for ctx.Err() == nil {
+		w.read(ctx, c, &belief, rng)
+		w.pace(ctx)
+	}
+}
+
+func (w *Workload) pace(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(w.cfg.Pace):
 	}
 }
 
@@ -146,7 +173,7 @@ func (w *Workload) AppendOne(ctx context.Context, within time.Duration) error {
 
 // append appends one value to the believed leader and records the outcome.
 func (w *Workload) append(ctx context.Context, c int, value string) error {
-	id := w.findLeader(ctx)
+	id := w.findLeader(ctx, &w.leader)
 	if id == "" {
 		return errors.New("no leader found")
 	}
@@ -162,15 +189,16 @@ func (w *Workload) append(ctx context.Context, c int, value string) error {
 		w.ok.Add(1)
 	} else {
 		op.Err = fmt.Sprintf("%s: %v", id, err)
-		w.forget(id)
+		forget(&w.leader, id)
 	}
 	w.cfg.History.Add(op)
 	return err
 }
 
-// read reads from a little below the highest HWM seen to the tail.
-func (w *Workload) read(ctx context.Context, c int, rng *rand.Rand) {
-	id := w.findLeader(ctx)
+// read reads from a little below the highest HWM seen to the tail, at the
+// leader belief names.
+func (w *Workload) read(ctx context.Context, c int, belief *atomic.Pointer[string], rng *rand.Rand) {
+	id := w.findLeader(ctx, belief)
 	if id == "" {
 		return
 	}
@@ -187,7 +215,7 @@ func (w *Workload) read(ctx context.Context, c int, rng *rand.Rand) {
 		// A failed or unknown read changed nothing; it is recorded for the
 		// outcome counts only.
 		op.Err = fmt.Sprintf("%s: %v", id, err)
-		w.forget(id)
+		forget(belief, id)
 		w.cfg.History.Add(op)
 		return
 	}
@@ -214,17 +242,19 @@ func (w *Workload) seenHWM(h uint64) {
 	}
 }
 
-func (w *Workload) forget(id string) {
-	if p := w.leader.Load(); p != nil && *p == id {
-		w.leader.CompareAndSwap(p, nil)
+// forget drops id from belief, if belief still names it.
+func forget(belief *atomic.Pointer[string], id string) {
+	if p := belief.Load(); p != nil && *p == id {
+		belief.CompareAndSwap(p, nil)
 	}
 }
 
-// findLeader returns the replica believed to lead, asking every replica's
-// status when none is known: the one leading at the highest epoch, at its
-// fenced epoch, with a live lease. "" when none is found (within ctx).
-func (w *Workload) findLeader(ctx context.Context) string {
-	if p := w.leader.Load(); p != nil {
+// findLeader returns the replica belief names, asking every replica's
+// status when it names none: the one leading at the highest epoch, at its
+// fenced epoch, with a live lease, which it then stores in belief. "" when
+// none is found (within ctx).
+func (w *Workload) findLeader(ctx context.Context, belief *atomic.Pointer[string]) string {
+	if p := belief.Load(); p != nil {
 		return *p
 	}
 	var best string
@@ -249,7 +279,7 @@ func (w *Workload) findLeader(ctx context.Context) string {
 		}
 		return ""
 	}
-	w.leader.Store(&best)
+	belief.Store(&best)
 	return best
 }
 
