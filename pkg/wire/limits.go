@@ -51,6 +51,14 @@ const (
 	// a request (and its goroutine) open on a peer's say-so.
 	MaxFetchWaitMillis = 10_000
 
+	// MaxRangesPerBatch bounds the ranges one batched call names
+	// (FenceRanges, AdoptRanges, GrantEpochs, BindLeases). The largest answer
+	// is FenceRanges' with every history full: 128 x (MaxEpochStarts x
+	// EpochStartWireBytes + framing) is ~12.6 MiB, inside MaxMessageBytes.
+	// Beyond ~100 ranges a batch saves little more per range anyway: a mass
+	// failover of 1,000 ranges is a handful of calls per replica.
+	MaxRangesPerBatch = 128
+
 	// MaxReadRecords bounds one Read answer.
 	MaxReadRecords = MaxBatchRecords
 )

@@ -17,21 +17,37 @@ import (
 const releaseAttempts = 3
 
 func (s *Service) grantEpoch(ctx context.Context, req *tenurev1.GrantEpochRequest) (*tenurev1.GrantEpochResponse, error) {
-	id, prev, holder := req.GetRangeId(), req.GetPreviousEpoch(), req.GetHolderId()
-	if err := wire.ValidateRangeID(id); err != nil {
+	if err := checkGrant(req); err != nil {
 		return nil, err
 	}
-	if err := checkHolder(holder); err != nil {
-		return nil, err
-	}
-	if prev == math.MaxUint64 {
-		// prev+1 would wrap to 0, "no grant yet": refuse rather than reuse.
-		return nil, failedf("range %q: epoch space exhausted", id)
-	}
-	sess, err := s.resolveSession(ctx, holder, req.GetSessionId())
+	sess, err := s.resolveSession(ctx, req.GetHolderId(), req.GetSessionId())
 	if err != nil {
 		return nil, err
 	}
+	return s.grantEpochIn(ctx, req, sess)
+}
+
+// checkGrant checks a GrantEpoch request's shape.
+func checkGrant(req *tenurev1.GrantEpochRequest) error {
+	if err := wire.ValidateRangeID(req.GetRangeId()); err != nil {
+		return err
+	}
+	if err := checkHolder(req.GetHolderId()); err != nil {
+		return err
+	}
+	if req.GetPreviousEpoch() == math.MaxUint64 {
+		// prev+1 would wrap to 0, "no grant yet": refuse rather than reuse.
+		return failedf("range %q: epoch space exhausted", req.GetRangeId())
+	}
+	return nil
+}
+
+// grantEpochIn grants req's epoch with its lease in sess, the holder's
+// session as resolved from req. The transaction compares the session's
+// creation revision, so a session resolved a moment ago that has since
+// expired grants nothing.
+func (s *Service) grantEpochIn(ctx context.Context, req *tenurev1.GrantEpochRequest, sess session) (*tenurev1.GrantEpochResponse, error) {
+	id, prev, holder := req.GetRangeId(), req.GetPreviousEpoch(), req.GetHolderId()
 	next := prev + 1
 	rec := leaseRecord{Epoch: next, HolderID: holder, HolderAddress: sess.rec.HolderAddress, SessionID: sess.id}
 	epochKey := s.keys.epoch(id)
@@ -138,20 +154,31 @@ func (t *ttlSamples) put(id, ms int64, now time.Time) {
 }
 
 func (s *Service) bindLease(ctx context.Context, req *tenurev1.BindLeaseRequest) (*tenurev1.BindLeaseResponse, error) {
-	id, epoch, holder := req.GetRangeId(), req.GetEpoch(), req.GetHolderId()
-	if err := wire.ValidateRangeID(id); err != nil {
+	if err := checkBind(req); err != nil {
 		return nil, err
 	}
-	if epoch == 0 {
-		return nil, invalidf("epoch 0 is never granted: bind the current epoch")
-	}
-	if err := checkHolder(holder); err != nil {
-		return nil, err
-	}
-	sess, err := s.resolveSession(ctx, holder, req.GetSessionId())
+	sess, err := s.resolveSession(ctx, req.GetHolderId(), req.GetSessionId())
 	if err != nil {
 		return nil, err
 	}
+	return s.bindLeaseIn(ctx, req, sess)
+}
+
+// checkBind checks a BindLease request's shape.
+func checkBind(req *tenurev1.BindLeaseRequest) error {
+	if err := wire.ValidateRangeID(req.GetRangeId()); err != nil {
+		return err
+	}
+	if req.GetEpoch() == 0 {
+		return invalidf("epoch 0 is never granted: bind the current epoch")
+	}
+	return checkHolder(req.GetHolderId())
+}
+
+// bindLeaseIn binds req's lease to sess, the holder's session as resolved
+// from req; like grantEpochIn, its transaction re-checks the session.
+func (s *Service) bindLeaseIn(ctx context.Context, req *tenurev1.BindLeaseRequest, sess session) (*tenurev1.BindLeaseResponse, error) {
+	id, epoch, holder := req.GetRangeId(), req.GetEpoch(), req.GetHolderId()
 	rec := leaseRecord{Epoch: epoch, HolderID: holder, HolderAddress: sess.rec.HolderAddress, SessionID: sess.id}
 	epochKey := s.keys.epoch(id)
 	resp, err := s.kv.Txn(ctx).If(

@@ -1317,6 +1317,387 @@ func (x *BindLeaseResponse) GetLease() *Lease {
 	return nil
 }
 
+// LeaseError is one range's failure inside a batched call.
+type LeaseError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Connect code the single-range call would have answered (Connect's
+	// numbering, which is gRPC's: 10 = Aborted, ...). Never 0.
+	Code uint32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The error message, as the single-range call would have answered it.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// The range's current epoch when the error carries one (a lost grant, an
+	// epoch that is not current), as the single call's RangeEpoch detail; 0
+	// otherwise.
+	CurrentEpoch  uint64 `protobuf:"varint,3,opt,name=current_epoch,json=currentEpoch,proto3" json:"current_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseError) Reset() {
+	*x = LeaseError{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseError) ProtoMessage() {}
+
+func (x *LeaseError) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseError.ProtoReflect.Descriptor instead.
+func (*LeaseError) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *LeaseError) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *LeaseError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *LeaseError) GetCurrentEpoch() uint64 {
+	if x != nil {
+		return x.CurrentEpoch
+	}
+	return 0
+}
+
+// GrantEpochsRequest grants the next epoch of many ranges.
+type GrantEpochsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The grants, each as GrantEpoch takes it. 1 to wire.MaxRangesPerBatch,
+	// each range at most once.
+	Grants        []*GrantEpochRequest `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantEpochsRequest) Reset() {
+	*x = GrantEpochsRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantEpochsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantEpochsRequest) ProtoMessage() {}
+
+func (x *GrantEpochsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantEpochsRequest.ProtoReflect.Descriptor instead.
+func (*GrantEpochsRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GrantEpochsRequest) GetGrants() []*GrantEpochRequest {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// GrantEpochResult is one range's outcome: exactly one of grant and error.
+type GrantEpochResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range, as the request named it.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The grant, set when the range's compare-and-swap succeeded.
+	Grant *GrantEpochResponse `protobuf:"bytes,2,opt,name=grant,proto3" json:"grant,omitempty"`
+	// Why nothing was granted for the range.
+	Error         *LeaseError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantEpochResult) Reset() {
+	*x = GrantEpochResult{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantEpochResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantEpochResult) ProtoMessage() {}
+
+func (x *GrantEpochResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantEpochResult.ProtoReflect.Descriptor instead.
+func (*GrantEpochResult) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GrantEpochResult) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *GrantEpochResult) GetGrant() *GrantEpochResponse {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
+func (x *GrantEpochResult) GetError() *LeaseError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// GrantEpochsResponse answers every grant, in the request's order.
+type GrantEpochsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results[i] answers grants[i].
+	Results       []*GrantEpochResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantEpochsResponse) Reset() {
+	*x = GrantEpochsResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantEpochsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantEpochsResponse) ProtoMessage() {}
+
+func (x *GrantEpochsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantEpochsResponse.ProtoReflect.Descriptor instead.
+func (*GrantEpochsResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GrantEpochsResponse) GetResults() []*GrantEpochResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BindLeasesRequest binds many ranges' leases.
+type BindLeasesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The binds, each as BindLease takes it. 1 to wire.MaxRangesPerBatch, each
+	// range at most once.
+	Binds         []*BindLeaseRequest `protobuf:"bytes,1,rep,name=binds,proto3" json:"binds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BindLeasesRequest) Reset() {
+	*x = BindLeasesRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BindLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BindLeasesRequest) ProtoMessage() {}
+
+func (x *BindLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BindLeasesRequest.ProtoReflect.Descriptor instead.
+func (*BindLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *BindLeasesRequest) GetBinds() []*BindLeaseRequest {
+	if x != nil {
+		return x.Binds
+	}
+	return nil
+}
+
+// BindLeaseResult is one range's outcome: exactly one of bind and error.
+type BindLeaseResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range, as the request named it.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The bound lease, set when the bind succeeded.
+	Bind *BindLeaseResponse `protobuf:"bytes,2,opt,name=bind,proto3" json:"bind,omitempty"`
+	// Why the lease was not bound.
+	Error         *LeaseError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BindLeaseResult) Reset() {
+	*x = BindLeaseResult{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BindLeaseResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BindLeaseResult) ProtoMessage() {}
+
+func (x *BindLeaseResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BindLeaseResult.ProtoReflect.Descriptor instead.
+func (*BindLeaseResult) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *BindLeaseResult) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *BindLeaseResult) GetBind() *BindLeaseResponse {
+	if x != nil {
+		return x.Bind
+	}
+	return nil
+}
+
+func (x *BindLeaseResult) GetError() *LeaseError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// BindLeasesResponse answers every bind, in the request's order.
+type BindLeasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results[i] answers binds[i].
+	Results       []*BindLeaseResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BindLeasesResponse) Reset() {
+	*x = BindLeasesResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BindLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BindLeasesResponse) ProtoMessage() {}
+
+func (x *BindLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BindLeasesResponse.ProtoReflect.Descriptor instead.
+func (*BindLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *BindLeasesResponse) GetResults() []*BindLeaseResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // ReleaseLeaseRequest gives up a lease.
 type ReleaseLeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1332,7 +1713,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[21]
+	mi := &file_tenure_v1_lease_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1725,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[21]
+	mi := &file_tenure_v1_lease_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1738,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{21}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReleaseLeaseRequest) GetRangeId() string {
@@ -1390,7 +1771,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[22]
+	mi := &file_tenure_v1_lease_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1783,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[22]
+	mi := &file_tenure_v1_lease_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1796,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{29}
 }
 
 // GetLeaseRequest names a range.
@@ -1429,7 +1810,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[23]
+	mi := &file_tenure_v1_lease_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1822,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[23]
+	mi := &file_tenure_v1_lease_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1835,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetLeaseRequest) GetRangeId() string {
@@ -1475,7 +1856,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[24]
+	mi := &file_tenure_v1_lease_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1868,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[24]
+	mi := &file_tenure_v1_lease_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1881,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{24}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -1524,7 +1905,7 @@ type WatchLeasesRequest struct {
 
 func (x *WatchLeasesRequest) Reset() {
 	*x = WatchLeasesRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[25]
+	mi := &file_tenure_v1_lease_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1917,7 @@ func (x *WatchLeasesRequest) String() string {
 func (*WatchLeasesRequest) ProtoMessage() {}
 
 func (x *WatchLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[25]
+	mi := &file_tenure_v1_lease_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1930,7 @@ func (x *WatchLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeasesRequest.ProtoReflect.Descriptor instead.
 func (*WatchLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{25}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchLeasesRequest) GetRangeIds() []string {
@@ -1585,7 +1966,7 @@ type WatchLeasesResponse struct {
 
 func (x *WatchLeasesResponse) Reset() {
 	*x = WatchLeasesResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	mi := &file_tenure_v1_lease_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1978,7 @@ func (x *WatchLeasesResponse) String() string {
 func (*WatchLeasesResponse) ProtoMessage() {}
 
 func (x *WatchLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	mi := &file_tenure_v1_lease_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1991,7 @@ func (x *WatchLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeasesResponse.ProtoReflect.Descriptor instead.
 func (*WatchLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{26}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchLeasesResponse) GetType() LeaseEventType {
@@ -1732,7 +2113,28 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x04 \x01(\x03R\tsessionId\";\n" +
 	"\x11BindLeaseResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"e\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"_\n" +
+	"\n" +
+	"LeaseError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12#\n" +
+	"\rcurrent_epoch\x18\x03 \x01(\x04R\fcurrentEpoch\"J\n" +
+	"\x12GrantEpochsRequest\x124\n" +
+	"\x06grants\x18\x01 \x03(\v2\x1c.tenure.v1.GrantEpochRequestR\x06grants\"\x8f\x01\n" +
+	"\x10GrantEpochResult\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x123\n" +
+	"\x05grant\x18\x02 \x01(\v2\x1d.tenure.v1.GrantEpochResponseR\x05grant\x12+\n" +
+	"\x05error\x18\x03 \x01(\v2\x15.tenure.v1.LeaseErrorR\x05error\"L\n" +
+	"\x13GrantEpochsResponse\x125\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.tenure.v1.GrantEpochResultR\aresults\"F\n" +
+	"\x11BindLeasesRequest\x121\n" +
+	"\x05binds\x18\x01 \x03(\v2\x1b.tenure.v1.BindLeaseRequestR\x05binds\"\x8b\x01\n" +
+	"\x0fBindLeaseResult\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x120\n" +
+	"\x04bind\x18\x02 \x01(\v2\x1c.tenure.v1.BindLeaseResponseR\x04bind\x12+\n" +
+	"\x05error\x18\x03 \x01(\v2\x15.tenure.v1.LeaseErrorR\x05error\"J\n" +
+	"\x12BindLeasesResponse\x124\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.tenure.v1.BindLeaseResultR\aresults\"e\n" +
 	"\x13ReleaseLeaseRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
@@ -1758,7 +2160,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x16LEASE_EVENT_TYPE_BOUND\x10\x02\x12\x1c\n" +
 	"\x18LEASE_EVENT_TYPE_EXPIRED\x10\x03\x12\x1d\n" +
 	"\x19LEASE_EVENT_TYPE_RELEASED\x10\x04\x12\x1f\n" +
-	"\x1bLEASE_EVENT_TYPE_MEMBERSHIP\x10\x052\x9a\a\n" +
+	"\x1bLEASE_EVENT_TYPE_MEMBERSHIP\x10\x052\xb3\b\n" +
 	"\fLeaseService\x12L\n" +
 	"\vCreateRange\x12\x1d.tenure.v1.CreateRangeRequest\x1a\x1e.tenure.v1.CreateRangeResponse\x12C\n" +
 	"\bGetRange\x12\x1a.tenure.v1.GetRangeRequest\x1a\x1b.tenure.v1.GetRangeResponse\x12I\n" +
@@ -1770,7 +2172,10 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\fCloseSession\x12\x1e.tenure.v1.CloseSessionRequest\x1a\x1f.tenure.v1.CloseSessionResponse\x12I\n" +
 	"\n" +
 	"GrantEpoch\x12\x1c.tenure.v1.GrantEpochRequest\x1a\x1d.tenure.v1.GrantEpochResponse\x12F\n" +
-	"\tBindLease\x12\x1b.tenure.v1.BindLeaseRequest\x1a\x1c.tenure.v1.BindLeaseResponse\x12O\n" +
+	"\tBindLease\x12\x1b.tenure.v1.BindLeaseRequest\x1a\x1c.tenure.v1.BindLeaseResponse\x12L\n" +
+	"\vGrantEpochs\x12\x1d.tenure.v1.GrantEpochsRequest\x1a\x1e.tenure.v1.GrantEpochsResponse\x12I\n" +
+	"\n" +
+	"BindLeases\x12\x1c.tenure.v1.BindLeasesRequest\x1a\x1d.tenure.v1.BindLeasesResponse\x12O\n" +
 	"\fReleaseLease\x12\x1e.tenure.v1.ReleaseLeaseRequest\x1a\x1f.tenure.v1.ReleaseLeaseResponse\x12C\n" +
 	"\bGetLease\x12\x1a.tenure.v1.GetLeaseRequest\x1a\x1b.tenure.v1.GetLeaseResponse\x12N\n" +
 	"\vWatchLeases\x12\x1d.tenure.v1.WatchLeasesRequest\x1a\x1e.tenure.v1.WatchLeasesResponse0\x01B9Z7github.com/tenurelog/tenure/pkg/wire/tenure/v1;tenurev1b\x06proto3"
@@ -1788,7 +2193,7 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(LeaseEventType)(0),          // 0: tenure.v1.LeaseEventType
 	(*RangeInfo)(nil),            // 1: tenure.v1.RangeInfo
@@ -1812,58 +2217,77 @@ var file_tenure_v1_lease_proto_goTypes = []any{
 	(*GrantEpochResponse)(nil),   // 19: tenure.v1.GrantEpochResponse
 	(*BindLeaseRequest)(nil),     // 20: tenure.v1.BindLeaseRequest
 	(*BindLeaseResponse)(nil),    // 21: tenure.v1.BindLeaseResponse
-	(*ReleaseLeaseRequest)(nil),  // 22: tenure.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil), // 23: tenure.v1.ReleaseLeaseResponse
-	(*GetLeaseRequest)(nil),      // 24: tenure.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),     // 25: tenure.v1.GetLeaseResponse
-	(*WatchLeasesRequest)(nil),   // 26: tenure.v1.WatchLeasesRequest
-	(*WatchLeasesResponse)(nil),  // 27: tenure.v1.WatchLeasesResponse
-	(*Replica)(nil),              // 28: tenure.v1.Replica
+	(*LeaseError)(nil),           // 22: tenure.v1.LeaseError
+	(*GrantEpochsRequest)(nil),   // 23: tenure.v1.GrantEpochsRequest
+	(*GrantEpochResult)(nil),     // 24: tenure.v1.GrantEpochResult
+	(*GrantEpochsResponse)(nil),  // 25: tenure.v1.GrantEpochsResponse
+	(*BindLeasesRequest)(nil),    // 26: tenure.v1.BindLeasesRequest
+	(*BindLeaseResult)(nil),      // 27: tenure.v1.BindLeaseResult
+	(*BindLeasesResponse)(nil),   // 28: tenure.v1.BindLeasesResponse
+	(*ReleaseLeaseRequest)(nil),  // 29: tenure.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil), // 30: tenure.v1.ReleaseLeaseResponse
+	(*GetLeaseRequest)(nil),      // 31: tenure.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),     // 32: tenure.v1.GetLeaseResponse
+	(*WatchLeasesRequest)(nil),   // 33: tenure.v1.WatchLeasesRequest
+	(*WatchLeasesResponse)(nil),  // 34: tenure.v1.WatchLeasesResponse
+	(*Replica)(nil),              // 35: tenure.v1.Replica
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	28, // 0: tenure.v1.RangeInfo.replicas:type_name -> tenure.v1.Replica
+	35, // 0: tenure.v1.RangeInfo.replicas:type_name -> tenure.v1.Replica
 	2,  // 1: tenure.v1.RangeInfo.lease:type_name -> tenure.v1.Lease
-	28, // 2: tenure.v1.CreateRangeRequest.replicas:type_name -> tenure.v1.Replica
+	35, // 2: tenure.v1.CreateRangeRequest.replicas:type_name -> tenure.v1.Replica
 	1,  // 3: tenure.v1.CreateRangeResponse.range:type_name -> tenure.v1.RangeInfo
 	1,  // 4: tenure.v1.GetRangeResponse.range:type_name -> tenure.v1.RangeInfo
 	1,  // 5: tenure.v1.ListRangesResponse.ranges:type_name -> tenure.v1.RangeInfo
-	28, // 6: tenure.v1.SetReplicasRequest.replicas:type_name -> tenure.v1.Replica
+	35, // 6: tenure.v1.SetReplicasRequest.replicas:type_name -> tenure.v1.Replica
 	1,  // 7: tenure.v1.SetReplicasResponse.range:type_name -> tenure.v1.RangeInfo
 	13, // 8: tenure.v1.KeepAliveRequest.held:type_name -> tenure.v1.RangeEpoch
 	13, // 9: tenure.v1.KeepAliveResponse.superseded:type_name -> tenure.v1.RangeEpoch
 	2,  // 10: tenure.v1.GrantEpochResponse.lease:type_name -> tenure.v1.Lease
 	2,  // 11: tenure.v1.BindLeaseResponse.lease:type_name -> tenure.v1.Lease
-	2,  // 12: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	0,  // 13: tenure.v1.WatchLeasesResponse.type:type_name -> tenure.v1.LeaseEventType
-	3,  // 14: tenure.v1.LeaseService.CreateRange:input_type -> tenure.v1.CreateRangeRequest
-	5,  // 15: tenure.v1.LeaseService.GetRange:input_type -> tenure.v1.GetRangeRequest
-	7,  // 16: tenure.v1.LeaseService.ListRanges:input_type -> tenure.v1.ListRangesRequest
-	9,  // 17: tenure.v1.LeaseService.SetReplicas:input_type -> tenure.v1.SetReplicasRequest
-	11, // 18: tenure.v1.LeaseService.OpenSession:input_type -> tenure.v1.OpenSessionRequest
-	14, // 19: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	16, // 20: tenure.v1.LeaseService.CloseSession:input_type -> tenure.v1.CloseSessionRequest
-	18, // 21: tenure.v1.LeaseService.GrantEpoch:input_type -> tenure.v1.GrantEpochRequest
-	20, // 22: tenure.v1.LeaseService.BindLease:input_type -> tenure.v1.BindLeaseRequest
-	22, // 23: tenure.v1.LeaseService.ReleaseLease:input_type -> tenure.v1.ReleaseLeaseRequest
-	24, // 24: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	26, // 25: tenure.v1.LeaseService.WatchLeases:input_type -> tenure.v1.WatchLeasesRequest
-	4,  // 26: tenure.v1.LeaseService.CreateRange:output_type -> tenure.v1.CreateRangeResponse
-	6,  // 27: tenure.v1.LeaseService.GetRange:output_type -> tenure.v1.GetRangeResponse
-	8,  // 28: tenure.v1.LeaseService.ListRanges:output_type -> tenure.v1.ListRangesResponse
-	10, // 29: tenure.v1.LeaseService.SetReplicas:output_type -> tenure.v1.SetReplicasResponse
-	12, // 30: tenure.v1.LeaseService.OpenSession:output_type -> tenure.v1.OpenSessionResponse
-	15, // 31: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	17, // 32: tenure.v1.LeaseService.CloseSession:output_type -> tenure.v1.CloseSessionResponse
-	19, // 33: tenure.v1.LeaseService.GrantEpoch:output_type -> tenure.v1.GrantEpochResponse
-	21, // 34: tenure.v1.LeaseService.BindLease:output_type -> tenure.v1.BindLeaseResponse
-	23, // 35: tenure.v1.LeaseService.ReleaseLease:output_type -> tenure.v1.ReleaseLeaseResponse
-	25, // 36: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	27, // 37: tenure.v1.LeaseService.WatchLeases:output_type -> tenure.v1.WatchLeasesResponse
-	26, // [26:38] is the sub-list for method output_type
-	14, // [14:26] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	18, // 12: tenure.v1.GrantEpochsRequest.grants:type_name -> tenure.v1.GrantEpochRequest
+	19, // 13: tenure.v1.GrantEpochResult.grant:type_name -> tenure.v1.GrantEpochResponse
+	22, // 14: tenure.v1.GrantEpochResult.error:type_name -> tenure.v1.LeaseError
+	24, // 15: tenure.v1.GrantEpochsResponse.results:type_name -> tenure.v1.GrantEpochResult
+	20, // 16: tenure.v1.BindLeasesRequest.binds:type_name -> tenure.v1.BindLeaseRequest
+	21, // 17: tenure.v1.BindLeaseResult.bind:type_name -> tenure.v1.BindLeaseResponse
+	22, // 18: tenure.v1.BindLeaseResult.error:type_name -> tenure.v1.LeaseError
+	27, // 19: tenure.v1.BindLeasesResponse.results:type_name -> tenure.v1.BindLeaseResult
+	2,  // 20: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	0,  // 21: tenure.v1.WatchLeasesResponse.type:type_name -> tenure.v1.LeaseEventType
+	3,  // 22: tenure.v1.LeaseService.CreateRange:input_type -> tenure.v1.CreateRangeRequest
+	5,  // 23: tenure.v1.LeaseService.GetRange:input_type -> tenure.v1.GetRangeRequest
+	7,  // 24: tenure.v1.LeaseService.ListRanges:input_type -> tenure.v1.ListRangesRequest
+	9,  // 25: tenure.v1.LeaseService.SetReplicas:input_type -> tenure.v1.SetReplicasRequest
+	11, // 26: tenure.v1.LeaseService.OpenSession:input_type -> tenure.v1.OpenSessionRequest
+	14, // 27: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	16, // 28: tenure.v1.LeaseService.CloseSession:input_type -> tenure.v1.CloseSessionRequest
+	18, // 29: tenure.v1.LeaseService.GrantEpoch:input_type -> tenure.v1.GrantEpochRequest
+	20, // 30: tenure.v1.LeaseService.BindLease:input_type -> tenure.v1.BindLeaseRequest
+	23, // 31: tenure.v1.LeaseService.GrantEpochs:input_type -> tenure.v1.GrantEpochsRequest
+	26, // 32: tenure.v1.LeaseService.BindLeases:input_type -> tenure.v1.BindLeasesRequest
+	29, // 33: tenure.v1.LeaseService.ReleaseLease:input_type -> tenure.v1.ReleaseLeaseRequest
+	31, // 34: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	33, // 35: tenure.v1.LeaseService.WatchLeases:input_type -> tenure.v1.WatchLeasesRequest
+	4,  // 36: tenure.v1.LeaseService.CreateRange:output_type -> tenure.v1.CreateRangeResponse
+	6,  // 37: tenure.v1.LeaseService.GetRange:output_type -> tenure.v1.GetRangeResponse
+	8,  // 38: tenure.v1.LeaseService.ListRanges:output_type -> tenure.v1.ListRangesResponse
+	10, // 39: tenure.v1.LeaseService.SetReplicas:output_type -> tenure.v1.SetReplicasResponse
+	12, // 40: tenure.v1.LeaseService.OpenSession:output_type -> tenure.v1.OpenSessionResponse
+	15, // 41: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	17, // 42: tenure.v1.LeaseService.CloseSession:output_type -> tenure.v1.CloseSessionResponse
+	19, // 43: tenure.v1.LeaseService.GrantEpoch:output_type -> tenure.v1.GrantEpochResponse
+	21, // 44: tenure.v1.LeaseService.BindLease:output_type -> tenure.v1.BindLeaseResponse
+	25, // 45: tenure.v1.LeaseService.GrantEpochs:output_type -> tenure.v1.GrantEpochsResponse
+	28, // 46: tenure.v1.LeaseService.BindLeases:output_type -> tenure.v1.BindLeasesResponse
+	30, // 47: tenure.v1.LeaseService.ReleaseLease:output_type -> tenure.v1.ReleaseLeaseResponse
+	32, // 48: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	34, // 49: tenure.v1.LeaseService.WatchLeases:output_type -> tenure.v1.WatchLeasesResponse
+	36, // [36:50] is the sub-list for method output_type
+	22, // [22:36] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -1878,7 +2302,7 @@ func file_tenure_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -729,6 +729,376 @@ func (x *AdoptResponse) GetHistory() []*EpochStart {
 	return nil
 }
 
+// ReplicaError is one range's failure inside a batched call.
+type ReplicaError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Connect code the single-range call would have answered (Connect's
+	// numbering, which is gRPC's: 9 = FailedPrecondition, ...). Never 0.
+	Code uint32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The error message, as the single-range call would have answered it.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaError) Reset() {
+	*x = ReplicaError{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaError) ProtoMessage() {}
+
+func (x *ReplicaError) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaError.ProtoReflect.Descriptor instead.
+func (*ReplicaError) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReplicaError) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ReplicaError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// FenceRangesRequest fences many ranges on one replica.
+type FenceRangesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fences, each as Fence takes it. 1 to wire.MaxRangesPerBatch, each
+	// range at most once.
+	Fences        []*FenceRequest `protobuf:"bytes,1,rep,name=fences,proto3" json:"fences,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceRangesRequest) Reset() {
+	*x = FenceRangesRequest{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceRangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceRangesRequest) ProtoMessage() {}
+
+func (x *FenceRangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceRangesRequest.ProtoReflect.Descriptor instead.
+func (*FenceRangesRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FenceRangesRequest) GetFences() []*FenceRequest {
+	if x != nil {
+		return x.Fences
+	}
+	return nil
+}
+
+// FenceRangeResult is one range's outcome: exactly one of fence and error.
+type FenceRangeResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range, as the request named it.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The fence answer, set when the range is durably fenced.
+	Fence *FenceResponse `protobuf:"bytes,2,opt,name=fence,proto3" json:"fence,omitempty"`
+	// Why the range was not fenced.
+	Error         *ReplicaError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceRangeResult) Reset() {
+	*x = FenceRangeResult{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceRangeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceRangeResult) ProtoMessage() {}
+
+func (x *FenceRangeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceRangeResult.ProtoReflect.Descriptor instead.
+func (*FenceRangeResult) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *FenceRangeResult) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *FenceRangeResult) GetFence() *FenceResponse {
+	if x != nil {
+		return x.Fence
+	}
+	return nil
+}
+
+func (x *FenceRangeResult) GetError() *ReplicaError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// FenceRangesResponse answers every fence, in the request's order.
+type FenceRangesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results[i] answers fences[i].
+	Results       []*FenceRangeResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceRangesResponse) Reset() {
+	*x = FenceRangesResponse{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceRangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceRangesResponse) ProtoMessage() {}
+
+func (x *FenceRangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceRangesResponse.ProtoReflect.Descriptor instead.
+func (*FenceRangesResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *FenceRangesResponse) GetResults() []*FenceRangeResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// AdoptRangesRequest adopts many ranges on one replica.
+type AdoptRangesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The adoptions, each as Adopt takes it. 1 to wire.MaxRangesPerBatch,
+	// each range at most once.
+	Adopts        []*AdoptRequest `protobuf:"bytes,1,rep,name=adopts,proto3" json:"adopts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptRangesRequest) Reset() {
+	*x = AdoptRangesRequest{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptRangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptRangesRequest) ProtoMessage() {}
+
+func (x *AdoptRangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptRangesRequest.ProtoReflect.Descriptor instead.
+func (*AdoptRangesRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AdoptRangesRequest) GetAdopts() []*AdoptRequest {
+	if x != nil {
+		return x.Adopts
+	}
+	return nil
+}
+
+// AdoptRangeResult is one range's outcome: exactly one of adopt and error.
+type AdoptRangeResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range, as the request named it.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The adopt answer, set when the range adopted its role.
+	Adopt *AdoptResponse `protobuf:"bytes,2,opt,name=adopt,proto3" json:"adopt,omitempty"`
+	// Why the range did not adopt.
+	Error         *ReplicaError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptRangeResult) Reset() {
+	*x = AdoptRangeResult{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptRangeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptRangeResult) ProtoMessage() {}
+
+func (x *AdoptRangeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptRangeResult.ProtoReflect.Descriptor instead.
+func (*AdoptRangeResult) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AdoptRangeResult) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *AdoptRangeResult) GetAdopt() *AdoptResponse {
+	if x != nil {
+		return x.Adopt
+	}
+	return nil
+}
+
+func (x *AdoptRangeResult) GetError() *ReplicaError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// AdoptRangesResponse answers every adoption, in the request's order.
+type AdoptRangesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results[i] answers adopts[i].
+	Results       []*AdoptRangeResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptRangesResponse) Reset() {
+	*x = AdoptRangesResponse{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptRangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptRangesResponse) ProtoMessage() {}
+
+func (x *AdoptRangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptRangesResponse.ProtoReflect.Descriptor instead.
+func (*AdoptRangesResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AdoptRangesResponse) GetResults() []*AdoptRangeResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // ReplicaServiceGetStatusRequest asks for one range or all.
 type ReplicaServiceGetStatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -740,7 +1110,7 @@ type ReplicaServiceGetStatusRequest struct {
 
 func (x *ReplicaServiceGetStatusRequest) Reset() {
 	*x = ReplicaServiceGetStatusRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[9]
+	mi := &file_tenure_v1_replica_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +1122,7 @@ func (x *ReplicaServiceGetStatusRequest) String() string {
 func (*ReplicaServiceGetStatusRequest) ProtoMessage() {}
 
 func (x *ReplicaServiceGetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[9]
+	mi := &file_tenure_v1_replica_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +1135,7 @@ func (x *ReplicaServiceGetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaServiceGetStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaServiceGetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{9}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReplicaServiceGetStatusRequest) GetRangeId() string {
@@ -792,7 +1162,7 @@ type FollowerProgress struct {
 
 func (x *FollowerProgress) Reset() {
 	*x = FollowerProgress{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[10]
+	mi := &file_tenure_v1_replica_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +1174,7 @@ func (x *FollowerProgress) String() string {
 func (*FollowerProgress) ProtoMessage() {}
 
 func (x *FollowerProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[10]
+	mi := &file_tenure_v1_replica_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +1187,7 @@ func (x *FollowerProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowerProgress.ProtoReflect.Descriptor instead.
 func (*FollowerProgress) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{10}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FollowerProgress) GetReplicaId() string {
@@ -882,7 +1252,7 @@ type RangeStatus struct {
 
 func (x *RangeStatus) Reset() {
 	*x = RangeStatus{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[11]
+	mi := &file_tenure_v1_replica_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1264,7 @@ func (x *RangeStatus) String() string {
 func (*RangeStatus) ProtoMessage() {}
 
 func (x *RangeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[11]
+	mi := &file_tenure_v1_replica_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1277,7 @@ func (x *RangeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeStatus.ProtoReflect.Descriptor instead.
 func (*RangeStatus) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{11}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RangeStatus) GetRangeId() string {
@@ -1007,7 +1377,7 @@ type ReplicaServiceGetStatusResponse struct {
 
 func (x *ReplicaServiceGetStatusResponse) Reset() {
 	*x = ReplicaServiceGetStatusResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[12]
+	mi := &file_tenure_v1_replica_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1389,7 @@ func (x *ReplicaServiceGetStatusResponse) String() string {
 func (*ReplicaServiceGetStatusResponse) ProtoMessage() {}
 
 func (x *ReplicaServiceGetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[12]
+	mi := &file_tenure_v1_replica_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1402,7 @@ func (x *ReplicaServiceGetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaServiceGetStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaServiceGetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{12}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicaServiceGetStatusResponse) GetReplicaId() string {
@@ -1060,7 +1430,7 @@ type GetEpochHistoryRequest struct {
 
 func (x *GetEpochHistoryRequest) Reset() {
 	*x = GetEpochHistoryRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[13]
+	mi := &file_tenure_v1_replica_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1442,7 @@ func (x *GetEpochHistoryRequest) String() string {
 func (*GetEpochHistoryRequest) ProtoMessage() {}
 
 func (x *GetEpochHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[13]
+	mi := &file_tenure_v1_replica_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1455,7 @@ func (x *GetEpochHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEpochHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetEpochHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{13}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetEpochHistoryRequest) GetRangeId() string {
@@ -1110,7 +1480,7 @@ type GetEpochHistoryResponse struct {
 
 func (x *GetEpochHistoryResponse) Reset() {
 	*x = GetEpochHistoryResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[14]
+	mi := &file_tenure_v1_replica_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1492,7 @@ func (x *GetEpochHistoryResponse) String() string {
 func (*GetEpochHistoryResponse) ProtoMessage() {}
 
 func (x *GetEpochHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[14]
+	mi := &file_tenure_v1_replica_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1505,7 @@ func (x *GetEpochHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEpochHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetEpochHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{14}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetEpochHistoryResponse) GetHistory() []*EpochStart {
@@ -1215,7 +1585,26 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\rAdoptResponse\x12\x17\n" +
 	"\alog_end\x18\x01 \x01(\x04R\x06logEnd\x12&\n" +
 	"\x0fhigh_water_mark\x18\x02 \x01(\x04R\rhighWaterMark\x12/\n" +
-	"\ahistory\x18\x03 \x03(\v2\x15.tenure.v1.EpochStartR\ahistory\";\n" +
+	"\ahistory\x18\x03 \x03(\v2\x15.tenure.v1.EpochStartR\ahistory\"<\n" +
+	"\fReplicaError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"E\n" +
+	"\x12FenceRangesRequest\x12/\n" +
+	"\x06fences\x18\x01 \x03(\v2\x17.tenure.v1.FenceRequestR\x06fences\"\x8c\x01\n" +
+	"\x10FenceRangeResult\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x12.\n" +
+	"\x05fence\x18\x02 \x01(\v2\x18.tenure.v1.FenceResponseR\x05fence\x12-\n" +
+	"\x05error\x18\x03 \x01(\v2\x17.tenure.v1.ReplicaErrorR\x05error\"L\n" +
+	"\x13FenceRangesResponse\x125\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.tenure.v1.FenceRangeResultR\aresults\"E\n" +
+	"\x12AdoptRangesRequest\x12/\n" +
+	"\x06adopts\x18\x01 \x03(\v2\x17.tenure.v1.AdoptRequestR\x06adopts\"\x8c\x01\n" +
+	"\x10AdoptRangeResult\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x12.\n" +
+	"\x05adopt\x18\x02 \x01(\v2\x18.tenure.v1.AdoptResponseR\x05adopt\x12-\n" +
+	"\x05error\x18\x03 \x01(\v2\x17.tenure.v1.ReplicaErrorR\x05error\"L\n" +
+	"\x13AdoptRangesResponse\x125\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.tenure.v1.AdoptRangeResultR\aresults\";\n" +
 	"\x1eReplicaServiceGetStatusRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\"\x93\x01\n" +
 	"\x10FollowerProgress\x12\x1d\n" +
@@ -1249,12 +1638,14 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x17GetEpochHistoryResponse\x12/\n" +
 	"\ahistory\x18\x01 \x03(\v2\x15.tenure.v1.EpochStartR\ahistory\x12\x17\n" +
 	"\alog_end\x18\x02 \x01(\x04R\x06logEnd\x12&\n" +
-	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark2\xc7\x03\n" +
+	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark2\xe3\x04\n" +
 	"\x0eReplicaService\x12:\n" +
 	"\x05Fetch\x12\x17.tenure.v1.FetchRequest\x1a\x18.tenure.v1.FetchResponse\x12:\n" +
 	"\x05Fence\x12\x17.tenure.v1.FenceRequest\x1a\x18.tenure.v1.FenceResponse\x12C\n" +
 	"\bTruncate\x12\x1a.tenure.v1.TruncateRequest\x1a\x1b.tenure.v1.TruncateResponse\x12:\n" +
-	"\x05Adopt\x12\x17.tenure.v1.AdoptRequest\x1a\x18.tenure.v1.AdoptResponse\x12b\n" +
+	"\x05Adopt\x12\x17.tenure.v1.AdoptRequest\x1a\x18.tenure.v1.AdoptResponse\x12L\n" +
+	"\vFenceRanges\x12\x1d.tenure.v1.FenceRangesRequest\x1a\x1e.tenure.v1.FenceRangesResponse\x12L\n" +
+	"\vAdoptRanges\x12\x1d.tenure.v1.AdoptRangesRequest\x1a\x1e.tenure.v1.AdoptRangesResponse\x12b\n" +
 	"\tGetStatus\x12).tenure.v1.ReplicaServiceGetStatusRequest\x1a*.tenure.v1.ReplicaServiceGetStatusResponse\x12X\n" +
 	"\x0fGetEpochHistory\x12!.tenure.v1.GetEpochHistoryRequest\x1a\".tenure.v1.GetEpochHistoryResponseB9Z7github.com/tenurelog/tenure/pkg/wire/tenure/v1;tenurev1b\x06proto3"
 
@@ -1270,7 +1661,7 @@ func file_tenure_v1_replica_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_replica_proto_rawDescData
 }
 
-var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_tenure_v1_replica_proto_goTypes = []any{
 	(*FetchRequest)(nil),                    // 0: tenure.v1.FetchRequest
 	(*DivergingEpoch)(nil),                  // 1: tenure.v1.DivergingEpoch
@@ -1281,47 +1672,66 @@ var file_tenure_v1_replica_proto_goTypes = []any{
 	(*TruncateResponse)(nil),                // 6: tenure.v1.TruncateResponse
 	(*AdoptRequest)(nil),                    // 7: tenure.v1.AdoptRequest
 	(*AdoptResponse)(nil),                   // 8: tenure.v1.AdoptResponse
-	(*ReplicaServiceGetStatusRequest)(nil),  // 9: tenure.v1.ReplicaServiceGetStatusRequest
-	(*FollowerProgress)(nil),                // 10: tenure.v1.FollowerProgress
-	(*RangeStatus)(nil),                     // 11: tenure.v1.RangeStatus
-	(*ReplicaServiceGetStatusResponse)(nil), // 12: tenure.v1.ReplicaServiceGetStatusResponse
-	(*GetEpochHistoryRequest)(nil),          // 13: tenure.v1.GetEpochHistoryRequest
-	(*GetEpochHistoryResponse)(nil),         // 14: tenure.v1.GetEpochHistoryResponse
-	(*Record)(nil),                          // 15: tenure.v1.Record
-	(*EpochStart)(nil),                      // 16: tenure.v1.EpochStart
-	(Role)(0),                               // 17: tenure.v1.Role
-	(*Replica)(nil),                         // 18: tenure.v1.Replica
+	(*ReplicaError)(nil),                    // 9: tenure.v1.ReplicaError
+	(*FenceRangesRequest)(nil),              // 10: tenure.v1.FenceRangesRequest
+	(*FenceRangeResult)(nil),                // 11: tenure.v1.FenceRangeResult
+	(*FenceRangesResponse)(nil),             // 12: tenure.v1.FenceRangesResponse
+	(*AdoptRangesRequest)(nil),              // 13: tenure.v1.AdoptRangesRequest
+	(*AdoptRangeResult)(nil),                // 14: tenure.v1.AdoptRangeResult
+	(*AdoptRangesResponse)(nil),             // 15: tenure.v1.AdoptRangesResponse
+	(*ReplicaServiceGetStatusRequest)(nil),  // 16: tenure.v1.ReplicaServiceGetStatusRequest
+	(*FollowerProgress)(nil),                // 17: tenure.v1.FollowerProgress
+	(*RangeStatus)(nil),                     // 18: tenure.v1.RangeStatus
+	(*ReplicaServiceGetStatusResponse)(nil), // 19: tenure.v1.ReplicaServiceGetStatusResponse
+	(*GetEpochHistoryRequest)(nil),          // 20: tenure.v1.GetEpochHistoryRequest
+	(*GetEpochHistoryResponse)(nil),         // 21: tenure.v1.GetEpochHistoryResponse
+	(*Record)(nil),                          // 22: tenure.v1.Record
+	(*EpochStart)(nil),                      // 23: tenure.v1.EpochStart
+	(Role)(0),                               // 24: tenure.v1.Role
+	(*Replica)(nil),                         // 25: tenure.v1.Replica
 }
 var file_tenure_v1_replica_proto_depIdxs = []int32{
-	15, // 0: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
+	22, // 0: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
 	1,  // 1: tenure.v1.FetchResponse.diverging:type_name -> tenure.v1.DivergingEpoch
-	16, // 2: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
-	17, // 3: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
-	16, // 4: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
-	17, // 5: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
-	18, // 6: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
-	16, // 7: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
-	17, // 8: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
-	10, // 9: tenure.v1.RangeStatus.followers:type_name -> tenure.v1.FollowerProgress
-	11, // 10: tenure.v1.ReplicaServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangeStatus
-	16, // 11: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
-	0,  // 12: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
-	3,  // 13: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
-	5,  // 14: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
-	7,  // 15: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
-	9,  // 16: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
-	13, // 17: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
-	2,  // 18: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
-	4,  // 19: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
-	6,  // 20: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
-	8,  // 21: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
-	12, // 22: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
-	14, // 23: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	23, // 2: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
+	24, // 3: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
+	23, // 4: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
+	24, // 5: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
+	25, // 6: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
+	23, // 7: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
+	3,  // 8: tenure.v1.FenceRangesRequest.fences:type_name -> tenure.v1.FenceRequest
+	4,  // 9: tenure.v1.FenceRangeResult.fence:type_name -> tenure.v1.FenceResponse
+	9,  // 10: tenure.v1.FenceRangeResult.error:type_name -> tenure.v1.ReplicaError
+	11, // 11: tenure.v1.FenceRangesResponse.results:type_name -> tenure.v1.FenceRangeResult
+	7,  // 12: tenure.v1.AdoptRangesRequest.adopts:type_name -> tenure.v1.AdoptRequest
+	8,  // 13: tenure.v1.AdoptRangeResult.adopt:type_name -> tenure.v1.AdoptResponse
+	9,  // 14: tenure.v1.AdoptRangeResult.error:type_name -> tenure.v1.ReplicaError
+	14, // 15: tenure.v1.AdoptRangesResponse.results:type_name -> tenure.v1.AdoptRangeResult
+	24, // 16: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
+	17, // 17: tenure.v1.RangeStatus.followers:type_name -> tenure.v1.FollowerProgress
+	18, // 18: tenure.v1.ReplicaServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangeStatus
+	23, // 19: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
+	0,  // 20: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
+	3,  // 21: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
+	5,  // 22: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
+	7,  // 23: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
+	10, // 24: tenure.v1.ReplicaService.FenceRanges:input_type -> tenure.v1.FenceRangesRequest
+	13, // 25: tenure.v1.ReplicaService.AdoptRanges:input_type -> tenure.v1.AdoptRangesRequest
+	16, // 26: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
+	20, // 27: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
+	2,  // 28: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
+	4,  // 29: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
+	6,  // 30: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
+	8,  // 31: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
+	12, // 32: tenure.v1.ReplicaService.FenceRanges:output_type -> tenure.v1.FenceRangesResponse
+	15, // 33: tenure.v1.ReplicaService.AdoptRanges:output_type -> tenure.v1.AdoptRangesResponse
+	19, // 34: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
+	21, // 35: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
+	28, // [28:36] is the sub-list for method output_type
+	20, // [20:28] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_replica_proto_init() }
@@ -1336,7 +1746,7 @@ func file_tenure_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_replica_proto_rawDesc), len(file_tenure_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -55,6 +55,11 @@ const (
 	LeaseServiceGrantEpochProcedure = "/tenure.v1.LeaseService/GrantEpoch"
 	// LeaseServiceBindLeaseProcedure is the fully-qualified name of the LeaseService's BindLease RPC.
 	LeaseServiceBindLeaseProcedure = "/tenure.v1.LeaseService/BindLease"
+	// LeaseServiceGrantEpochsProcedure is the fully-qualified name of the LeaseService's GrantEpochs
+	// RPC.
+	LeaseServiceGrantEpochsProcedure = "/tenure.v1.LeaseService/GrantEpochs"
+	// LeaseServiceBindLeasesProcedure is the fully-qualified name of the LeaseService's BindLeases RPC.
+	LeaseServiceBindLeasesProcedure = "/tenure.v1.LeaseService/BindLeases"
 	// LeaseServiceReleaseLeaseProcedure is the fully-qualified name of the LeaseService's ReleaseLease
 	// RPC.
 	LeaseServiceReleaseLeaseProcedure = "/tenure.v1.LeaseService/ReleaseLease"
@@ -94,6 +99,16 @@ type LeaseServiceClient interface {
 	// (the promoter hands it to the new leader). FailedPrecondition if epoch is
 	// not current.
 	BindLease(context.Context, *connect.Request[v1.BindLeaseRequest]) (*connect.Response[v1.BindLeaseResponse], error)
+	// GrantEpochs is GrantEpoch for many ranges in one call (a mass failover
+	// grants hundreds at once). Each grant is still its own compare-and-swap
+	// on its previous epoch: a lost race answers that range's error (Aborted
+	// with the current epoch) and never fails the others. At most
+	// wire.MaxRangesPerBatch grants, each range at most once. A caller that
+	// gets Unimplemented (an older lease service) falls back to GrantEpoch.
+	GrantEpochs(context.Context, *connect.Request[v1.GrantEpochsRequest]) (*connect.Response[v1.GrantEpochsResponse], error)
+	// BindLeases is BindLease for many ranges in one call, with the same rules
+	// per range and the same bounds as GrantEpochs.
+	BindLeases(context.Context, *connect.Request[v1.BindLeasesRequest]) (*connect.Response[v1.BindLeasesResponse], error)
 	// ReleaseLease gives up the lease of an epoch (planned handover, shutdown).
 	ReleaseLease(context.Context, *connect.Request[v1.ReleaseLeaseRequest]) (*connect.Response[v1.ReleaseLeaseResponse], error)
 	// GetLease reads a range's lease.
@@ -169,6 +184,18 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("BindLease")),
 			connect.WithClientOptions(opts...),
 		),
+		grantEpochs: connect.NewClient[v1.GrantEpochsRequest, v1.GrantEpochsResponse](
+			httpClient,
+			baseURL+LeaseServiceGrantEpochsProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("GrantEpochs")),
+			connect.WithClientOptions(opts...),
+		),
+		bindLeases: connect.NewClient[v1.BindLeasesRequest, v1.BindLeasesResponse](
+			httpClient,
+			baseURL+LeaseServiceBindLeasesProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("BindLeases")),
+			connect.WithClientOptions(opts...),
+		),
 		releaseLease: connect.NewClient[v1.ReleaseLeaseRequest, v1.ReleaseLeaseResponse](
 			httpClient,
 			baseURL+LeaseServiceReleaseLeaseProcedure,
@@ -201,6 +228,8 @@ type leaseServiceClient struct {
 	closeSession *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
 	grantEpoch   *connect.Client[v1.GrantEpochRequest, v1.GrantEpochResponse]
 	bindLease    *connect.Client[v1.BindLeaseRequest, v1.BindLeaseResponse]
+	grantEpochs  *connect.Client[v1.GrantEpochsRequest, v1.GrantEpochsResponse]
+	bindLeases   *connect.Client[v1.BindLeasesRequest, v1.BindLeasesResponse]
 	releaseLease *connect.Client[v1.ReleaseLeaseRequest, v1.ReleaseLeaseResponse]
 	getLease     *connect.Client[v1.GetLeaseRequest, v1.GetLeaseResponse]
 	watchLeases  *connect.Client[v1.WatchLeasesRequest, v1.WatchLeasesResponse]
@@ -251,6 +280,16 @@ func (c *leaseServiceClient) BindLease(ctx context.Context, req *connect.Request
 	return c.bindLease.CallUnary(ctx, req)
 }
 
+// GrantEpochs calls tenure.v1.LeaseService.GrantEpochs.
+func (c *leaseServiceClient) GrantEpochs(ctx context.Context, req *connect.Request[v1.GrantEpochsRequest]) (*connect.Response[v1.GrantEpochsResponse], error) {
+	return c.grantEpochs.CallUnary(ctx, req)
+}
+
+// BindLeases calls tenure.v1.LeaseService.BindLeases.
+func (c *leaseServiceClient) BindLeases(ctx context.Context, req *connect.Request[v1.BindLeasesRequest]) (*connect.Response[v1.BindLeasesResponse], error) {
+	return c.bindLeases.CallUnary(ctx, req)
+}
+
 // ReleaseLease calls tenure.v1.LeaseService.ReleaseLease.
 func (c *leaseServiceClient) ReleaseLease(ctx context.Context, req *connect.Request[v1.ReleaseLeaseRequest]) (*connect.Response[v1.ReleaseLeaseResponse], error) {
 	return c.releaseLease.CallUnary(ctx, req)
@@ -295,6 +334,16 @@ type LeaseServiceHandler interface {
 	// (the promoter hands it to the new leader). FailedPrecondition if epoch is
 	// not current.
 	BindLease(context.Context, *connect.Request[v1.BindLeaseRequest]) (*connect.Response[v1.BindLeaseResponse], error)
+	// GrantEpochs is GrantEpoch for many ranges in one call (a mass failover
+	// grants hundreds at once). Each grant is still its own compare-and-swap
+	// on its previous epoch: a lost race answers that range's error (Aborted
+	// with the current epoch) and never fails the others. At most
+	// wire.MaxRangesPerBatch grants, each range at most once. A caller that
+	// gets Unimplemented (an older lease service) falls back to GrantEpoch.
+	GrantEpochs(context.Context, *connect.Request[v1.GrantEpochsRequest]) (*connect.Response[v1.GrantEpochsResponse], error)
+	// BindLeases is BindLease for many ranges in one call, with the same rules
+	// per range and the same bounds as GrantEpochs.
+	BindLeases(context.Context, *connect.Request[v1.BindLeasesRequest]) (*connect.Response[v1.BindLeasesResponse], error)
 	// ReleaseLease gives up the lease of an epoch (planned handover, shutdown).
 	ReleaseLease(context.Context, *connect.Request[v1.ReleaseLeaseRequest]) (*connect.Response[v1.ReleaseLeaseResponse], error)
 	// GetLease reads a range's lease.
@@ -366,6 +415,18 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("BindLease")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceGrantEpochsHandler := connect.NewUnaryHandler(
+		LeaseServiceGrantEpochsProcedure,
+		svc.GrantEpochs,
+		connect.WithSchema(leaseServiceMethods.ByName("GrantEpochs")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseServiceBindLeasesHandler := connect.NewUnaryHandler(
+		LeaseServiceBindLeasesProcedure,
+		svc.BindLeases,
+		connect.WithSchema(leaseServiceMethods.ByName("BindLeases")),
+		connect.WithHandlerOptions(opts...),
+	)
 	leaseServiceReleaseLeaseHandler := connect.NewUnaryHandler(
 		LeaseServiceReleaseLeaseProcedure,
 		svc.ReleaseLease,
@@ -404,6 +465,10 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceGrantEpochHandler.ServeHTTP(w, r)
 		case LeaseServiceBindLeaseProcedure:
 			leaseServiceBindLeaseHandler.ServeHTTP(w, r)
+		case LeaseServiceGrantEpochsProcedure:
+			leaseServiceGrantEpochsHandler.ServeHTTP(w, r)
+		case LeaseServiceBindLeasesProcedure:
+			leaseServiceBindLeasesHandler.ServeHTTP(w, r)
 		case LeaseServiceReleaseLeaseProcedure:
 			leaseServiceReleaseLeaseHandler.ServeHTTP(w, r)
 		case LeaseServiceGetLeaseProcedure:
@@ -453,6 +518,14 @@ func (UnimplementedLeaseServiceHandler) GrantEpoch(context.Context, *connect.Req
 
 func (UnimplementedLeaseServiceHandler) BindLease(context.Context, *connect.Request[v1.BindLeaseRequest]) (*connect.Response[v1.BindLeaseResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.BindLease is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) GrantEpochs(context.Context, *connect.Request[v1.GrantEpochsRequest]) (*connect.Response[v1.GrantEpochsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.GrantEpochs is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) BindLeases(context.Context, *connect.Request[v1.BindLeasesRequest]) (*connect.Response[v1.BindLeasesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.BindLeases is not implemented"))
 }
 
 func (UnimplementedLeaseServiceHandler) ReleaseLease(context.Context, *connect.Request[v1.ReleaseLeaseRequest]) (*connect.Response[v1.ReleaseLeaseResponse], error) {

@@ -41,6 +41,12 @@ const (
 	ReplicaServiceTruncateProcedure = "/tenure.v1.ReplicaService/Truncate"
 	// ReplicaServiceAdoptProcedure is the fully-qualified name of the ReplicaService's Adopt RPC.
 	ReplicaServiceAdoptProcedure = "/tenure.v1.ReplicaService/Adopt"
+	// ReplicaServiceFenceRangesProcedure is the fully-qualified name of the ReplicaService's
+	// FenceRanges RPC.
+	ReplicaServiceFenceRangesProcedure = "/tenure.v1.ReplicaService/FenceRanges"
+	// ReplicaServiceAdoptRangesProcedure is the fully-qualified name of the ReplicaService's
+	// AdoptRanges RPC.
+	ReplicaServiceAdoptRangesProcedure = "/tenure.v1.ReplicaService/AdoptRanges"
 	// ReplicaServiceGetStatusProcedure is the fully-qualified name of the ReplicaService's GetStatus
 	// RPC.
 	ReplicaServiceGetStatusProcedure = "/tenure.v1.ReplicaService/GetStatus"
@@ -73,6 +79,17 @@ type ReplicaServiceClient interface {
 	// observed, writes the epoch-start record, raises its HWM to the committed
 	// bound, then serves. A follower starts fetching from the named leader.
 	Adopt(context.Context, *connect.Request[v1.AdoptRequest]) (*connect.Response[v1.AdoptResponse], error)
+	// FenceRanges is Fence for many ranges in one call (a mass failover fences
+	// hundreds of ranges on each replica at once). Every fence keeps every rule
+	// of Fence, each range on its own: a refused or failed range answers its
+	// own error and never fails the others; each answered fence is durable
+	// before the response is sent (the batch shares its syncs). At most
+	// wire.MaxRangesPerBatch fences, each range at most once. A caller that
+	// gets Unimplemented (an older replica) falls back to Fence.
+	FenceRanges(context.Context, *connect.Request[v1.FenceRangesRequest]) (*connect.Response[v1.FenceRangesResponse], error)
+	// AdoptRanges is Adopt for many ranges in one call, with the same rules
+	// per range and the same bounds as FenceRanges.
+	AdoptRanges(context.Context, *connect.Request[v1.AdoptRangesRequest]) (*connect.Response[v1.AdoptRangesResponse], error)
 	// GetStatus reports each hosted range (or one): role, epochs, log start and
 	// end, HWM, leader, and on a leader each follower's fetch offset and lag.
 	GetStatus(context.Context, *connect.Request[v1.ReplicaServiceGetStatusRequest]) (*connect.Response[v1.ReplicaServiceGetStatusResponse], error)
@@ -115,6 +132,18 @@ func NewReplicaServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(replicaServiceMethods.ByName("Adopt")),
 			connect.WithClientOptions(opts...),
 		),
+		fenceRanges: connect.NewClient[v1.FenceRangesRequest, v1.FenceRangesResponse](
+			httpClient,
+			baseURL+ReplicaServiceFenceRangesProcedure,
+			connect.WithSchema(replicaServiceMethods.ByName("FenceRanges")),
+			connect.WithClientOptions(opts...),
+		),
+		adoptRanges: connect.NewClient[v1.AdoptRangesRequest, v1.AdoptRangesResponse](
+			httpClient,
+			baseURL+ReplicaServiceAdoptRangesProcedure,
+			connect.WithSchema(replicaServiceMethods.ByName("AdoptRanges")),
+			connect.WithClientOptions(opts...),
+		),
 		getStatus: connect.NewClient[v1.ReplicaServiceGetStatusRequest, v1.ReplicaServiceGetStatusResponse](
 			httpClient,
 			baseURL+ReplicaServiceGetStatusProcedure,
@@ -136,6 +165,8 @@ type replicaServiceClient struct {
 	fence           *connect.Client[v1.FenceRequest, v1.FenceResponse]
 	truncate        *connect.Client[v1.TruncateRequest, v1.TruncateResponse]
 	adopt           *connect.Client[v1.AdoptRequest, v1.AdoptResponse]
+	fenceRanges     *connect.Client[v1.FenceRangesRequest, v1.FenceRangesResponse]
+	adoptRanges     *connect.Client[v1.AdoptRangesRequest, v1.AdoptRangesResponse]
 	getStatus       *connect.Client[v1.ReplicaServiceGetStatusRequest, v1.ReplicaServiceGetStatusResponse]
 	getEpochHistory *connect.Client[v1.GetEpochHistoryRequest, v1.GetEpochHistoryResponse]
 }
@@ -158,6 +189,16 @@ func (c *replicaServiceClient) Truncate(ctx context.Context, req *connect.Reques
 // Adopt calls tenure.v1.ReplicaService.Adopt.
 func (c *replicaServiceClient) Adopt(ctx context.Context, req *connect.Request[v1.AdoptRequest]) (*connect.Response[v1.AdoptResponse], error) {
 	return c.adopt.CallUnary(ctx, req)
+}
+
+// FenceRanges calls tenure.v1.ReplicaService.FenceRanges.
+func (c *replicaServiceClient) FenceRanges(ctx context.Context, req *connect.Request[v1.FenceRangesRequest]) (*connect.Response[v1.FenceRangesResponse], error) {
+	return c.fenceRanges.CallUnary(ctx, req)
+}
+
+// AdoptRanges calls tenure.v1.ReplicaService.AdoptRanges.
+func (c *replicaServiceClient) AdoptRanges(ctx context.Context, req *connect.Request[v1.AdoptRangesRequest]) (*connect.Response[v1.AdoptRangesResponse], error) {
+	return c.adoptRanges.CallUnary(ctx, req)
 }
 
 // GetStatus calls tenure.v1.ReplicaService.GetStatus.
@@ -194,6 +235,17 @@ type ReplicaServiceHandler interface {
 	// observed, writes the epoch-start record, raises its HWM to the committed
 	// bound, then serves. A follower starts fetching from the named leader.
 	Adopt(context.Context, *connect.Request[v1.AdoptRequest]) (*connect.Response[v1.AdoptResponse], error)
+	// FenceRanges is Fence for many ranges in one call (a mass failover fences
+	// hundreds of ranges on each replica at once). Every fence keeps every rule
+	// of Fence, each range on its own: a refused or failed range answers its
+	// own error and never fails the others; each answered fence is durable
+	// before the response is sent (the batch shares its syncs). At most
+	// wire.MaxRangesPerBatch fences, each range at most once. A caller that
+	// gets Unimplemented (an older replica) falls back to Fence.
+	FenceRanges(context.Context, *connect.Request[v1.FenceRangesRequest]) (*connect.Response[v1.FenceRangesResponse], error)
+	// AdoptRanges is Adopt for many ranges in one call, with the same rules
+	// per range and the same bounds as FenceRanges.
+	AdoptRanges(context.Context, *connect.Request[v1.AdoptRangesRequest]) (*connect.Response[v1.AdoptRangesResponse], error)
 	// GetStatus reports each hosted range (or one): role, epochs, log start and
 	// end, HWM, leader, and on a leader each follower's fetch offset and lag.
 	GetStatus(context.Context, *connect.Request[v1.ReplicaServiceGetStatusRequest]) (*connect.Response[v1.ReplicaServiceGetStatusResponse], error)
@@ -232,6 +284,18 @@ func NewReplicaServiceHandler(svc ReplicaServiceHandler, opts ...connect.Handler
 		connect.WithSchema(replicaServiceMethods.ByName("Adopt")),
 		connect.WithHandlerOptions(opts...),
 	)
+	replicaServiceFenceRangesHandler := connect.NewUnaryHandler(
+		ReplicaServiceFenceRangesProcedure,
+		svc.FenceRanges,
+		connect.WithSchema(replicaServiceMethods.ByName("FenceRanges")),
+		connect.WithHandlerOptions(opts...),
+	)
+	replicaServiceAdoptRangesHandler := connect.NewUnaryHandler(
+		ReplicaServiceAdoptRangesProcedure,
+		svc.AdoptRanges,
+		connect.WithSchema(replicaServiceMethods.ByName("AdoptRanges")),
+		connect.WithHandlerOptions(opts...),
+	)
 	replicaServiceGetStatusHandler := connect.NewUnaryHandler(
 		ReplicaServiceGetStatusProcedure,
 		svc.GetStatus,
@@ -254,6 +318,10 @@ func NewReplicaServiceHandler(svc ReplicaServiceHandler, opts ...connect.Handler
 			replicaServiceTruncateHandler.ServeHTTP(w, r)
 		case ReplicaServiceAdoptProcedure:
 			replicaServiceAdoptHandler.ServeHTTP(w, r)
+		case ReplicaServiceFenceRangesProcedure:
+			replicaServiceFenceRangesHandler.ServeHTTP(w, r)
+		case ReplicaServiceAdoptRangesProcedure:
+			replicaServiceAdoptRangesHandler.ServeHTTP(w, r)
 		case ReplicaServiceGetStatusProcedure:
 			replicaServiceGetStatusHandler.ServeHTTP(w, r)
 		case ReplicaServiceGetEpochHistoryProcedure:
@@ -281,6 +349,14 @@ func (UnimplementedReplicaServiceHandler) Truncate(context.Context, *connect.Req
 
 func (UnimplementedReplicaServiceHandler) Adopt(context.Context, *connect.Request[v1.AdoptRequest]) (*connect.Response[v1.AdoptResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ReplicaService.Adopt is not implemented"))
+}
+
+func (UnimplementedReplicaServiceHandler) FenceRanges(context.Context, *connect.Request[v1.FenceRangesRequest]) (*connect.Response[v1.FenceRangesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ReplicaService.FenceRanges is not implemented"))
+}
+
+func (UnimplementedReplicaServiceHandler) AdoptRanges(context.Context, *connect.Request[v1.AdoptRangesRequest]) (*connect.Response[v1.AdoptRangesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ReplicaService.AdoptRanges is not implemented"))
 }
 
 func (UnimplementedReplicaServiceHandler) GetStatus(context.Context, *connect.Request[v1.ReplicaServiceGetStatusRequest]) (*connect.Response[v1.ReplicaServiceGetStatusResponse], error) {

@@ -1,0 +1,179 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// This file holds the batched epoch calls: GrantEpochs and BindLeases. A
+// dead holder loses all its leases at once, and the promoter then grants and
+// binds hundreds of ranges together; one call per range spent its CPU on
+// HTTP/2 framing and a session read per range.
+//
+// A batch is only a transport. Each range is still its own etcd
+// transaction with its own compare-and-swap on its epoch (grantEpochIn,
+// bindLeaseIn), so one lost race fails that range alone: a single multi-range
+// transaction would be all-or-nothing, and one stale previous epoch would
+// refuse every grant with it. The transactions run concurrently, which etcd
+// batches into shared raft proposals and WAL syncs. What the batch does
+// share is the session lookup: a promoter grants every range of a failover
+// to its one session, so it is read once per (holder, session) named, not
+// once per range; each transaction still compares the session's creation
+// revision, so a session that expired after the lookup grants nothing.
+
+// GrantEpochs implements LeaseService.GrantEpochs.
+func (s *Service) GrantEpochs(ctx context.Context, req *connect.Request[tenurev1.GrantEpochsRequest]) (*connect.Response[tenurev1.GrantEpochsResponse], error) {
+	return unary(s, ctx, req, s.grantEpochs)
+}
+
+// BindLeases implements LeaseService.BindLeases.
+func (s *Service) BindLeases(ctx context.Context, req *connect.Request[tenurev1.BindLeasesRequest]) (*connect.Response[tenurev1.BindLeasesResponse], error) {
+	return unary(s, ctx, req, s.bindLeases)
+}
+
+func (s *Service) grantEpochs(ctx context.Context, req *tenurev1.GrantEpochsRequest) (*tenurev1.GrantEpochsResponse, error) {
+	grants := req.GetGrants()
+	if err := checkBatch(len(grants), func(i int) string { return grants[i].GetRangeId() }); err != nil {
+		return nil, err
+	}
+	sessions := s.sessionsOf(ctx, len(grants), func(i int) (string, int64) {
+		return grants[i].GetHolderId(), grants[i].GetSessionId()
+	})
+	out := &tenurev1.GrantEpochsResponse{Results: make([]*tenurev1.GrantEpochResult, len(grants))}
+	runAll(len(grants), func(i int) {
+		g := grants[i]
+		res := &tenurev1.GrantEpochResult{RangeId: g.GetRangeId()}
+		resp, err := func() (*tenurev1.GrantEpochResponse, error) {
+			if err := checkGrant(g); err != nil {
+				return nil, err
+			}
+			sess, err := sessions(i)
+			if err != nil {
+				return nil, err
+			}
+			return s.grantEpochIn(ctx, g, sess)
+		}()
+		if err != nil {
+			res.Error = leaseError(ctx, err)
+		} else {
+			res.Grant = resp
+		}
+		out.Results[i] = res
+	})
+	return out, nil
+}
+
+func (s *Service) bindLeases(ctx context.Context, req *tenurev1.BindLeasesRequest) (*tenurev1.BindLeasesResponse, error) {
+	binds := req.GetBinds()
+	if err := checkBatch(len(binds), func(i int) string { return binds[i].GetRangeId() }); err != nil {
+		return nil, err
+	}
+	sessions := s.sessionsOf(ctx, len(binds), func(i int) (string, int64) {
+		return binds[i].GetHolderId(), binds[i].GetSessionId()
+	})
+	out := &tenurev1.BindLeasesResponse{Results: make([]*tenurev1.BindLeaseResult, len(binds))}
+	runAll(len(binds), func(i int) {
+		b := binds[i]
+		res := &tenurev1.BindLeaseResult{RangeId: b.GetRangeId()}
+		resp, err := func() (*tenurev1.BindLeaseResponse, error) {
+			if err := checkBind(b); err != nil {
+				return nil, err
+			}
+			sess, err := sessions(i)
+			if err != nil {
+				return nil, err
+			}
+			return s.bindLeaseIn(ctx, b, sess)
+		}()
+		if err != nil {
+			res.Error = leaseError(ctx, err)
+		} else {
+			res.Bind = resp
+		}
+		out.Results[i] = res
+	})
+	return out, nil
+}
+
+// checkBatch refuses a batch that is empty, larger than
+// wire.MaxRangesPerBatch, or names a range twice: two grants of one range in
+// one call would race each other's compare-and-swap in an order the caller
+// cannot see. Each range's own fields are checked per range.
+func checkBatch(n int, rangeID func(i int) string) error {
+	if n == 0 {
+		return invalidf("a batch names no range")
+	}
+	if n > wire.MaxRangesPerBatch {
+		return invalidf("a batch names %d ranges, at most %d", n, wire.MaxRangesPerBatch)
+	}
+	seen := make(map[string]bool, n)
+	for i := range n {
+		id := rangeID(i)
+		if seen[id] {
+			return invalidf("range %q appears twice in one batch", id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// sessionsOf returns, for entry i of a batch, its holder's session: each
+// distinct (holder, session id) is resolved once, on first use, and its
+// answer (or error) shared by the entries that name it.
+func (s *Service) sessionsOf(ctx context.Context, n int, key func(i int) (string, int64)) func(i int) (session, error) {
+	type sessKey struct {
+		holder string
+		id     int64
+	}
+	type resolved struct {
+		once sync.Once
+		sess session
+		err  error
+	}
+	byKey := map[sessKey]*resolved{}
+	for i := range n {
+		h, id := key(i)
+		if byKey[sessKey{h, id}] == nil {
+			byKey[sessKey{h, id}] = &resolved{}
+		}
+	}
+	return func(i int) (session, error) {
+		h, id := key(i)
+		r := byKey[sessKey{h, id}]
+		r.once.Do(func() { r.sess, r.err = s.resolveSession(ctx, h, id) })
+		return r.sess, r.err
+	}
+}
+
+// runAll runs f(0..n-1) concurrently and waits for all. n is at most
+// wire.MaxRangesPerBatch (checkBatch), which bounds the transactions in
+// flight per call.
+func runAll(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { f(i) })
+	}
+	wg.Wait()
+}
+
+// leaseError is one range's failure in a batch answer: the code and message
+// the single-range call would have answered, and the current epoch its
+// RangeEpoch detail would have carried.
+func leaseError(ctx context.Context, err error) *tenurev1.LeaseError {
+	err = toConnect(ctx, err)
+	out := &tenurev1.LeaseError{Code: uint32(connect.CodeInternal), Message: err.Error()}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		out.Code, out.Message = uint32(ce.Code()), ce.Message()
+	}
+	if cur, ok := CurrentEpoch(err); ok {
+		out.CurrentEpoch = cur
+	}
+	return out
+}
