@@ -48,6 +48,10 @@ func (r *Range) Append(epoch uint64, epochStart bool, values [][]byte) (base uin
 		r.s.release(len(values), p.bytes)
 		return 0, err
 	}
+	// Not committed inline (writeInline), unlike a follower's records: the
+	// appends' fetchers, woken by the enqueue, would then wait for a core
+	// behind this goroutine's Badger write and fsync, and the followers'
+	// copies, not the leader's, are what an acknowledgement waits for.
 	<-w.done
 	return w.base, w.err
 }
@@ -96,11 +100,14 @@ func (r *Range) appendLocked(epoch uint64, epochStart bool, flags byte, p prepar
 	if epochStart && latest.Start != r.next {
 		return nil, fmt.Errorf("%w: Append(%d, epochStart) on %s: epoch %d is journaled at %d, the log ends at %d", ErrOutOfRange, epoch, r.id, epoch, latest.Start, r.next)
 	}
-	return r.enqueueLocked(p, func(int) (uint64, byte) { return epoch, flags })
+	return r.enqueueLocked(p, func(int) (uint64, byte) { return epoch, flags }, true)
 }
 
 // AppendRecords writes records fetched from the leader (the follower path)
-// and returns once they are written; they are durable later, as with Append.
+// and returns once they are written. When no commit was running it runs the
+// group commit on the caller's goroutine (writeInline), sync included, and
+// they are durable on return too; otherwise they are durable later, as with
+// Append (WaitDurable).
 //
 // recs[0].Offset must be the log end (including records still being
 // written), offsets contiguous, epochs non-decreasing and at least the log's
@@ -122,6 +129,7 @@ func (r *Range) AppendRecords(recs []*tenurev1.Record) error {
 		r.s.release(len(recs), p.bytes)
 		return err
 	}
+	r.s.writeInline()
 	<-w.done
 	return w.err
 }
@@ -203,7 +211,9 @@ func (r *Range) appendRecordsLocked(recs []*tenurev1.Record, p prepared) (*write
 			return nil, err
 		}
 	}
-	return r.enqueueLocked(p, func(i int) (uint64, byte) { return recs[i].GetEpoch(), epochStartFlag(recs[i]) })
+	// The writer is not woken: AppendRecords commits the queue itself next
+	// (writeInline), or whoever holds the writer role takes it after.
+	return r.enqueueLocked(p, func(i int) (uint64, byte) { return recs[i].GetEpoch(), epochStartFlag(recs[i]) }, false)
 }
 
 // journalNewEpochs journals, and fsyncs, each epoch of recs newer than the
@@ -271,10 +281,11 @@ func prepare(n int, value func(i int) []byte) prepared {
 }
 
 // enqueueLocked assigns offsets from r.next to p's records, seals them with
-// epochAt's epoch and flags and queues them for the committer. r.mu is held:
+// epochAt's epoch and flags and queues them for the committer (waking the
+// writer if wake is set). r.mu is held:
 // that is what makes offsets contiguous in call order, and the queue order
 // the offset order.
-func (r *Range) enqueueLocked(p prepared, epochAt func(i int) (uint64, byte)) (*write, error) {
+func (r *Range) enqueueLocked(p prepared, epochAt func(i int) (uint64, byte), wake bool) (*write, error) {
 	n := uint64(len(p.vals))
 	w := &write{r: r, base: r.next, end: r.next + n, keys: make([][]byte, n), vals: p.vals, bytes: p.bytes, done: make(chan struct{})}
 	for i := range p.vals {
@@ -288,7 +299,7 @@ func (r *Range) enqueueLocked(p prepared, epochAt func(i int) (uint64, byte)) (*
 		sealRecord(p.vals[i], p.crcs[i], w.keys[i], epoch, flags)
 		w.lastEpoch = epoch
 	}
-	if err := r.s.enqueue(w); err != nil {
+	if err := r.s.enqueue(w, wake); err != nil {
 		return nil, err
 	}
 	r.addTailLocked(w)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,25 +157,82 @@ func (s *Store) syncOnce() error {
 	if err != nil {
 		return fmt.Errorf("logstore: list %s: %w", s.badgerDir, err)
 	}
-	var paths []string
+	var names []string
 	if vlog := newestWithSuffix(ents, ".vlog"); vlog != "" {
-		paths = append(paths, filepath.Join(s.badgerDir, vlog))
+		names = append(names, vlog)
 	}
 	if mem := newestWithSuffix(ents, ".mem"); mem != "" {
-		paths = append(paths, filepath.Join(s.badgerDir, mem))
+		names = append(names, mem)
 	}
-	errs := make([]error, len(paths)+1)
+	errs := make([]error, len(names)+1)
 	var wg sync.WaitGroup
-	for i, path := range paths {
-		wg.Go(func() { errs[i] = fsyncFile(path) })
+	// All but the first in goroutines of their own, the first on this one:
+	// the syncs still overlap, for one goroutine hand-off fewer.
+	for i := len(names) - 1; i >= 0; i-- {
+		f, err := s.syncHandle(names[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if i == 0 {
+			errs[i] = fsyncFile(f)
+			continue
+		}
+		wg.Go(func() { errs[i] = fsyncFile(f) })
 	}
-	errs[len(paths)] = s.syncSealed(ents)
+	errs[len(names)] = s.syncSealed(ents)
 	wg.Wait()
+	s.dropSyncHandles(names)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	s.syncs.Add(1)
 	return nil
+}
+
+// syncHandle returns an open descriptor of the Badger file name, opened at
+// its first sync and kept while the file is the newest of its kind: a sync
+// per group commit then costs the fsyncs, not an open and a close per file
+// as well. Badger never reuses a file name while open (file ids only
+// grow), so a kept descriptor always refers to the file listed under that
+// name. A file removed meanwhile (flushed to an SST) is nil: nothing to sync.
+// s.syncMu is held.
+func (s *Store) syncHandle(name string) (*os.File, error) {
+	if f, ok := s.syncFiles[name]; ok {
+		return f, nil
+	}
+	f, err := os.Open(filepath.Join(s.badgerDir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("logstore: %w", err)
+	}
+	s.syncFiles[name] = f
+	return f, nil
+}
+
+// dropSyncHandles closes the kept descriptors of files that are no longer
+// among keep, the newest files this sync used: Badger has rotated away from
+// them (a rotated value-log file is synced by Badger, a rotated WAL by
+// syncSealed) or removed them. s.syncMu is held.
+func (s *Store) dropSyncHandles(keep []string) {
+	for name, f := range s.syncFiles {
+		if !slices.Contains(keep, name) {
+			_ = f.Close()
+			delete(s.syncFiles, name)
+		}
+	}
+}
+
+// closeSyncHandles closes every kept descriptor, at Close.
+func (s *Store) closeSyncHandles() {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	for name, f := range s.syncFiles {
+		_ = f.Close()
+		delete(s.syncFiles, name)
+	}
 }
 
 // newestWithSuffix returns the name of the highest-numbered "<n><suffix>"
@@ -230,7 +288,7 @@ func (s *Store) syncSealed(ents []os.DirEntry) error {
 			// before this sync).
 			continue
 		}
-		if err := fsyncFile(filepath.Join(s.badgerDir, name)); err != nil {
+		if err := fsyncPath(filepath.Join(s.badgerDir, name)); err != nil {
 			return err
 		}
 		s.sealed[name] = true
@@ -245,8 +303,20 @@ func (s *Store) syncSealed(ents []os.DirEntry) error {
 
 // fsyncFile fsyncs a file Badger writes through a shared mapping; on Linux
 // fsync of any descriptor writes back the inode's dirty pages, mapped ones
-// included. A file removed meanwhile was flushed to an SST: nothing to do.
-func fsyncFile(path string) error {
+// included. nil (the file was removed) is nothing to do.
+func fsyncFile(f *os.File) error {
+	if f == nil {
+		return nil
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("logstore: fsync %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// fsyncPath opens path, fsyncs it (fsyncFile) and closes it. A file removed
+// meanwhile was flushed to an SST: nothing to do.
+func fsyncPath(path string) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -254,9 +324,9 @@ func fsyncFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("logstore: %w", err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := fsyncFile(f); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("logstore: fsync %s: %w", path, err)
+		return err
 	}
 	return f.Close()
 }

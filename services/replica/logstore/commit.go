@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
+
 	"github.com/tenurelog/tenure/pkg/journal"
 )
 
@@ -33,7 +35,13 @@ import (
 //
 // So an append that arrives while an fsync is in flight is written, and
 // fetchable by followers, at once instead of one fsync later; and under load
-// the next fsync covers every batch written during the previous one. A
+// the next fsync covers every batch written during the previous one.
+//
+// A follower's AppendRecords may play both parts itself (writeInline): when
+// no commit is running it takes the queue, commits and publishes it, then
+// syncs it, on its own goroutine. Commits still never overlap (writerBusy
+// is the writer role, whoever holds it), so the queue order stays the
+// commit order. A
 // durable end is only ever the end of a batch whose commit returned before
 // the sync that publishes it started, so it is covered by that sync.
 //
@@ -109,16 +117,22 @@ func (s *Store) release(records, bytes int) {
 	s.qmu.Unlock()
 }
 
-// enqueue puts w on the queue. The caller holds w.r.mu, which is what keeps a
-// range's writes in offset order on the queue.
-func (s *Store) enqueue(w *write) error {
+// enqueue puts w on the queue and, if wake is set, wakes the writer. The
+// caller holds w.r.mu, which is what keeps a range's writes in offset order
+// on the queue. A caller that does not wake the writer must call
+// writeInline next: a queued write must never wait for a writer nobody
+// woke (writeInline either commits it, or leaves it to the commit running
+// now, whose end wakes the writer).
+func (s *Store) enqueue(w *write, wake bool) error {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	if err := s.writeErrLocked(); err != nil {
 		return err
 	}
 	s.queue = append(s.queue, w)
-	s.work.Signal()
+	if wake {
+		s.work.Signal()
+	}
 	return nil
 }
 
@@ -157,6 +171,11 @@ func (s *Store) run() {
 	}()
 	defer func() {
 		s.qmu.Lock()
+		// A caller still committing inline (writeInline) finishes first:
+		// after this the syncer may exit, and Close closes the database.
+		for s.writerBusy {
+			s.work.Wait()
+		}
 		s.writerDone = true
 		s.syncWork.Signal()
 		s.qmu.Unlock()
@@ -172,7 +191,11 @@ func (s *Store) run() {
 		if !ok {
 			return
 		}
-		if err := s.commitBatch(b); err != nil {
+		_, err := s.commitBatch(b, true)
+		s.qmu.Lock()
+		s.writerBusy = false
+		s.qmu.Unlock()
+		if err != nil {
 			return // commitBatch failed the store
 		}
 	}
@@ -183,13 +206,20 @@ func (s *Store) run() {
 func (s *Store) take() (batch, bool) {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
-	for len(s.queue) == 0 && !(len(s.dirty) > 0 && s.hwmDue) && !s.closing && s.failed == nil {
+	for s.failed == nil && (s.writerBusy || len(s.queue) == 0 && !(len(s.dirty) > 0 && s.hwmDue) && !s.closing) {
 		s.work.Wait()
 	}
 	if s.failed != nil || len(s.queue) == 0 && len(s.dirty) == 0 {
 		// Failed (fail already failed the queue) or closing and drained.
 		return batch{}, false
 	}
+	s.writerBusy = true
+	return s.takeLocked(), true
+}
+
+// takeLocked takes the queue and the dirty HWMs for the caller, which holds
+// qmu and has just set writerBusy.
+func (s *Store) takeLocked() batch {
 	b := batch{writes: s.queue}
 	for r := range s.dirty {
 		b.hwms = append(b.hwms, r)
@@ -197,13 +227,79 @@ func (s *Store) take() (batch, bool) {
 	s.queue = nil
 	clear(s.dirty)
 	s.hwmDue = false
-	return b, true
+	return b
 }
 
-// commitBatch writes, commits and publishes one batch and hands its log
-// ends to the syncer. An error has failed the store: what reached the disk
-// is unknown until reopened.
-func (s *Store) commitBatch(b batch) error {
+// writeInline runs the group commit on the caller's goroutine when no
+// commit is running: it writes, commits and publishes everything queued
+// (the caller's own write among it), then syncs it, exactly as the writer
+// and the syncer would. With one write in flight (a follower applying a
+// fetched batch, a leader's lone append) that saves four goroutine
+// hand-offs on the way to an acknowledgement: to the writer and back, to
+// the syncer and back to the caller. On a busy 2-core box each hand-off
+// waits its turn behind every other runnable goroutine. When a commit is
+// already running the write stays queued for the writer, which takes it
+// next, so commits still never overlap and the queue order is still the
+// commit order; a sync may still run beside the next commit, as with the
+// syncer.
+func (s *Store) writeInline() {
+	s.qmu.Lock()
+	if s.writerBusy || len(s.queue) == 0 || s.failed != nil || s.closing {
+		// Busy: the writer takes the queue next. Closing: the writer
+		// drains it.
+		s.qmu.Unlock()
+		return
+	}
+	s.writerBusy = true
+	b := s.takeLocked()
+	s.qmu.Unlock()
+	ends, err := s.commitBatch(b, false)
+	s.qmu.Lock()
+	s.writerBusy = false
+	s.work.Signal() // writes queued meanwhile are the writer's
+	if err != nil || len(ends) == 0 {
+		s.qmu.Unlock()
+		return
+	}
+	// Counted before writerBusy is seen clear by anyone (same critical
+	// section): the syncer does not exit, and Close does not close the
+	// database, while this sync runs.
+	s.inlineSyncs++
+	// Take what the writer handed the syncer too: one sync covers it all.
+	for r, end := range s.unsynced {
+		ends[r] = max(ends[r], end)
+	}
+	clear(s.unsynced)
+	s.qmu.Unlock()
+	s.syncEnds(ends)
+	s.qmu.Lock()
+	s.inlineSyncs--
+	s.syncWork.Broadcast()
+	s.qmu.Unlock()
+}
+
+// syncEnds makes ends durable: one syncDB, which covers every commit that
+// returned before it started (these ends were committed before the call),
+// then the durable ends are published. A failed sync fails the store: the
+// records stay written but never become durable, and WaitDurable returns
+// the failure.
+func (s *Store) syncEnds(ends map[*Range]uint64) bool {
+	if err := s.syncDB(); err != nil {
+		_ = s.fail(err)
+		return false
+	}
+	for r, end := range ends {
+		r.madeDurable(end)
+	}
+	return true
+}
+
+// commitBatch writes, commits and publishes one batch and returns its log
+// ends, after handing them to the syncer if handoff is set (otherwise the
+// caller syncs them). The caller holds the writer role (writerBusy). An
+// error has failed the store: what reached the disk is unknown until
+// reopened.
+func (s *Store) commitBatch(b batch, handoff bool) (map[*Range]uint64, error) {
 	records, bytes := 0, 0
 	for _, w := range b.writes {
 		records += len(w.keys)
@@ -224,7 +320,7 @@ func (s *Store) commitBatch(b batch) error {
 		for _, w := range b.writes {
 			w.finish(err)
 		}
-		return err
+		return nil, err
 	}
 	s.commits.Add(1)
 
@@ -235,10 +331,10 @@ func (s *Store) commitBatch(b batch) error {
 		ends[w.r] = w.end
 		w.finish(nil)
 	}
-	if len(ends) == 0 {
+	if len(ends) == 0 || !handoff {
 		// Only HWMs: they ride the next sync (see SetHWM), so an idle
 		// follower's HWM updates cost no fsync of their own.
-		return nil
+		return ends, nil
 	}
 	// Committed before the handover, so the sync that takes these ends,
 	// which starts after it, covers them.
@@ -248,7 +344,7 @@ func (s *Store) commitBatch(b batch) error {
 	}
 	s.syncWork.Signal()
 	s.qmu.Unlock()
-	return nil
+	return ends, nil
 }
 
 // syncLoop is the syncer: it makes the log ends the writer handed over
@@ -261,20 +357,20 @@ func (s *Store) syncLoop() {
 			s.syncWork.Wait()
 		}
 		if s.failed != nil || len(s.unsynced) == 0 {
+			// Exiting lets Close close the database: wait for syncs
+			// running inline (writeInline) first. None starts now: the
+			// writer has exited, so nobody commits inline any more.
+			for s.inlineSyncs > 0 {
+				s.syncWork.Wait()
+			}
 			s.qmu.Unlock()
 			return
 		}
 		ends := s.unsynced
 		s.unsynced = map[*Range]uint64{}
 		s.qmu.Unlock()
-		if err := s.syncDB(); err != nil {
-			// The records stay written but never become durable: WaitDurable
-			// returns the failure.
-			_ = s.fail(err)
+		if !s.syncEnds(ends) {
 			return
-		}
-		for r, end := range ends {
-			r.madeDurable(end)
 		}
 	}
 }
@@ -316,14 +412,15 @@ func (s *Store) writeFinalMarkers() error {
 }
 
 // writeBatch writes and commits b's records, each touched range's synced-end
-// marker and the dirty HWMs in one WriteBatch.
+// marker and the dirty HWMs, in order, in as few Badger transactions as fit
+// (txnWriter).
 func (s *Store) writeBatch(b batch) error {
-	wb := s.db.NewWriteBatch()
-	defer wb.Cancel()
+	tw := s.newTxnWriter()
+	defer tw.discard()
 	touched := map[*Range]bool{}
 	for _, w := range b.writes {
 		for i := range w.keys {
-			if err := wb.Set(w.keys[i], w.vals[i]); err != nil {
+			if err := tw.set(w.keys[i], w.vals[i]); err != nil {
 				return fmt.Errorf("logstore: write batch: %w", err)
 			}
 		}
@@ -337,22 +434,68 @@ func (s *Store) writeBatch(b batch) error {
 	// offset even while the syncer is syncing earlier batches.
 	for r := range touched {
 		key := rangeKey(prefixSynced, r.id)
-		if err := wb.Set(key, encodeU64(key, r.DurableEnd())); err != nil {
+		if err := tw.set(key, encodeU64(key, r.DurableEnd())); err != nil {
 			return fmt.Errorf("logstore: write batch: %w", err)
 		}
 	}
 	// HWMs after the records: a HWM is never persisted ahead of the records
-	// it covers within one commit.
+	// it covers (transactions commit, and replay, in this order).
 	for _, r := range b.hwms {
 		key := rangeKey(prefixHWM, r.id)
-		if err := wb.Set(key, encodeU64(key, r.HWM())); err != nil {
+		if err := tw.set(key, encodeU64(key, r.HWM())); err != nil {
 			return fmt.Errorf("logstore: write batch: %w", err)
 		}
 	}
-	if err := wb.Flush(); err != nil {
+	if err := tw.commit(); err != nil {
 		return fmt.Errorf("logstore: commit batch: %w", err)
 	}
 	return nil
+}
+
+// txnWriter writes a sequence of keys in Badger transactions committed one
+// after the other, starting a new one when the current one is full
+// (ErrTxnTooBig: 15% of the memtable). It is what a WriteBatch does, minus
+// its hand-offs: WriteBatch.Flush commits through CommitWith, whose callback
+// runs on a goroutine of its own that then wakes the flusher through a
+// throttle, two more goroutine wake-ups per commit on the path of every
+// acknowledgement (a leader's write, a follower's write before its fsync).
+// Txn.Commit waits for Badger's writer itself. Transactions are committed in
+// order, so a crash leaves a prefix of them (Badger replays its WAL in
+// order), as with WriteBatch.
+type txnWriter struct {
+	db  *badger.DB
+	txn *badger.Txn
+}
+
+func (s *Store) newTxnWriter() *txnWriter {
+	return &txnWriter{db: s.db, txn: s.db.NewTransaction(true)}
+}
+
+func (t *txnWriter) set(key, val []byte) error {
+	err := t.txn.Set(key, val)
+	if !errors.Is(err, badger.ErrTxnTooBig) {
+		return err
+	}
+	if err := t.commit(); err != nil {
+		return err
+	}
+	t.txn = t.db.NewTransaction(true)
+	return t.txn.Set(key, val)
+}
+
+// commit commits the current transaction; the writer is then spent until
+// set starts another.
+func (t *txnWriter) commit() error {
+	txn := t.txn
+	t.txn = nil
+	return txn.Commit()
+}
+
+// discard drops an uncommitted transaction (after a failure).
+func (t *txnWriter) discard() {
+	if t.txn != nil {
+		t.txn.Discard()
+	}
 }
 
 // published makes w's records visible: the writer calls it in queue order

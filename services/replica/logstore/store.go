@@ -126,16 +126,24 @@ type Store struct {
 	// Invariant: at most maxQueueRecords and maxQueueBytes, except that one
 	// write is always admitted into an empty queue.
 	queuedRecords, queuedBytes int
-	closing                    bool  // Close began: no new writes
-	writerDone                 bool  // the writer exited; the syncer drains and exits
-	stopped                    bool  // the writer and the syncer exited
-	failed                     error // first fatal failure; see ErrFailed
-	done                       chan struct{}
+	// writerBusy: a commit is running, on the writer or inline on a
+	// caller (writeInline); only one runs at a time. inlineSyncs counts
+	// syncs running inline; the syncer exits only once there are none.
+	writerBusy  bool
+	inlineSyncs int
+	closing     bool  // Close began: no new writes
+	writerDone  bool  // the writer exited; the syncer drains and exits
+	stopped     bool  // the writer and the syncer exited
+	failed      error // first fatal failure; see ErrFailed
+	done        chan struct{}
 
 	syncMu sync.Mutex
 	// sealed names the memtable WAL files already fsynced after Badger
 	// rotated away from them. Guarded by syncMu; see syncDB.
 	sealed map[string]bool
+	// syncFiles are the open descriptors syncOnce fsyncs, by file name.
+	// Guarded by syncMu; see syncHandle.
+	syncFiles map[string]*os.File
 
 	// Sync coalescing (see syncDB), guarded by syncGate. Invariant:
 	// syncDone <= syncWanted. Tickets are taken after the caller's write
@@ -184,6 +192,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		unsynced:   map[*Range]uint64{},
 		done:       make(chan struct{}),
 		sealed:     map[string]bool{},
+		syncFiles:  map[string]*os.File{},
 	}
 	s.work = sync.NewCond(&s.qmu)
 	s.space = sync.NewCond(&s.qmu)
@@ -256,6 +265,7 @@ func (s *Store) Close() error {
 	for _, r := range s.snapshotRanges() {
 		errs = append(errs, r.j.Close())
 	}
+	s.closeSyncHandles()
 	errs = append(errs, s.db.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("logstore: close: %w", err)
