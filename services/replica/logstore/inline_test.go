@@ -1,9 +1,11 @@
 package logstore_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/services/replica/logstore"
@@ -62,7 +64,15 @@ func TestInlineAndWriterCommitsInterleaveAndSurviveClose(t *testing.T) {
 					return // closed under it: fine, the ones before count
 				}
 				done[i] = b + 1
-				waitDurable(t, r, uint64((b+1)*per))
+				// Durable, also when the close came meanwhile: Close
+				// commits and syncs every write it accepted.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := r.WaitDurable(ctx, uint64((b+1)*per))
+				cancel()
+				if err != nil {
+					t.Errorf("f%d: WaitDurable(%d) after AppendRecords returned = %v", i, (b+1)*per, err)
+					return
+				}
 			}
 		})
 	}
