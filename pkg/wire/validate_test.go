@@ -143,6 +143,10 @@ func TestBoundsAgree(t *testing.T) {
 	if wire.MaxMessageBytes < need {
 		t.Errorf("MaxMessageBytes = %d, want at least %d", wire.MaxMessageBytes, need)
 	}
+	// A batched fence answer carries a full history per range.
+	if perRange := wire.MaxEpochStarts*wire.EpochStartWireBytes + 1024; wire.MaxRangesPerBatch*perRange > wire.MaxMessageBytes {
+		t.Errorf("MaxRangesPerBatch = %d full fence answers are %d bytes, above MaxMessageBytes %d", wire.MaxRangesPerBatch, wire.MaxRangesPerBatch*perRange, wire.MaxMessageBytes)
+	}
 	if wire.Quorum(3) != 2 || wire.Quorum(5) != 3 || wire.Quorum(1) != 1 || wire.Quorum(4) != 3 {
 		t.Errorf("Quorum is not a strict majority")
 	}

@@ -11,10 +11,10 @@ import (
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
-// This file holds the batched epoch calls: GrantEpochs and BindLeases. A
-// dead holder loses all its leases at once, and the promoter then grants and
-// binds hundreds of ranges together; one call per range spent its CPU on
-// HTTP/2 framing and a session read per range.
+// This file holds the batched calls: GetRanges, GrantEpochs and BindLeases.
+// A dead holder loses all its leases at once, and the promoter then reads,
+// grants and binds hundreds of ranges together; one call per range spent its
+// CPU on HTTP/2 framing and a session read per range.
 //
 // A batch is only a transport. Each range is still its own etcd
 // transaction with its own compare-and-swap on its epoch (grantEpochIn,
@@ -30,6 +30,11 @@ import (
 // GrantEpochs implements LeaseService.GrantEpochs.
 func (s *Service) GrantEpochs(ctx context.Context, req *connect.Request[tenurev1.GrantEpochsRequest]) (*connect.Response[tenurev1.GrantEpochsResponse], error) {
 	return unary(s, ctx, req, s.grantEpochs)
+}
+
+// GetRanges implements LeaseService.GetRanges.
+func (s *Service) GetRanges(ctx context.Context, req *connect.Request[tenurev1.GetRangesRequest]) (*connect.Response[tenurev1.GetRangesResponse], error) {
+	return unary(s, ctx, req, s.getRanges)
 }
 
 // BindLeases implements LeaseService.BindLeases.
@@ -63,6 +68,25 @@ func (s *Service) grantEpochs(ctx context.Context, req *tenurev1.GrantEpochsRequ
 			res.Error = leaseError(ctx, err)
 		} else {
 			res.Grant = resp
+		}
+		out.Results[i] = res
+	})
+	return out, nil
+}
+
+func (s *Service) getRanges(ctx context.Context, req *tenurev1.GetRangesRequest) (*tenurev1.GetRangesResponse, error) {
+	ids := req.GetRangeIds()
+	if err := checkBatch(len(ids), func(i int) string { return ids[i] }); err != nil {
+		return nil, err
+	}
+	out := &tenurev1.GetRangesResponse{Results: make([]*tenurev1.GetRangeResult, len(ids))}
+	runAll(len(ids), func(i int) {
+		res := &tenurev1.GetRangeResult{RangeId: ids[i]}
+		resp, err := s.getRange(ctx, &tenurev1.GetRangeRequest{RangeId: ids[i]})
+		if err != nil {
+			res.Error = leaseError(ctx, err)
+		} else {
+			res.Range = resp.GetRange()
 		}
 		out.Results[i] = res
 	})

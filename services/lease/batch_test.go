@@ -196,3 +196,34 @@ func TestBatchBounds(t *testing.T) {
 	_, err := env.Client.BindLeases(ctx, connect.NewRequest(&tenurev1.BindLeasesRequest{}))
 	wantCode(t, "BindLeases(empty)", err, connect.CodeInvalidArgument)
 }
+
+// GetRanges answers each range as GetRange would; an unknown or malformed
+// range fails alone.
+func TestGetRangesPerRange(t *testing.T) {
+	env := newEnv(t)
+	ctx := testCtx(t, time.Minute)
+	createRange(t, ctx, env.Client, "a")
+	createRange(t, ctx, env.Client, "b")
+	sid := openSession(t, ctx, env.Client, "p1", 60_000)
+	grant(t, ctx, env.Client, "b", 0, "p1", sid)
+	resp, err := env.Client.GetRanges(ctx, connect.NewRequest(&tenurev1.GetRangesRequest{RangeIds: []string{"b", "missing", "a", "bad/id"}}))
+	if err != nil {
+		t.Fatalf("GetRanges() = %v", err)
+	}
+	rs := resp.Msg.GetResults()
+	if len(rs) != 4 {
+		t.Fatalf("GetRanges() answered %d results, want 4", len(rs))
+	}
+	for i, want := range []uint64{1, 0, 0, 0} {
+		single, serr := env.Client.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: rs[i].GetRangeId()}))
+		switch {
+		case serr != nil:
+			if e := rs[i].GetError(); rs[i].GetRange() != nil || connect.Code(e.GetCode()) != connect.CodeOf(serr) {
+				t.Errorf("GetRanges(%s) = %v, want the error GetRange answers: %v", rs[i].GetRangeId(), rs[i], serr)
+			}
+		case rs[i].GetError() != nil || rs[i].GetRange().GetEpoch() != want || len(rs[i].GetRange().GetReplicas()) != 3 ||
+			rs[i].GetRange().GetMembershipRevision() != single.Msg.GetRange().GetMembershipRevision():
+			t.Errorf("GetRanges(%s) = %v, want %v", rs[i].GetRangeId(), rs[i], single.Msg.GetRange())
+		}
+	}
+}

@@ -49,10 +49,8 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 	}
 	wait := time.NewTimer(time.Duration(m.GetMaxWaitMs()) * time.Millisecond)
 	defer wait.Stop()
-	var linger, gather <-chan time.Time
-	// parked: an earlier pass found nothing to send, so the follower is
-	// caught up and waiting; records that arrive now are new appends.
-	parked, expired := false, false
+	var linger <-chan time.Time
+	expired := false
 	for {
 		changed := h.r.Changed()
 		a, news, moved, err := l.answerFetch(m, maxBytes)
@@ -64,20 +62,6 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 			// the HWM and answer the appends it commits from here, without
 			// a hop through the commit loop.
 			l.advanceOrHalt()
-		}
-		if err == nil && news == fetchRecords && parked && !expired && a.GetDiverging() == nil && l.moreExpected() {
-			// Appends are arriving as a burst (the clients the last HWM
-			// raise acknowledged are sending their next ones), and this
-			// answer would carry the first of them only: the rest would
-			// wait a whole follower write and fsync for the next fetch.
-			// Gather them for up to fetchGather. moreExpected is false
-			// with one append in flight, so that never waits.
-			if gather == nil {
-				t := time.NewTimer(fetchGather)
-				defer t.Stop()
-				gather = t.C
-			}
-			news = fetchNothing
 		}
 		if err != nil || news == fetchRecords || expired {
 			if a != nil {
@@ -95,14 +79,11 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 			defer t.Stop()
 			linger = t.C
 		}
-		parked = true
 		select {
 		case <-changed:
 		case <-wait.C:
 			expired = true
 		case <-linger:
-			expired = true
-		case <-gather:
 			expired = true
 		case <-l.ctx.Done():
 		case <-ctx.Done():
@@ -115,13 +96,6 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 // waits for records to carry it: short next to any reader's patience, long
 // next to an acknowledgement's round trip and the client's next append.
 const hwmLinger = 2 * time.Millisecond
-
-// fetchGather bounds how long a caught-up follower's fetch, woken by the
-// first appends of a burst, waits for the rest of the burst (see
-// leader.moreExpected). Short next to a follower's write and fsync of a
-// batch (1-5 ms on the target box), which is what each record left out
-// would wait for the next fetch.
-const fetchGather = 500 * time.Microsecond
 
 // fetchNews is what a fetch pass has for the follower.
 type fetchNews int

@@ -9,12 +9,12 @@ import (
 	"time"
 )
 
-// Many clients with one append each in flight make the leader's fetch
-// answers gather the burst that follows each acknowledgement wave. That
-// only changes how records are grouped into fetch answers: every append is
-// acknowledged at its own offset, once, and all three logs end up the same,
-// byte for byte. A lone producer afterwards (nothing to gather for) is
-// acknowledged as before.
+// Many clients with one append each in flight: the followers receive their
+// appends in fetch answers of whatever size the bursts make, and write them
+// with commits that run on their own goroutines or on the writer's
+// (logstore's writeInline). Every append is acknowledged at its own offset,
+// once, and all three logs end up the same, byte for byte. A lone producer
+// afterwards is acknowledged as before.
 func TestBurstsOfAppendsFromManyClients(t *testing.T) {
 	c := newCluster(t, 3)
 	r1, r2, r3 := c.node(1), c.node(2), c.node(3)

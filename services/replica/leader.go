@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tenurelog/tenure/pkg/transport"
@@ -57,16 +56,6 @@ type leader struct {
 	// wake per acknowledged append, not one per waiting append per change
 	// of the range (64 clients waiting would be woken ~4 times per commit).
 	waiters map[*commitWaiter]struct{}
-	// wave is how many waiting appends the last HWM raise that acknowledged
-	// any acknowledged, and waveAt the value of appends then: a burst of
-	// about wave appends is expected to follow (their clients' next ones).
-	// Fetch answers gather on it (moreExpected); it never affects what is
-	// committed or acknowledged.
-	wave, waveAt uint64
-
-	// appends counts appends accepted at this leadership, from just before
-	// their offsets are assigned.
-	appends atomic.Uint64
 }
 
 // commitWaiter is one append waiting for the HWM to reach end.
@@ -186,34 +175,12 @@ func (l *leader) advance() error {
 func (l *leader) wakeCommitted(hwm uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	woken := uint64(0)
 	for w := range l.waiters {
 		if w.end <= hwm {
 			close(w.done)
 			delete(l.waiters, w)
-			woken++
 		}
 	}
-	if woken > 0 {
-		l.wave, l.waveAt = woken, l.appends.Load()
-	}
-}
-
-// moreExpected reports whether the appends of a burst are still arriving
-// (burstPending).
-func (l *leader) moreExpected() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return burstPending(l.appends.Load(), l.waveAt, l.wave)
-}
-
-// burstPending reports whether fewer appends arrived since the last
-// acknowledgement wave (appends - waveAt) than that wave acknowledged
-// (wave): their clients are likely still sending their next ones. With one
-// append in flight a wave is one append, and its successor's arrival makes
-// this false, so a lone producer's records are never held back.
-func burstPending(appends, waveAt, wave uint64) bool {
-	return appends-waveAt < wave
 }
 
 // addWaiter registers an append waiting for the HWM to reach end, and

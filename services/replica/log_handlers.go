@@ -59,9 +59,6 @@ func (h *hosted) appendLocal(values [][]byte) (*leader, uint64, error) {
 		defer h.mu.RUnlock()
 		return nil, 0, preconditionf("range %q: leader %s has no valid lease at epoch %d; not accepting appends", h.id, h.s.cfg.ID, l.epoch)
 	}
-	// Counted before the records become fetchable, so a fetch they wake
-	// sees them counted (moreExpected).
-	l.appends.Add(1)
 	base, err := h.r.Append(l.epoch, false, values)
 	h.mu.RUnlock()
 	if err != nil {

@@ -479,6 +479,162 @@ func (x *GetRangeResponse) GetRange() *RangeInfo {
 	return nil
 }
 
+// GetRangesRequest names many ranges.
+type GetRangesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ranges: 1 to wire.MaxRangesPerBatch, each at most once.
+	RangeIds      []string `protobuf:"bytes,1,rep,name=range_ids,json=rangeIds,proto3" json:"range_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRangesRequest) Reset() {
+	*x = GetRangesRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRangesRequest) ProtoMessage() {}
+
+func (x *GetRangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRangesRequest.ProtoReflect.Descriptor instead.
+func (*GetRangesRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetRangesRequest) GetRangeIds() []string {
+	if x != nil {
+		return x.RangeIds
+	}
+	return nil
+}
+
+// GetRangeResult is one range's outcome: exactly one of range and error.
+type GetRangeResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range, as the request named it.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The range, as GetRange answers it.
+	Range *RangeInfo `protobuf:"bytes,2,opt,name=range,proto3" json:"range,omitempty"`
+	// Why the range could not be read.
+	Error         *LeaseError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRangeResult) Reset() {
+	*x = GetRangeResult{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRangeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRangeResult) ProtoMessage() {}
+
+func (x *GetRangeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRangeResult.ProtoReflect.Descriptor instead.
+func (*GetRangeResult) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GetRangeResult) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *GetRangeResult) GetRange() *RangeInfo {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *GetRangeResult) GetError() *LeaseError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// GetRangesResponse answers every range, in the request's order.
+type GetRangesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results[i] answers range_ids[i].
+	Results       []*GetRangeResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRangesResponse) Reset() {
+	*x = GetRangesResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRangesResponse) ProtoMessage() {}
+
+func (x *GetRangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRangesResponse.ProtoReflect.Descriptor instead.
+func (*GetRangesResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetRangesResponse) GetResults() []*GetRangeResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // ListRangesRequest asks for a page of ranges.
 type ListRangesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -492,7 +648,7 @@ type ListRangesRequest struct {
 
 func (x *ListRangesRequest) Reset() {
 	*x = ListRangesRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[6]
+	mi := &file_tenure_v1_lease_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +660,7 @@ func (x *ListRangesRequest) String() string {
 func (*ListRangesRequest) ProtoMessage() {}
 
 func (x *ListRangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[6]
+	mi := &file_tenure_v1_lease_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +673,7 @@ func (x *ListRangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRangesRequest.ProtoReflect.Descriptor instead.
 func (*ListRangesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{6}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListRangesRequest) GetAfterRangeId() string {
@@ -547,7 +703,7 @@ type ListRangesResponse struct {
 
 func (x *ListRangesResponse) Reset() {
 	*x = ListRangesResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[7]
+	mi := &file_tenure_v1_lease_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -559,7 +715,7 @@ func (x *ListRangesResponse) String() string {
 func (*ListRangesResponse) ProtoMessage() {}
 
 func (x *ListRangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[7]
+	mi := &file_tenure_v1_lease_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -572,7 +728,7 @@ func (x *ListRangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRangesResponse.ProtoReflect.Descriptor instead.
 func (*ListRangesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{7}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListRangesResponse) GetRanges() []*RangeInfo {
@@ -604,7 +760,7 @@ type SetReplicasRequest struct {
 
 func (x *SetReplicasRequest) Reset() {
 	*x = SetReplicasRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[8]
+	mi := &file_tenure_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +772,7 @@ func (x *SetReplicasRequest) String() string {
 func (*SetReplicasRequest) ProtoMessage() {}
 
 func (x *SetReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[8]
+	mi := &file_tenure_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +785,7 @@ func (x *SetReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReplicasRequest.ProtoReflect.Descriptor instead.
 func (*SetReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{8}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetReplicasRequest) GetRangeId() string {
@@ -664,7 +820,7 @@ type SetReplicasResponse struct {
 
 func (x *SetReplicasResponse) Reset() {
 	*x = SetReplicasResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[9]
+	mi := &file_tenure_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +832,7 @@ func (x *SetReplicasResponse) String() string {
 func (*SetReplicasResponse) ProtoMessage() {}
 
 func (x *SetReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[9]
+	mi := &file_tenure_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +845,7 @@ func (x *SetReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReplicasResponse.ProtoReflect.Descriptor instead.
 func (*SetReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetReplicasResponse) GetRange() *RangeInfo {
@@ -715,7 +871,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[10]
+	mi := &file_tenure_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +883,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[10]
+	mi := &file_tenure_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +896,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OpenSessionRequest) GetHolderId() string {
@@ -777,7 +933,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[11]
+	mi := &file_tenure_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +945,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[11]
+	mi := &file_tenure_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +958,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OpenSessionResponse) GetSessionId() int64 {
@@ -832,7 +988,7 @@ type RangeEpoch struct {
 
 func (x *RangeEpoch) Reset() {
 	*x = RangeEpoch{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[12]
+	mi := &file_tenure_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +1000,7 @@ func (x *RangeEpoch) String() string {
 func (*RangeEpoch) ProtoMessage() {}
 
 func (x *RangeEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[12]
+	mi := &file_tenure_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +1013,7 @@ func (x *RangeEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeEpoch.ProtoReflect.Descriptor instead.
 func (*RangeEpoch) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RangeEpoch) GetRangeId() string {
@@ -887,7 +1043,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[13]
+	mi := &file_tenure_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1055,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[13]
+	mi := &file_tenure_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1068,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *KeepAliveRequest) GetSessionId() int64 {
@@ -943,7 +1099,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[14]
+	mi := &file_tenure_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1111,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[14]
+	mi := &file_tenure_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1124,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *KeepAliveResponse) GetTtlMs() int64 {
@@ -996,7 +1152,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[15]
+	mi := &file_tenure_v1_lease_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1164,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[15]
+	mi := &file_tenure_v1_lease_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1177,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CloseSessionRequest) GetSessionId() int64 {
@@ -1040,7 +1196,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[16]
+	mi := &file_tenure_v1_lease_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1208,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[16]
+	mi := &file_tenure_v1_lease_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1221,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
 // GrantEpochRequest asks for the next epoch of a range.
@@ -1086,7 +1242,7 @@ type GrantEpochRequest struct {
 
 func (x *GrantEpochRequest) Reset() {
 	*x = GrantEpochRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[17]
+	mi := &file_tenure_v1_lease_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1254,7 @@ func (x *GrantEpochRequest) String() string {
 func (*GrantEpochRequest) ProtoMessage() {}
 
 func (x *GrantEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[17]
+	mi := &file_tenure_v1_lease_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1267,7 @@ func (x *GrantEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantEpochRequest.ProtoReflect.Descriptor instead.
 func (*GrantEpochRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{17}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GrantEpochRequest) GetRangeId() string {
@@ -1155,7 +1311,7 @@ type GrantEpochResponse struct {
 
 func (x *GrantEpochResponse) Reset() {
 	*x = GrantEpochResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[18]
+	mi := &file_tenure_v1_lease_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1323,7 @@ func (x *GrantEpochResponse) String() string {
 func (*GrantEpochResponse) ProtoMessage() {}
 
 func (x *GrantEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[18]
+	mi := &file_tenure_v1_lease_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1336,7 @@ func (x *GrantEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantEpochResponse.ProtoReflect.Descriptor instead.
 func (*GrantEpochResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{18}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GrantEpochResponse) GetEpoch() uint64 {
@@ -1215,7 +1371,7 @@ type BindLeaseRequest struct {
 
 func (x *BindLeaseRequest) Reset() {
 	*x = BindLeaseRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[19]
+	mi := &file_tenure_v1_lease_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1383,7 @@ func (x *BindLeaseRequest) String() string {
 func (*BindLeaseRequest) ProtoMessage() {}
 
 func (x *BindLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[19]
+	mi := &file_tenure_v1_lease_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1396,7 @@ func (x *BindLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindLeaseRequest.ProtoReflect.Descriptor instead.
 func (*BindLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{19}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BindLeaseRequest) GetRangeId() string {
@@ -1282,7 +1438,7 @@ type BindLeaseResponse struct {
 
 func (x *BindLeaseResponse) Reset() {
 	*x = BindLeaseResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[20]
+	mi := &file_tenure_v1_lease_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1450,7 @@ func (x *BindLeaseResponse) String() string {
 func (*BindLeaseResponse) ProtoMessage() {}
 
 func (x *BindLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[20]
+	mi := &file_tenure_v1_lease_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1463,7 @@ func (x *BindLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindLeaseResponse.ProtoReflect.Descriptor instead.
 func (*BindLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{20}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BindLeaseResponse) GetLease() *Lease {
@@ -1335,7 +1491,7 @@ type LeaseError struct {
 
 func (x *LeaseError) Reset() {
 	*x = LeaseError{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[21]
+	mi := &file_tenure_v1_lease_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1503,7 @@ func (x *LeaseError) String() string {
 func (*LeaseError) ProtoMessage() {}
 
 func (x *LeaseError) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[21]
+	mi := &file_tenure_v1_lease_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1516,7 @@ func (x *LeaseError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseError.ProtoReflect.Descriptor instead.
 func (*LeaseError) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{21}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LeaseError) GetCode() uint32 {
@@ -1396,7 +1552,7 @@ type GrantEpochsRequest struct {
 
 func (x *GrantEpochsRequest) Reset() {
 	*x = GrantEpochsRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[22]
+	mi := &file_tenure_v1_lease_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1564,7 @@ func (x *GrantEpochsRequest) String() string {
 func (*GrantEpochsRequest) ProtoMessage() {}
 
 func (x *GrantEpochsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[22]
+	mi := &file_tenure_v1_lease_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1577,7 @@ func (x *GrantEpochsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantEpochsRequest.ProtoReflect.Descriptor instead.
 func (*GrantEpochsRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GrantEpochsRequest) GetGrants() []*GrantEpochRequest {
@@ -1446,7 +1602,7 @@ type GrantEpochResult struct {
 
 func (x *GrantEpochResult) Reset() {
 	*x = GrantEpochResult{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[23]
+	mi := &file_tenure_v1_lease_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1614,7 @@ func (x *GrantEpochResult) String() string {
 func (*GrantEpochResult) ProtoMessage() {}
 
 func (x *GrantEpochResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[23]
+	mi := &file_tenure_v1_lease_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1627,7 @@ func (x *GrantEpochResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantEpochResult.ProtoReflect.Descriptor instead.
 func (*GrantEpochResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GrantEpochResult) GetRangeId() string {
@@ -1506,7 +1662,7 @@ type GrantEpochsResponse struct {
 
 func (x *GrantEpochsResponse) Reset() {
 	*x = GrantEpochsResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[24]
+	mi := &file_tenure_v1_lease_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1674,7 @@ func (x *GrantEpochsResponse) String() string {
 func (*GrantEpochsResponse) ProtoMessage() {}
 
 func (x *GrantEpochsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[24]
+	mi := &file_tenure_v1_lease_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1687,7 @@ func (x *GrantEpochsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantEpochsResponse.ProtoReflect.Descriptor instead.
 func (*GrantEpochsResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{24}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GrantEpochsResponse) GetResults() []*GrantEpochResult {
@@ -1553,7 +1709,7 @@ type BindLeasesRequest struct {
 
 func (x *BindLeasesRequest) Reset() {
 	*x = BindLeasesRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[25]
+	mi := &file_tenure_v1_lease_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1721,7 @@ func (x *BindLeasesRequest) String() string {
 func (*BindLeasesRequest) ProtoMessage() {}
 
 func (x *BindLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[25]
+	mi := &file_tenure_v1_lease_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1734,7 @@ func (x *BindLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindLeasesRequest.ProtoReflect.Descriptor instead.
 func (*BindLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{25}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BindLeasesRequest) GetBinds() []*BindLeaseRequest {
@@ -1603,7 +1759,7 @@ type BindLeaseResult struct {
 
 func (x *BindLeaseResult) Reset() {
 	*x = BindLeaseResult{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	mi := &file_tenure_v1_lease_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1771,7 @@ func (x *BindLeaseResult) String() string {
 func (*BindLeaseResult) ProtoMessage() {}
 
 func (x *BindLeaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	mi := &file_tenure_v1_lease_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1784,7 @@ func (x *BindLeaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindLeaseResult.ProtoReflect.Descriptor instead.
 func (*BindLeaseResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{26}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BindLeaseResult) GetRangeId() string {
@@ -1663,7 +1819,7 @@ type BindLeasesResponse struct {
 
 func (x *BindLeasesResponse) Reset() {
 	*x = BindLeasesResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[27]
+	mi := &file_tenure_v1_lease_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1831,7 @@ func (x *BindLeasesResponse) String() string {
 func (*BindLeasesResponse) ProtoMessage() {}
 
 func (x *BindLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[27]
+	mi := &file_tenure_v1_lease_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1844,7 @@ func (x *BindLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindLeasesResponse.ProtoReflect.Descriptor instead.
 func (*BindLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{27}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BindLeasesResponse) GetResults() []*BindLeaseResult {
@@ -1713,7 +1869,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[28]
+	mi := &file_tenure_v1_lease_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1881,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[28]
+	mi := &file_tenure_v1_lease_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1894,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{28}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReleaseLeaseRequest) GetRangeId() string {
@@ -1771,7 +1927,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[29]
+	mi := &file_tenure_v1_lease_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1939,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[29]
+	mi := &file_tenure_v1_lease_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1952,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{29}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{32}
 }
 
 // GetLeaseRequest names a range.
@@ -1810,7 +1966,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[30]
+	mi := &file_tenure_v1_lease_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1978,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[30]
+	mi := &file_tenure_v1_lease_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +1991,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{30}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetLeaseRequest) GetRangeId() string {
@@ -1856,7 +2012,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[31]
+	mi := &file_tenure_v1_lease_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2024,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[31]
+	mi := &file_tenure_v1_lease_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2037,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{31}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -1905,7 +2061,7 @@ type WatchLeasesRequest struct {
 
 func (x *WatchLeasesRequest) Reset() {
 	*x = WatchLeasesRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[32]
+	mi := &file_tenure_v1_lease_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2073,7 @@ func (x *WatchLeasesRequest) String() string {
 func (*WatchLeasesRequest) ProtoMessage() {}
 
 func (x *WatchLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[32]
+	mi := &file_tenure_v1_lease_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2086,7 @@ func (x *WatchLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeasesRequest.ProtoReflect.Descriptor instead.
 func (*WatchLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{32}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchLeasesRequest) GetRangeIds() []string {
@@ -1966,7 +2122,7 @@ type WatchLeasesResponse struct {
 
 func (x *WatchLeasesResponse) Reset() {
 	*x = WatchLeasesResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[33]
+	mi := &file_tenure_v1_lease_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2134,7 @@ func (x *WatchLeasesResponse) String() string {
 func (*WatchLeasesResponse) ProtoMessage() {}
 
 func (x *WatchLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[33]
+	mi := &file_tenure_v1_lease_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2147,7 @@ func (x *WatchLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeasesResponse.ProtoReflect.Descriptor instead.
 func (*WatchLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{33}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchLeasesResponse) GetType() LeaseEventType {
@@ -2059,7 +2215,15 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x0fGetRangeRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\">\n" +
 	"\x10GetRangeResponse\x12*\n" +
-	"\x05range\x18\x01 \x01(\v2\x14.tenure.v1.RangeInfoR\x05range\"O\n" +
+	"\x05range\x18\x01 \x01(\v2\x14.tenure.v1.RangeInfoR\x05range\"/\n" +
+	"\x10GetRangesRequest\x12\x1b\n" +
+	"\trange_ids\x18\x01 \x03(\tR\brangeIds\"\x84\x01\n" +
+	"\x0eGetRangeResult\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x12*\n" +
+	"\x05range\x18\x02 \x01(\v2\x14.tenure.v1.RangeInfoR\x05range\x12+\n" +
+	"\x05error\x18\x03 \x01(\v2\x15.tenure.v1.LeaseErrorR\x05error\"H\n" +
+	"\x11GetRangesResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.tenure.v1.GetRangeResultR\aresults\"O\n" +
 	"\x11ListRangesRequest\x12$\n" +
 	"\x0eafter_range_id\x18\x01 \x01(\tR\fafterRangeId\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"V\n" +
@@ -2160,10 +2324,11 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x16LEASE_EVENT_TYPE_BOUND\x10\x02\x12\x1c\n" +
 	"\x18LEASE_EVENT_TYPE_EXPIRED\x10\x03\x12\x1d\n" +
 	"\x19LEASE_EVENT_TYPE_RELEASED\x10\x04\x12\x1f\n" +
-	"\x1bLEASE_EVENT_TYPE_MEMBERSHIP\x10\x052\xb3\b\n" +
+	"\x1bLEASE_EVENT_TYPE_MEMBERSHIP\x10\x052\xfb\b\n" +
 	"\fLeaseService\x12L\n" +
 	"\vCreateRange\x12\x1d.tenure.v1.CreateRangeRequest\x1a\x1e.tenure.v1.CreateRangeResponse\x12C\n" +
-	"\bGetRange\x12\x1a.tenure.v1.GetRangeRequest\x1a\x1b.tenure.v1.GetRangeResponse\x12I\n" +
+	"\bGetRange\x12\x1a.tenure.v1.GetRangeRequest\x1a\x1b.tenure.v1.GetRangeResponse\x12F\n" +
+	"\tGetRanges\x12\x1b.tenure.v1.GetRangesRequest\x1a\x1c.tenure.v1.GetRangesResponse\x12I\n" +
 	"\n" +
 	"ListRanges\x12\x1c.tenure.v1.ListRangesRequest\x1a\x1d.tenure.v1.ListRangesResponse\x12L\n" +
 	"\vSetReplicas\x12\x1d.tenure.v1.SetReplicasRequest\x1a\x1e.tenure.v1.SetReplicasResponse\x12L\n" +
@@ -2193,7 +2358,7 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(LeaseEventType)(0),          // 0: tenure.v1.LeaseEventType
 	(*RangeInfo)(nil),            // 1: tenure.v1.RangeInfo
@@ -2202,92 +2367,100 @@ var file_tenure_v1_lease_proto_goTypes = []any{
 	(*CreateRangeResponse)(nil),  // 4: tenure.v1.CreateRangeResponse
 	(*GetRangeRequest)(nil),      // 5: tenure.v1.GetRangeRequest
 	(*GetRangeResponse)(nil),     // 6: tenure.v1.GetRangeResponse
-	(*ListRangesRequest)(nil),    // 7: tenure.v1.ListRangesRequest
-	(*ListRangesResponse)(nil),   // 8: tenure.v1.ListRangesResponse
-	(*SetReplicasRequest)(nil),   // 9: tenure.v1.SetReplicasRequest
-	(*SetReplicasResponse)(nil),  // 10: tenure.v1.SetReplicasResponse
-	(*OpenSessionRequest)(nil),   // 11: tenure.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),  // 12: tenure.v1.OpenSessionResponse
-	(*RangeEpoch)(nil),           // 13: tenure.v1.RangeEpoch
-	(*KeepAliveRequest)(nil),     // 14: tenure.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),    // 15: tenure.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),  // 16: tenure.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil), // 17: tenure.v1.CloseSessionResponse
-	(*GrantEpochRequest)(nil),    // 18: tenure.v1.GrantEpochRequest
-	(*GrantEpochResponse)(nil),   // 19: tenure.v1.GrantEpochResponse
-	(*BindLeaseRequest)(nil),     // 20: tenure.v1.BindLeaseRequest
-	(*BindLeaseResponse)(nil),    // 21: tenure.v1.BindLeaseResponse
-	(*LeaseError)(nil),           // 22: tenure.v1.LeaseError
-	(*GrantEpochsRequest)(nil),   // 23: tenure.v1.GrantEpochsRequest
-	(*GrantEpochResult)(nil),     // 24: tenure.v1.GrantEpochResult
-	(*GrantEpochsResponse)(nil),  // 25: tenure.v1.GrantEpochsResponse
-	(*BindLeasesRequest)(nil),    // 26: tenure.v1.BindLeasesRequest
-	(*BindLeaseResult)(nil),      // 27: tenure.v1.BindLeaseResult
-	(*BindLeasesResponse)(nil),   // 28: tenure.v1.BindLeasesResponse
-	(*ReleaseLeaseRequest)(nil),  // 29: tenure.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil), // 30: tenure.v1.ReleaseLeaseResponse
-	(*GetLeaseRequest)(nil),      // 31: tenure.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),     // 32: tenure.v1.GetLeaseResponse
-	(*WatchLeasesRequest)(nil),   // 33: tenure.v1.WatchLeasesRequest
-	(*WatchLeasesResponse)(nil),  // 34: tenure.v1.WatchLeasesResponse
-	(*Replica)(nil),              // 35: tenure.v1.Replica
+	(*GetRangesRequest)(nil),     // 7: tenure.v1.GetRangesRequest
+	(*GetRangeResult)(nil),       // 8: tenure.v1.GetRangeResult
+	(*GetRangesResponse)(nil),    // 9: tenure.v1.GetRangesResponse
+	(*ListRangesRequest)(nil),    // 10: tenure.v1.ListRangesRequest
+	(*ListRangesResponse)(nil),   // 11: tenure.v1.ListRangesResponse
+	(*SetReplicasRequest)(nil),   // 12: tenure.v1.SetReplicasRequest
+	(*SetReplicasResponse)(nil),  // 13: tenure.v1.SetReplicasResponse
+	(*OpenSessionRequest)(nil),   // 14: tenure.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),  // 15: tenure.v1.OpenSessionResponse
+	(*RangeEpoch)(nil),           // 16: tenure.v1.RangeEpoch
+	(*KeepAliveRequest)(nil),     // 17: tenure.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),    // 18: tenure.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),  // 19: tenure.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil), // 20: tenure.v1.CloseSessionResponse
+	(*GrantEpochRequest)(nil),    // 21: tenure.v1.GrantEpochRequest
+	(*GrantEpochResponse)(nil),   // 22: tenure.v1.GrantEpochResponse
+	(*BindLeaseRequest)(nil),     // 23: tenure.v1.BindLeaseRequest
+	(*BindLeaseResponse)(nil),    // 24: tenure.v1.BindLeaseResponse
+	(*LeaseError)(nil),           // 25: tenure.v1.LeaseError
+	(*GrantEpochsRequest)(nil),   // 26: tenure.v1.GrantEpochsRequest
+	(*GrantEpochResult)(nil),     // 27: tenure.v1.GrantEpochResult
+	(*GrantEpochsResponse)(nil),  // 28: tenure.v1.GrantEpochsResponse
+	(*BindLeasesRequest)(nil),    // 29: tenure.v1.BindLeasesRequest
+	(*BindLeaseResult)(nil),      // 30: tenure.v1.BindLeaseResult
+	(*BindLeasesResponse)(nil),   // 31: tenure.v1.BindLeasesResponse
+	(*ReleaseLeaseRequest)(nil),  // 32: tenure.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil), // 33: tenure.v1.ReleaseLeaseResponse
+	(*GetLeaseRequest)(nil),      // 34: tenure.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),     // 35: tenure.v1.GetLeaseResponse
+	(*WatchLeasesRequest)(nil),   // 36: tenure.v1.WatchLeasesRequest
+	(*WatchLeasesResponse)(nil),  // 37: tenure.v1.WatchLeasesResponse
+	(*Replica)(nil),              // 38: tenure.v1.Replica
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	35, // 0: tenure.v1.RangeInfo.replicas:type_name -> tenure.v1.Replica
+	38, // 0: tenure.v1.RangeInfo.replicas:type_name -> tenure.v1.Replica
 	2,  // 1: tenure.v1.RangeInfo.lease:type_name -> tenure.v1.Lease
-	35, // 2: tenure.v1.CreateRangeRequest.replicas:type_name -> tenure.v1.Replica
+	38, // 2: tenure.v1.CreateRangeRequest.replicas:type_name -> tenure.v1.Replica
 	1,  // 3: tenure.v1.CreateRangeResponse.range:type_name -> tenure.v1.RangeInfo
 	1,  // 4: tenure.v1.GetRangeResponse.range:type_name -> tenure.v1.RangeInfo
-	1,  // 5: tenure.v1.ListRangesResponse.ranges:type_name -> tenure.v1.RangeInfo
-	35, // 6: tenure.v1.SetReplicasRequest.replicas:type_name -> tenure.v1.Replica
-	1,  // 7: tenure.v1.SetReplicasResponse.range:type_name -> tenure.v1.RangeInfo
-	13, // 8: tenure.v1.KeepAliveRequest.held:type_name -> tenure.v1.RangeEpoch
-	13, // 9: tenure.v1.KeepAliveResponse.superseded:type_name -> tenure.v1.RangeEpoch
-	2,  // 10: tenure.v1.GrantEpochResponse.lease:type_name -> tenure.v1.Lease
-	2,  // 11: tenure.v1.BindLeaseResponse.lease:type_name -> tenure.v1.Lease
-	18, // 12: tenure.v1.GrantEpochsRequest.grants:type_name -> tenure.v1.GrantEpochRequest
-	19, // 13: tenure.v1.GrantEpochResult.grant:type_name -> tenure.v1.GrantEpochResponse
-	22, // 14: tenure.v1.GrantEpochResult.error:type_name -> tenure.v1.LeaseError
-	24, // 15: tenure.v1.GrantEpochsResponse.results:type_name -> tenure.v1.GrantEpochResult
-	20, // 16: tenure.v1.BindLeasesRequest.binds:type_name -> tenure.v1.BindLeaseRequest
-	21, // 17: tenure.v1.BindLeaseResult.bind:type_name -> tenure.v1.BindLeaseResponse
-	22, // 18: tenure.v1.BindLeaseResult.error:type_name -> tenure.v1.LeaseError
-	27, // 19: tenure.v1.BindLeasesResponse.results:type_name -> tenure.v1.BindLeaseResult
-	2,  // 20: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	0,  // 21: tenure.v1.WatchLeasesResponse.type:type_name -> tenure.v1.LeaseEventType
-	3,  // 22: tenure.v1.LeaseService.CreateRange:input_type -> tenure.v1.CreateRangeRequest
-	5,  // 23: tenure.v1.LeaseService.GetRange:input_type -> tenure.v1.GetRangeRequest
-	7,  // 24: tenure.v1.LeaseService.ListRanges:input_type -> tenure.v1.ListRangesRequest
-	9,  // 25: tenure.v1.LeaseService.SetReplicas:input_type -> tenure.v1.SetReplicasRequest
-	11, // 26: tenure.v1.LeaseService.OpenSession:input_type -> tenure.v1.OpenSessionRequest
-	14, // 27: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	16, // 28: tenure.v1.LeaseService.CloseSession:input_type -> tenure.v1.CloseSessionRequest
-	18, // 29: tenure.v1.LeaseService.GrantEpoch:input_type -> tenure.v1.GrantEpochRequest
-	20, // 30: tenure.v1.LeaseService.BindLease:input_type -> tenure.v1.BindLeaseRequest
-	23, // 31: tenure.v1.LeaseService.GrantEpochs:input_type -> tenure.v1.GrantEpochsRequest
-	26, // 32: tenure.v1.LeaseService.BindLeases:input_type -> tenure.v1.BindLeasesRequest
-	29, // 33: tenure.v1.LeaseService.ReleaseLease:input_type -> tenure.v1.ReleaseLeaseRequest
-	31, // 34: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	33, // 35: tenure.v1.LeaseService.WatchLeases:input_type -> tenure.v1.WatchLeasesRequest
-	4,  // 36: tenure.v1.LeaseService.CreateRange:output_type -> tenure.v1.CreateRangeResponse
-	6,  // 37: tenure.v1.LeaseService.GetRange:output_type -> tenure.v1.GetRangeResponse
-	8,  // 38: tenure.v1.LeaseService.ListRanges:output_type -> tenure.v1.ListRangesResponse
-	10, // 39: tenure.v1.LeaseService.SetReplicas:output_type -> tenure.v1.SetReplicasResponse
-	12, // 40: tenure.v1.LeaseService.OpenSession:output_type -> tenure.v1.OpenSessionResponse
-	15, // 41: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	17, // 42: tenure.v1.LeaseService.CloseSession:output_type -> tenure.v1.CloseSessionResponse
-	19, // 43: tenure.v1.LeaseService.GrantEpoch:output_type -> tenure.v1.GrantEpochResponse
-	21, // 44: tenure.v1.LeaseService.BindLease:output_type -> tenure.v1.BindLeaseResponse
-	25, // 45: tenure.v1.LeaseService.GrantEpochs:output_type -> tenure.v1.GrantEpochsResponse
-	28, // 46: tenure.v1.LeaseService.BindLeases:output_type -> tenure.v1.BindLeasesResponse
-	30, // 47: tenure.v1.LeaseService.ReleaseLease:output_type -> tenure.v1.ReleaseLeaseResponse
-	32, // 48: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	34, // 49: tenure.v1.LeaseService.WatchLeases:output_type -> tenure.v1.WatchLeasesResponse
-	36, // [36:50] is the sub-list for method output_type
-	22, // [22:36] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	1,  // 5: tenure.v1.GetRangeResult.range:type_name -> tenure.v1.RangeInfo
+	25, // 6: tenure.v1.GetRangeResult.error:type_name -> tenure.v1.LeaseError
+	8,  // 7: tenure.v1.GetRangesResponse.results:type_name -> tenure.v1.GetRangeResult
+	1,  // 8: tenure.v1.ListRangesResponse.ranges:type_name -> tenure.v1.RangeInfo
+	38, // 9: tenure.v1.SetReplicasRequest.replicas:type_name -> tenure.v1.Replica
+	1,  // 10: tenure.v1.SetReplicasResponse.range:type_name -> tenure.v1.RangeInfo
+	16, // 11: tenure.v1.KeepAliveRequest.held:type_name -> tenure.v1.RangeEpoch
+	16, // 12: tenure.v1.KeepAliveResponse.superseded:type_name -> tenure.v1.RangeEpoch
+	2,  // 13: tenure.v1.GrantEpochResponse.lease:type_name -> tenure.v1.Lease
+	2,  // 14: tenure.v1.BindLeaseResponse.lease:type_name -> tenure.v1.Lease
+	21, // 15: tenure.v1.GrantEpochsRequest.grants:type_name -> tenure.v1.GrantEpochRequest
+	22, // 16: tenure.v1.GrantEpochResult.grant:type_name -> tenure.v1.GrantEpochResponse
+	25, // 17: tenure.v1.GrantEpochResult.error:type_name -> tenure.v1.LeaseError
+	27, // 18: tenure.v1.GrantEpochsResponse.results:type_name -> tenure.v1.GrantEpochResult
+	23, // 19: tenure.v1.BindLeasesRequest.binds:type_name -> tenure.v1.BindLeaseRequest
+	24, // 20: tenure.v1.BindLeaseResult.bind:type_name -> tenure.v1.BindLeaseResponse
+	25, // 21: tenure.v1.BindLeaseResult.error:type_name -> tenure.v1.LeaseError
+	30, // 22: tenure.v1.BindLeasesResponse.results:type_name -> tenure.v1.BindLeaseResult
+	2,  // 23: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	0,  // 24: tenure.v1.WatchLeasesResponse.type:type_name -> tenure.v1.LeaseEventType
+	3,  // 25: tenure.v1.LeaseService.CreateRange:input_type -> tenure.v1.CreateRangeRequest
+	5,  // 26: tenure.v1.LeaseService.GetRange:input_type -> tenure.v1.GetRangeRequest
+	7,  // 27: tenure.v1.LeaseService.GetRanges:input_type -> tenure.v1.GetRangesRequest
+	10, // 28: tenure.v1.LeaseService.ListRanges:input_type -> tenure.v1.ListRangesRequest
+	12, // 29: tenure.v1.LeaseService.SetReplicas:input_type -> tenure.v1.SetReplicasRequest
+	14, // 30: tenure.v1.LeaseService.OpenSession:input_type -> tenure.v1.OpenSessionRequest
+	17, // 31: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	19, // 32: tenure.v1.LeaseService.CloseSession:input_type -> tenure.v1.CloseSessionRequest
+	21, // 33: tenure.v1.LeaseService.GrantEpoch:input_type -> tenure.v1.GrantEpochRequest
+	23, // 34: tenure.v1.LeaseService.BindLease:input_type -> tenure.v1.BindLeaseRequest
+	26, // 35: tenure.v1.LeaseService.GrantEpochs:input_type -> tenure.v1.GrantEpochsRequest
+	29, // 36: tenure.v1.LeaseService.BindLeases:input_type -> tenure.v1.BindLeasesRequest
+	32, // 37: tenure.v1.LeaseService.ReleaseLease:input_type -> tenure.v1.ReleaseLeaseRequest
+	34, // 38: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	36, // 39: tenure.v1.LeaseService.WatchLeases:input_type -> tenure.v1.WatchLeasesRequest
+	4,  // 40: tenure.v1.LeaseService.CreateRange:output_type -> tenure.v1.CreateRangeResponse
+	6,  // 41: tenure.v1.LeaseService.GetRange:output_type -> tenure.v1.GetRangeResponse
+	9,  // 42: tenure.v1.LeaseService.GetRanges:output_type -> tenure.v1.GetRangesResponse
+	11, // 43: tenure.v1.LeaseService.ListRanges:output_type -> tenure.v1.ListRangesResponse
+	13, // 44: tenure.v1.LeaseService.SetReplicas:output_type -> tenure.v1.SetReplicasResponse
+	15, // 45: tenure.v1.LeaseService.OpenSession:output_type -> tenure.v1.OpenSessionResponse
+	18, // 46: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	20, // 47: tenure.v1.LeaseService.CloseSession:output_type -> tenure.v1.CloseSessionResponse
+	22, // 48: tenure.v1.LeaseService.GrantEpoch:output_type -> tenure.v1.GrantEpochResponse
+	24, // 49: tenure.v1.LeaseService.BindLease:output_type -> tenure.v1.BindLeaseResponse
+	28, // 50: tenure.v1.LeaseService.GrantEpochs:output_type -> tenure.v1.GrantEpochsResponse
+	31, // 51: tenure.v1.LeaseService.BindLeases:output_type -> tenure.v1.BindLeasesResponse
+	33, // 52: tenure.v1.LeaseService.ReleaseLease:output_type -> tenure.v1.ReleaseLeaseResponse
+	35, // 53: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	37, // 54: tenure.v1.LeaseService.WatchLeases:output_type -> tenure.v1.WatchLeasesResponse
+	40, // [40:55] is the sub-list for method output_type
+	25, // [25:40] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -2302,7 +2475,7 @@ func file_tenure_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,8 @@ const (
 	LeaseServiceCreateRangeProcedure = "/tenure.v1.LeaseService/CreateRange"
 	// LeaseServiceGetRangeProcedure is the fully-qualified name of the LeaseService's GetRange RPC.
 	LeaseServiceGetRangeProcedure = "/tenure.v1.LeaseService/GetRange"
+	// LeaseServiceGetRangesProcedure is the fully-qualified name of the LeaseService's GetRanges RPC.
+	LeaseServiceGetRangesProcedure = "/tenure.v1.LeaseService/GetRanges"
 	// LeaseServiceListRangesProcedure is the fully-qualified name of the LeaseService's ListRanges RPC.
 	LeaseServiceListRangesProcedure = "/tenure.v1.LeaseService/ListRanges"
 	// LeaseServiceSetReplicasProcedure is the fully-qualified name of the LeaseService's SetReplicas
@@ -77,6 +79,12 @@ type LeaseServiceClient interface {
 	CreateRange(context.Context, *connect.Request[v1.CreateRangeRequest]) (*connect.Response[v1.CreateRangeResponse], error)
 	// GetRange reads a range: membership, current epoch and lease.
 	GetRange(context.Context, *connect.Request[v1.GetRangeRequest]) (*connect.Response[v1.GetRangeResponse], error)
+	// GetRanges is GetRange for many ranges in one call (a mass failover reads
+	// hundreds of ranges at once). An unknown or malformed range answers its
+	// own error and never fails the others. At most wire.MaxRangesPerBatch
+	// ranges, each at most once. A caller that gets Unimplemented (an older
+	// lease service) falls back to GetRange.
+	GetRanges(context.Context, *connect.Request[v1.GetRangesRequest]) (*connect.Response[v1.GetRangesResponse], error)
 	// ListRanges lists ranges in id order, a page at a time.
 	ListRanges(context.Context, *connect.Request[v1.ListRangesRequest]) (*connect.Response[v1.ListRangesResponse], error)
 	// SetReplicas replaces a range's replica set, by compare-and-swap on the
@@ -140,6 +148,12 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			httpClient,
 			baseURL+LeaseServiceGetRangeProcedure,
 			connect.WithSchema(leaseServiceMethods.ByName("GetRange")),
+			connect.WithClientOptions(opts...),
+		),
+		getRanges: connect.NewClient[v1.GetRangesRequest, v1.GetRangesResponse](
+			httpClient,
+			baseURL+LeaseServiceGetRangesProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("GetRanges")),
 			connect.WithClientOptions(opts...),
 		),
 		listRanges: connect.NewClient[v1.ListRangesRequest, v1.ListRangesResponse](
@@ -221,6 +235,7 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 type leaseServiceClient struct {
 	createRange  *connect.Client[v1.CreateRangeRequest, v1.CreateRangeResponse]
 	getRange     *connect.Client[v1.GetRangeRequest, v1.GetRangeResponse]
+	getRanges    *connect.Client[v1.GetRangesRequest, v1.GetRangesResponse]
 	listRanges   *connect.Client[v1.ListRangesRequest, v1.ListRangesResponse]
 	setReplicas  *connect.Client[v1.SetReplicasRequest, v1.SetReplicasResponse]
 	openSession  *connect.Client[v1.OpenSessionRequest, v1.OpenSessionResponse]
@@ -243,6 +258,11 @@ func (c *leaseServiceClient) CreateRange(ctx context.Context, req *connect.Reque
 // GetRange calls tenure.v1.LeaseService.GetRange.
 func (c *leaseServiceClient) GetRange(ctx context.Context, req *connect.Request[v1.GetRangeRequest]) (*connect.Response[v1.GetRangeResponse], error) {
 	return c.getRange.CallUnary(ctx, req)
+}
+
+// GetRanges calls tenure.v1.LeaseService.GetRanges.
+func (c *leaseServiceClient) GetRanges(ctx context.Context, req *connect.Request[v1.GetRangesRequest]) (*connect.Response[v1.GetRangesResponse], error) {
+	return c.getRanges.CallUnary(ctx, req)
 }
 
 // ListRanges calls tenure.v1.LeaseService.ListRanges.
@@ -312,6 +332,12 @@ type LeaseServiceHandler interface {
 	CreateRange(context.Context, *connect.Request[v1.CreateRangeRequest]) (*connect.Response[v1.CreateRangeResponse], error)
 	// GetRange reads a range: membership, current epoch and lease.
 	GetRange(context.Context, *connect.Request[v1.GetRangeRequest]) (*connect.Response[v1.GetRangeResponse], error)
+	// GetRanges is GetRange for many ranges in one call (a mass failover reads
+	// hundreds of ranges at once). An unknown or malformed range answers its
+	// own error and never fails the others. At most wire.MaxRangesPerBatch
+	// ranges, each at most once. A caller that gets Unimplemented (an older
+	// lease service) falls back to GetRange.
+	GetRanges(context.Context, *connect.Request[v1.GetRangesRequest]) (*connect.Response[v1.GetRangesResponse], error)
 	// ListRanges lists ranges in id order, a page at a time.
 	ListRanges(context.Context, *connect.Request[v1.ListRangesRequest]) (*connect.Response[v1.ListRangesResponse], error)
 	// SetReplicas replaces a range's replica set, by compare-and-swap on the
@@ -371,6 +397,12 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		LeaseServiceGetRangeProcedure,
 		svc.GetRange,
 		connect.WithSchema(leaseServiceMethods.ByName("GetRange")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseServiceGetRangesHandler := connect.NewUnaryHandler(
+		LeaseServiceGetRangesProcedure,
+		svc.GetRanges,
+		connect.WithSchema(leaseServiceMethods.ByName("GetRanges")),
 		connect.WithHandlerOptions(opts...),
 	)
 	leaseServiceListRangesHandler := connect.NewUnaryHandler(
@@ -451,6 +483,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceCreateRangeHandler.ServeHTTP(w, r)
 		case LeaseServiceGetRangeProcedure:
 			leaseServiceGetRangeHandler.ServeHTTP(w, r)
+		case LeaseServiceGetRangesProcedure:
+			leaseServiceGetRangesHandler.ServeHTTP(w, r)
 		case LeaseServiceListRangesProcedure:
 			leaseServiceListRangesHandler.ServeHTTP(w, r)
 		case LeaseServiceSetReplicasProcedure:
@@ -490,6 +524,10 @@ func (UnimplementedLeaseServiceHandler) CreateRange(context.Context, *connect.Re
 
 func (UnimplementedLeaseServiceHandler) GetRange(context.Context, *connect.Request[v1.GetRangeRequest]) (*connect.Response[v1.GetRangeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.GetRange is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) GetRanges(context.Context, *connect.Request[v1.GetRangesRequest]) (*connect.Response[v1.GetRangesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.GetRanges is not implemented"))
 }
 
 func (UnimplementedLeaseServiceHandler) ListRanges(context.Context, *connect.Request[v1.ListRangesRequest]) (*connect.Response[v1.ListRangesResponse], error) {
