@@ -17,6 +17,8 @@ type probeState struct {
 	// busy is set while a probe of the address is out, so a slow replica
 	// gets one probe at a time, not one per interval.
 	busy bool
+	// lastFull is when the last full status of the address was read.
+	lastFull time.Time
 }
 
 // probeLoop probes every replica address every ProbeInterval. It promotes a
@@ -25,6 +27,14 @@ type probeState struct {
 // serve until told again), and reconciles members that are not following
 // the current leader at the current epoch. Fencing keeps all of this safe:
 // a wrong suspicion costs an epoch, never a record.
+//
+// Most probes only ask whether the replica answers: the status of one range
+// it hosts. Every StatusInterval a probe reads its full status instead (every
+// range it hosts), which is what finds a leader not serving at its epoch and
+// members to reconcile. A full status of a replica hosting a thousand ranges
+// every 100ms, three replicas, was a steady load of its own, paid mostly by
+// the survivors of a mass failover while they were busiest; liveness, which
+// is what a failover waits for, still takes one ProbeInterval to notice.
 func (p *Promoter) probeLoop(ctx context.Context) {
 	t := time.NewTicker(p.cfg.ProbeInterval)
 	defer t.Stop()
@@ -66,13 +76,31 @@ func (p *Promoter) probeAll(ctx context.Context) {
 
 func (p *Promoter) probe(ctx context.Context, addr string) {
 	started := time.Now()
+	p.mu.Lock()
+	full := started.Sub(p.probes[addr].lastFull) >= p.cfg.StatusInterval
+	one := ""
+	if !full {
+		one = p.hostedAtLocked(addr)
+		full = one == ""
+	}
+	p.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.ProbeTimeout)
-	resp, err := p.replica(addr).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{}))
+	resp, err := p.replica(addr).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: one}))
 	cancel()
+	if !full && connect.CodeOf(err) == connect.CodeNotFound {
+		// The replica answered: it is alive, it only does not host that
+		// range (yet).
+		err = nil
+	}
 	p.mu.Lock()
 	ps := p.probes[addr]
 	ps.busy = false
 	if ctx.Err() != nil {
+		p.mu.Unlock()
+		return
+	}
+	if err == nil && !full {
+		ps.misses = 0
 		p.mu.Unlock()
 		return
 	}
@@ -105,7 +133,7 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 		}
 		return
 	}
-	ps.misses = 0
+	ps.misses, ps.lastFull = 0, started
 	byRange := make(map[string]*tenurev1.RangeStatus, len(resp.Msg.GetRanges()))
 	for _, s := range resp.Msg.GetRanges() {
 		byRange[s.GetRangeId()] = s
@@ -165,6 +193,19 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 	}
 }
 
+// hostedAtLocked names a range whose replica set includes addr, for a
+// liveness probe of addr ("" if none). p.mu is held.
+func (p *Promoter) hostedAtLocked(addr string) string {
+	for id, rs := range p.ranges {
+		for _, r := range rs.replicas {
+			if r.GetAddress() == addr {
+				return id
+			}
+		}
+	}
+	return ""
+}
+
 // reconcile brings a replica that missed a promotion back: fence it at the
 // current epoch (which stops it acting under any older one), then adopt it
 // as a follower of the current leader. The leader's fetch check truncates
@@ -178,7 +219,7 @@ func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch uint64, 
 		defer p.end(key)
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
 		defer cancel()
-		_, err := p.replica(r.GetAddress()).Fence(cctx, connect.NewRequest(&tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID}))
+		_, err := p.batchers(r.GetAddress()).fence.call(cctx, &tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID})
 		if err == nil {
 			err = p.adoptFollower(cctx, rangeID, epoch, r, leader, members)
 		}

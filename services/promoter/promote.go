@@ -160,11 +160,11 @@ func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observed
 func (p *Promoter) getRange(ctx context.Context, rangeID string) (*tenurev1.RangeInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
 	defer cancel()
-	resp, err := p.lease.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: rangeID}))
+	resp, err := p.leaseBatch.get.call(ctx, &tenurev1.GetRangeRequest{RangeId: rangeID})
 	if err != nil {
 		return nil, err
 	}
-	return resp.Msg.GetRange(), nil
+	return resp.GetRange(), nil
 }
 
 func (m *promotion) grant(ctx context.Context, previous uint64) (uint64, error) {
@@ -178,12 +178,12 @@ func (m *promotion) grant(ctx context.Context, previous uint64) (uint64, error) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
 	defer cancel()
-	resp, err := m.p.lease.GrantEpoch(ctx, connect.NewRequest(&tenurev1.GrantEpochRequest{
+	resp, err := m.p.leaseBatch.grant.call(ctx, &tenurev1.GrantEpochRequest{
 		RangeId:       m.rangeID,
 		PreviousEpoch: previous,
 		HolderId:      m.p.cfg.ID,
 		SessionId:     session,
-	}))
+	})
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -197,7 +197,7 @@ func (m *promotion) grant(ctx context.Context, previous uint64) (uint64, error) 
 		}
 		return 0, err
 	}
-	epoch := resp.Msg.GetEpoch()
+	epoch := resp.GetEpoch()
 	// Invariant 7: epochs strictly increase. A lease service answering
 	// anything else is broken, and acting on it could reuse an epoch.
 	if epoch != previous+1 {
@@ -265,16 +265,15 @@ func (m *promotion) fence(ctx context.Context, r *tenurev1.Replica, epoch uint64
 		attribute.String("tenure.replica", r.GetId()), attribute.Int64("tenure.epoch", int64(epoch))))
 	defer span.End()
 	a := Answer{ReplicaID: r.GetId()}
-	resp, err := m.p.replica(r.GetAddress()).Fence(ctx, connect.NewRequest(&tenurev1.FenceRequest{
+	msg, err := m.p.batchers(r.GetAddress()).fence.call(ctx, &tenurev1.FenceRequest{
 		RangeId: m.rangeID, Epoch: epoch, FencerId: m.p.cfg.ID,
-	}))
+	})
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		a.Err = err
 		return a
 	}
-	msg := resp.Msg
 	// The replica must now be fenced at exactly E; anything else means it
 	// did not record our fence, so it cannot count.
 	if msg.GetFencedEpoch() != epoch {
@@ -390,11 +389,11 @@ func (m *promotion) adoptLeader(ctx context.Context, epoch uint64, plan Plan) er
 	ctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
 	defer cancel()
 	leader := m.byID[plan.Candidate]
-	_, err := m.p.replica(leader.GetAddress()).Adopt(ctx, connect.NewRequest(&tenurev1.AdoptRequest{
+	_, err := m.p.batchers(leader.GetAddress()).adopt.call(ctx, &tenurev1.AdoptRequest{
 		RangeId: m.rangeID, Epoch: epoch, Role: tenurev1.Role_ROLE_LEADER,
 		LeaderId: leader.GetId(), LeaderAddress: leader.GetAddress(),
 		Replicas: m.replicas, CommittedBound: plan.CommittedBound,
-	}))
+	})
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -426,10 +425,10 @@ func (p *Promoter) adoptFollower(ctx context.Context, rangeID string, epoch uint
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
 	defer cancel()
-	_, err := p.replica(r.GetAddress()).Adopt(ctx, connect.NewRequest(&tenurev1.AdoptRequest{
+	_, err := p.batchers(r.GetAddress()).adopt.call(ctx, &tenurev1.AdoptRequest{
 		RangeId: rangeID, Epoch: epoch, Role: tenurev1.Role_ROLE_FOLLOWER,
 		LeaderId: leader.GetId(), LeaderAddress: leader.GetAddress(), Replicas: replicas,
-	}))
+	})
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -442,9 +441,9 @@ func (m *promotion) bind(ctx context.Context, epoch uint64, leaderID string) {
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
 	defer cancel()
-	_, err := m.p.lease.BindLease(ctx, connect.NewRequest(&tenurev1.BindLeaseRequest{
+	_, err := m.p.leaseBatch.bind.call(ctx, &tenurev1.BindLeaseRequest{
 		RangeId: m.rangeID, Epoch: epoch, HolderId: leaderID,
-	}))
+	})
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

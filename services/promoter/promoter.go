@@ -23,6 +23,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
@@ -54,6 +55,11 @@ type Config struct {
 	RPCTimeout time.Duration
 	// ProbeInterval is how often each replica is probed (default 100ms).
 	ProbeInterval time.Duration
+	// StatusInterval is how often a probe reads a replica's full status
+	// (every range it hosts) instead of only checking that it answers
+	// (default 1s). The full status is what finds a leader that no longer
+	// leads at its epoch and members to reconcile.
+	StatusInterval time.Duration
 	// ProbeTimeout bounds one probe (default 300ms). It is longer than the
 	// interval on purpose: a leader busy with a burst of work (a mass
 	// failover lands thousands of fences on the survivors) answers slowly,
@@ -64,9 +70,16 @@ type Config struct {
 	// promotion before its lease expires (default 3). A refused connection
 	// triggers one at once.
 	ProbeMisses int
-	// MaxParallel bounds concurrent promotions (default 64), so a replica
-	// that led thousands of ranges does not make us open thousands of
-	// streams at once.
+	// MaxParallel bounds concurrent promotions (default 256). It bounds the
+	// promoter's own work, and the queue in front of each server: the calls
+	// promotions make go through the coalescers (batch.go), at most two
+	// batched calls of at most wire.MaxRangesPerBatch ranges in flight per
+	// server and kind (or 64 single-range calls to a server without the
+	// batched calls). 256 is those two batches: every promotion's call
+	// rides the batch in flight or the next one, so a mass failover moves
+	// in a few large batches, while no call waits in a queue long enough to
+	// spend its deadline there (at 1024, the fences of a thousand new ranges
+	// timed out queued behind each other).
 	MaxParallel int
 	// SessionTTL is the promoter's own lease session TTL (default 5s).
 	SessionTTL time.Duration
@@ -107,6 +120,7 @@ func (c *Config) defaults() error {
 	setDur(&c.RPCTimeout, 2*time.Second)
 	setDur(&c.ProbeInterval, 100*time.Millisecond)
 	setDur(&c.ProbeTimeout, 300*time.Millisecond)
+	setDur(&c.StatusInterval, time.Second)
 	setDur(&c.SessionTTL, 5*time.Second)
 	setDur(&c.RefreshInterval, 2*time.Second)
 	setDur(&c.RetryMax, 2*time.Second)
@@ -114,7 +128,7 @@ func (c *Config) defaults() error {
 		c.ProbeMisses = 3
 	}
 	if c.MaxParallel <= 0 {
-		c.MaxParallel = 64
+		c.MaxParallel = maxInflightBatches * wire.MaxRangesPerBatch
 	}
 	return nil
 }
@@ -128,6 +142,10 @@ type Promoter struct {
 
 	clientsMu sync.Mutex
 	clients   map[string]tenurev1connect.ReplicaServiceClient // by address
+	// replicaBatch batches fences and adoptions per replica address, and
+	// leaseBatch grants and binds (batch.go).
+	replicaBatch map[string]*replicaBatchers
+	leaseBatch   *leaseBatchers
 
 	// sem bounds concurrent promotions (Config.MaxParallel).
 	sem chan struct{}
@@ -159,16 +177,19 @@ func New(cfg Config) (*Promoter, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	return &Promoter{
-		cfg:      cfg,
-		log:      cfg.Logger.With("promoter", cfg.ID),
-		lease:    tenurev1connect.NewLeaseServiceClient(cfg.HTTPClient, cfg.LeaseURL, transport.ClientOptions()...),
-		clients:  map[string]tenurev1connect.ReplicaServiceClient{},
-		sem:      make(chan struct{}, cfg.MaxParallel),
-		ranges:   map[string]*rangeState{},
-		inflight: map[string]bool{},
-		probes:   map[string]*probeState{},
-	}, nil
+	p := &Promoter{
+		cfg:          cfg,
+		log:          cfg.Logger.With("promoter", cfg.ID),
+		lease:        tenurev1connect.NewLeaseServiceClient(cfg.HTTPClient, cfg.LeaseURL, transport.ClientOptions()...),
+		clients:      map[string]tenurev1connect.ReplicaServiceClient{},
+		replicaBatch: map[string]*replicaBatchers{},
+		sem:          make(chan struct{}, cfg.MaxParallel),
+		ranges:       map[string]*rangeState{},
+		inflight:     map[string]bool{},
+		probes:       map[string]*probeState{},
+	}
+	p.leaseBatch = p.newLeaseBatchers()
+	return p, nil
 }
 
 func (p *Promoter) replica(addr string) tenurev1connect.ReplicaServiceClient {

@@ -427,7 +427,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (p *Promoter) rebind(ctx context.Context, rangeID string, epoch uint64, leader string) {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
 	defer cancel()
-	_, err := p.lease.BindLease(cctx, connect.NewRequest(&tenurev1.BindLeaseRequest{RangeId: rangeID, Epoch: epoch, HolderId: leader}))
+	_, err := p.leaseBatch.bind.call(cctx, &tenurev1.BindLeaseRequest{RangeId: rangeID, Epoch: epoch, HolderId: leader})
 	if err != nil {
 		p.log.Debug("lease rebind failed; will retry on the next refresh", "range", rangeID, "epoch", epoch, "leader", leader, "err", err)
 	}

@@ -1,0 +1,406 @@
+package promoter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// A mass failover (a dead holder loses all its leases at once, or a probe
+// finds a dead leader of hundreds of ranges) runs hundreds of promotions at
+// the same time, each making the same calls to the same few servers: a
+// grant and a bind to the lease service, a fence to each replica, an
+// adoption to each survivor. One RPC per range per step was what made it
+// CPU-bound (issue #5: ~8.8 ms of CPU per range, HTTP/2 framing, marshalling,
+// a dial per fence of the dead replica).
+//
+// A coalescer turns those concurrent single-range calls into batched RPCs,
+// the way a group commit turns concurrent appends into one fsync: a call
+// joins a queue for its destination and kind; at most maxInflightBatches
+// batches per destination and kind are in flight, and whatever queued up
+// while they were out goes in the next one, up to wire.MaxRangesPerBatch. A
+// lone call (an ordinary single failover) goes out as the single-range RPC,
+// exactly as before. Each promotion still runs its own steps in its own
+// order, decides with the pure Decide on its own answers, and waits only for
+// its own range's outcome; a batch is only how its request travels.
+//
+// Tracing: each promotion's step span (fence, adopt, grant-epoch,
+// bind-lease) stays in the promotion's trace and covers the wait. A batched
+// RPC is a span of its own trace (it serves many promotions), linked to
+// every step span it carries; each step span records the batch's size and
+// trace id.
+//
+// A destination that answers a batch with Unimplemented (an older version)
+// is sent single-range calls from then on, at most maxSingleInflight at a
+// time.
+
+// maxInflightBatches bounds the batched calls in flight per destination and
+// kind. Two keeps the pipe full (one batch fills while the other is out)
+// without splitting a burst into many small batches.
+const maxInflightBatches = 2
+
+// maxSingleInflight bounds the single-range calls in flight per destination
+// and kind when the destination does not implement the batched call.
+const maxSingleInflight = 64
+
+// outcome is one range's answer inside a batch.
+type outcome[Resp any] struct {
+	resp *Resp
+	err  error
+}
+
+// coalescer batches one kind of single-range call to one destination.
+type coalescer[Req, Resp any] struct {
+	// name names the batched RPC's span.
+	name string
+	// single is the single-range RPC.
+	single func(context.Context, *Req) (*Resp, error)
+	// batch is the batched RPC: one outcome per request, in order, or one
+	// error for all of them.
+	batch func(context.Context, []*Req) ([]outcome[Resp], error)
+	// timeout bounds a batch whose callers set no deadline.
+	timeout time.Duration
+
+	singles chan struct{} // semaphore of maxSingleInflight
+
+	mu       sync.Mutex
+	queue    []*queued[Req, Resp]
+	inflight int
+	// unbatched is set once the destination answered Unimplemented.
+	unbatched bool
+}
+
+type queued[Req, Resp any] struct {
+	ctx  context.Context
+	req  *Req
+	done chan outcome[Resp]
+}
+
+func newCoalescer[Req, Resp any](name string, timeout time.Duration,
+	single func(context.Context, *Req) (*Resp, error), batch func(context.Context, []*Req) ([]outcome[Resp], error),
+) *coalescer[Req, Resp] {
+	return &coalescer[Req, Resp]{name: name, single: single, batch: batch, timeout: timeout,
+		singles: make(chan struct{}, maxSingleInflight)}
+}
+
+// call sends req, in a batch with whatever else is queued, and waits for its
+// own outcome or for ctx to end.
+func (c *coalescer[Req, Resp]) call(ctx context.Context, req *Req) (*Resp, error) {
+	q := &queued[Req, Resp]{ctx: ctx, req: req, done: make(chan outcome[Resp], 1)}
+	c.mu.Lock()
+	c.queue = append(c.queue, q)
+	if c.inflight < maxInflightBatches {
+		c.inflight++
+		go c.flush()
+	}
+	c.mu.Unlock()
+	select {
+	case o := <-q.done:
+		return o.resp, o.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// flush sends batches until the queue is empty.
+func (c *coalescer[Req, Resp]) flush() {
+	for {
+		c.mu.Lock()
+		// Callers that gave up are dropped: their promotion moved on, and a
+		// fence or adoption it no longer waits for is at best useless.
+		live := c.queue[:0]
+		for _, q := range c.queue {
+			if q.ctx.Err() == nil {
+				live = append(live, q)
+			}
+		}
+		clear(c.queue[len(live):])
+		c.queue = live
+		n := min(len(c.queue), wire.MaxRangesPerBatch)
+		if n == 0 {
+			c.inflight--
+			c.mu.Unlock()
+			return
+		}
+		qs := make([]*queued[Req, Resp], n)
+		copy(qs, c.queue)
+		c.queue = c.queue[n:]
+		unbatched := c.unbatched
+		c.mu.Unlock()
+		if len(qs) == 1 || unbatched {
+			c.sendSingles(qs)
+			continue
+		}
+		c.sendBatch(qs)
+	}
+}
+
+// sendSingles sends each call as the single-range RPC, bounded by singles.
+func (c *coalescer[Req, Resp]) sendSingles(qs []*queued[Req, Resp]) {
+	var wg sync.WaitGroup
+	for _, q := range qs {
+		c.singles <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-c.singles }()
+			resp, err := c.single(q.ctx, q.req)
+			q.done <- outcome[Resp]{resp, err}
+		})
+	}
+	wg.Wait()
+}
+
+// sendBatch sends qs as one batched RPC and hands each caller its outcome.
+func (c *coalescer[Req, Resp]) sendBatch(qs []*queued[Req, Resp]) {
+	// The batch runs until its most patient caller's deadline: each caller
+	// still stops waiting at its own.
+	deadline := time.Now().Add(c.timeout)
+	links := make([]trace.Link, 0, len(qs))
+	for i, q := range qs {
+		if d, ok := q.ctx.Deadline(); ok && (i == 0 || d.After(deadline)) {
+			deadline = d
+		}
+		if sc := trace.SpanContextFromContext(q.ctx); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	ctx, span := tracer.Start(ctx, c.name, trace.WithNewRoot(), trace.WithLinks(links...),
+		trace.WithAttributes(attribute.Int("tenure.batch_size", len(qs))))
+	defer span.End()
+	batchTrace := span.SpanContext().TraceID().String()
+	for _, q := range qs {
+		trace.SpanFromContext(q.ctx).SetAttributes(attribute.Int("tenure.batch_size", len(qs)), attribute.String("tenure.batch_trace_id", batchTrace))
+	}
+
+	reqs := make([]*Req, len(qs))
+	for i, q := range qs {
+		reqs[i] = q.req
+	}
+	outs, err := c.batch(ctx, reqs)
+	if connect.CodeOf(err) == connect.CodeUnimplemented {
+		// An older server: single-range calls from now on, starting with
+		// these.
+		c.mu.Lock()
+		c.unbatched = true
+		c.mu.Unlock()
+		span.SetAttributes(attribute.Bool("tenure.unimplemented", true))
+		c.sendSingles(qs)
+		return
+	}
+	if err == nil && len(outs) != len(qs) {
+		err = fmt.Errorf("%s answered %d results for %d ranges", c.name, len(outs), len(qs))
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		for _, q := range qs {
+			q.done <- outcome[Resp]{err: err}
+		}
+		return
+	}
+	for i, q := range qs {
+		q.done <- outs[i]
+	}
+}
+
+// batchError is one range's failure in a batch answer, as the single-range
+// call would have returned it.
+func batchError(code uint32, message string) error {
+	c := connect.Code(code)
+	if c == 0 {
+		// A failure without a code is not one the protocol defines.
+		c = connect.CodeUnknown
+	}
+	return connect.NewError(c, errors.New(message))
+}
+
+// checkOrder is the outcome for a result naming another range than its
+// request: the peer's answer is a claim, and one out of order would hand a
+// range another range's fence.
+func checkOrder(got, want string) error {
+	if got != want {
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("batched answer names range %q where %q was asked", got, want))
+	}
+	return nil
+}
+
+// replicaBatchers are the coalescers of one replica address.
+type replicaBatchers struct {
+	fence *coalescer[tenurev1.FenceRequest, tenurev1.FenceResponse]
+	adopt *coalescer[tenurev1.AdoptRequest, tenurev1.AdoptResponse]
+}
+
+// leaseBatchers are the coalescers of the lease service.
+type leaseBatchers struct {
+	get   *coalescer[tenurev1.GetRangeRequest, tenurev1.GetRangeResponse]
+	grant *coalescer[tenurev1.GrantEpochRequest, tenurev1.GrantEpochResponse]
+	bind  *coalescer[tenurev1.BindLeaseRequest, tenurev1.BindLeaseResponse]
+}
+
+func (p *Promoter) newLeaseBatchers() *leaseBatchers {
+	lc := p.lease
+	return &leaseBatchers{
+		get: newCoalescer("get-ranges", p.cfg.RPCTimeout,
+			func(ctx context.Context, r *tenurev1.GetRangeRequest) (*tenurev1.GetRangeResponse, error) {
+				resp, err := lc.GetRange(ctx, connect.NewRequest(r))
+				if err != nil {
+					return nil, err
+				}
+				return resp.Msg, nil
+			},
+			func(ctx context.Context, rs []*tenurev1.GetRangeRequest) ([]outcome[tenurev1.GetRangeResponse], error) {
+				ids := make([]string, len(rs))
+				for i, r := range rs {
+					ids[i] = r.GetRangeId()
+				}
+				resp, err := lc.GetRanges(ctx, connect.NewRequest(&tenurev1.GetRangesRequest{RangeIds: ids}))
+				if err != nil {
+					return nil, err
+				}
+				return outcomes(resp.Msg.GetResults(), rs, (*tenurev1.GetRangeRequest).GetRangeId,
+					func(r *tenurev1.GetRangeResult) (string, *tenurev1.GetRangeResponse, error) {
+						if e := r.GetError(); e != nil {
+							return r.GetRangeId(), nil, batchError(e.GetCode(), e.GetMessage())
+						}
+						if r.GetRange() == nil {
+							return r.GetRangeId(), nil, nil
+						}
+						return r.GetRangeId(), &tenurev1.GetRangeResponse{Range: r.GetRange()}, nil
+					}), nil
+			}),
+		grant: newCoalescer("grant-epochs", p.cfg.RPCTimeout,
+			func(ctx context.Context, r *tenurev1.GrantEpochRequest) (*tenurev1.GrantEpochResponse, error) {
+				resp, err := lc.GrantEpoch(ctx, connect.NewRequest(r))
+				if err != nil {
+					return nil, err
+				}
+				return resp.Msg, nil
+			},
+			func(ctx context.Context, rs []*tenurev1.GrantEpochRequest) ([]outcome[tenurev1.GrantEpochResponse], error) {
+				resp, err := lc.GrantEpochs(ctx, connect.NewRequest(&tenurev1.GrantEpochsRequest{Grants: rs}))
+				if err != nil {
+					return nil, err
+				}
+				return outcomes(resp.Msg.GetResults(), rs, (*tenurev1.GrantEpochRequest).GetRangeId,
+					func(r *tenurev1.GrantEpochResult) (string, *tenurev1.GrantEpochResponse, error) {
+						if e := r.GetError(); e != nil {
+							return r.GetRangeId(), nil, batchError(e.GetCode(), e.GetMessage())
+						}
+						return r.GetRangeId(), r.GetGrant(), nil
+					}), nil
+			}),
+		bind: newCoalescer("bind-leases", p.cfg.RPCTimeout,
+			func(ctx context.Context, r *tenurev1.BindLeaseRequest) (*tenurev1.BindLeaseResponse, error) {
+				resp, err := lc.BindLease(ctx, connect.NewRequest(r))
+				if err != nil {
+					return nil, err
+				}
+				return resp.Msg, nil
+			},
+			func(ctx context.Context, rs []*tenurev1.BindLeaseRequest) ([]outcome[tenurev1.BindLeaseResponse], error) {
+				resp, err := lc.BindLeases(ctx, connect.NewRequest(&tenurev1.BindLeasesRequest{Binds: rs}))
+				if err != nil {
+					return nil, err
+				}
+				return outcomes(resp.Msg.GetResults(), rs, (*tenurev1.BindLeaseRequest).GetRangeId,
+					func(r *tenurev1.BindLeaseResult) (string, *tenurev1.BindLeaseResponse, error) {
+						if e := r.GetError(); e != nil {
+							return r.GetRangeId(), nil, batchError(e.GetCode(), e.GetMessage())
+						}
+						return r.GetRangeId(), r.GetBind(), nil
+					}), nil
+			}),
+	}
+}
+
+// batchers returns the coalescers of a replica address.
+func (p *Promoter) batchers(addr string) *replicaBatchers {
+	c := p.replica(addr)
+	p.clientsMu.Lock()
+	defer p.clientsMu.Unlock()
+	if b, ok := p.replicaBatch[addr]; ok {
+		return b
+	}
+	b := &replicaBatchers{
+		fence: newCoalescer("fence-ranges", p.cfg.FenceTimeout,
+			func(ctx context.Context, r *tenurev1.FenceRequest) (*tenurev1.FenceResponse, error) {
+				resp, err := c.Fence(ctx, connect.NewRequest(r))
+				if err != nil {
+					return nil, err
+				}
+				return resp.Msg, nil
+			},
+			func(ctx context.Context, rs []*tenurev1.FenceRequest) ([]outcome[tenurev1.FenceResponse], error) {
+				resp, err := c.FenceRanges(ctx, connect.NewRequest(&tenurev1.FenceRangesRequest{Fences: rs}))
+				if err != nil {
+					return nil, err
+				}
+				return outcomes(resp.Msg.GetResults(), rs, (*tenurev1.FenceRequest).GetRangeId,
+					func(r *tenurev1.FenceRangeResult) (string, *tenurev1.FenceResponse, error) {
+						if e := r.GetError(); e != nil {
+							return r.GetRangeId(), nil, batchError(e.GetCode(), e.GetMessage())
+						}
+						return r.GetRangeId(), r.GetFence(), nil
+					}), nil
+			}),
+		adopt: newCoalescer("adopt-ranges", p.cfg.RPCTimeout,
+			func(ctx context.Context, r *tenurev1.AdoptRequest) (*tenurev1.AdoptResponse, error) {
+				resp, err := c.Adopt(ctx, connect.NewRequest(r))
+				if err != nil {
+					return nil, err
+				}
+				return resp.Msg, nil
+			},
+			func(ctx context.Context, rs []*tenurev1.AdoptRequest) ([]outcome[tenurev1.AdoptResponse], error) {
+				resp, err := c.AdoptRanges(ctx, connect.NewRequest(&tenurev1.AdoptRangesRequest{Adopts: rs}))
+				if err != nil {
+					return nil, err
+				}
+				return outcomes(resp.Msg.GetResults(), rs, (*tenurev1.AdoptRequest).GetRangeId,
+					func(r *tenurev1.AdoptRangeResult) (string, *tenurev1.AdoptResponse, error) {
+						if e := r.GetError(); e != nil {
+							return r.GetRangeId(), nil, batchError(e.GetCode(), e.GetMessage())
+						}
+						return r.GetRangeId(), r.GetAdopt(), nil
+					}), nil
+			}),
+	}
+	p.replicaBatch[addr] = b
+	return b
+}
+
+// outcomes turns a batch answer into one outcome per request. A result that
+// names another range than its request, or answers neither a value nor an
+// error, fails that range; a short answer fails the missing ones (the
+// coalescer refuses a wrong count before it gets here).
+func outcomes[Req, Result, Resp any](results []*Result, reqs []*Req, rangeID func(*Req) string,
+	unpack func(*Result) (string, *Resp, error),
+) []outcome[Resp] {
+	out := make([]outcome[Resp], len(results))
+	for i, r := range results {
+		if i >= len(reqs) {
+			break
+		}
+		id, resp, err := unpack(r)
+		if oerr := checkOrder(id, rangeID(reqs[i])); oerr != nil {
+			out[i] = outcome[Resp]{err: oerr}
+			continue
+		}
+		if err == nil && resp == nil {
+			err = connect.NewError(connect.CodeInternal, fmt.Errorf("batched answer for range %q carries neither a result nor an error", id))
+		}
+		out[i] = outcome[Resp]{resp: resp, err: err}
+	}
+	return out
+}
