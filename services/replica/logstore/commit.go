@@ -233,11 +233,11 @@ func (s *Store) takeLocked() batch {
 // writeInline runs the group commit on the caller's goroutine when no
 // commit is running: it writes, commits and publishes everything queued
 // (the caller's own write among it), then syncs it, exactly as the writer
-// and the syncer would. With one write in flight (a follower applying a
-// fetched batch, a leader's lone append) that saves four goroutine
-// hand-offs on the way to an acknowledgement: to the writer and back, to
-// the syncer and back to the caller. On a busy 2-core box each hand-off
-// waits its turn behind every other runnable goroutine. When a commit is
+// and the syncer would. For a follower applying a fetched batch that saves
+// four goroutine hand-offs on the way to its acknowledgement: to the writer
+// and back, to the syncer and back to the caller. On a busy 2-core box each
+// hand-off waits its turn behind every other runnable goroutine. (A
+// leader's Append does not call it; see Append.) When a commit is
 // already running the write stays queued for the writer, which takes it
 // next, so commits still never overlap and the queue order is still the
 // commit order; a sync may still run beside the next commit, as with the
