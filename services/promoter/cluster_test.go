@@ -72,6 +72,9 @@ type cluster struct {
 	// the mass test uses the 1s default, since 2,000 follower loops
 	// polling five times a second would measure the poll, not the failover).
 	fetchWait time.Duration
+	// older, when set, makes every replica serve as the version before the
+	// batched calls: FenceRanges and AdoptRanges answer Unimplemented.
+	older bool
 }
 
 // newCluster starts etcd, the lease service and n replicas (r1..rn).
@@ -80,8 +83,12 @@ func newCluster(t testing.TB, n int) *cluster {
 }
 
 func newClusterWait(t testing.TB, n int, fetchWait time.Duration) *cluster {
+	return newClusterOf(t, n, fetchWait, false)
+}
+
+func newClusterOf(t testing.TB, n int, fetchWait time.Duration, older bool) *cluster {
 	t.Helper()
-	c := &cluster{fetchWait: fetchWait, t: t, lease: leasetest.Start(t), byID: map[string]*testReplica{}, log: testLogger(), http: transport.NewHTTPClient()}
+	c := &cluster{fetchWait: fetchWait, older: older, t: t, lease: leasetest.Start(t), byID: map[string]*testReplica{}, log: testLogger(), http: transport.NewHTTPClient()}
 	for i := 1; i <= n; i++ {
 		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", gate: &gate{c: transport.NewHTTPClient()}}
 		c.replicas = append(c.replicas, tr)
@@ -108,7 +115,12 @@ func (c *cluster) start(tr *testReplica) {
 	var srv *transport.Server
 	// The old listener's port may take a moment to be reusable.
 	for attempt := 0; attempt < 50; attempt++ {
-		r, srv, err = replica.Start(replica.Config{ID: tr.id, DataDir: tr.dir, Logger: c.log, Lease: k, HTTPClient: tr.gate, FetchWait: c.fetchWait}, tr.listen)
+		cfg := replica.Config{ID: tr.id, DataDir: tr.dir, Logger: c.log, Lease: k, HTTPClient: tr.gate, FetchWait: c.fetchWait}
+		if c.older {
+			r, srv, err = startOlder(cfg, tr.listen)
+		} else {
+			r, srv, err = replica.Start(cfg, tr.listen)
+		}
 		if err == nil || !strings.Contains(err.Error(), "address already in use") {
 			break
 		}

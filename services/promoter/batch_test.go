@@ -1,0 +1,111 @@
+package promoter
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/services/replica"
+)
+
+// A promoter whose replicas and lease service are of the version before the
+// batched calls (each answers Unimplemented to them) falls back to
+// single-range calls, and a mass failover still moves every range of the
+// killed leader exactly once.
+func TestMassFailoverOlderServers(t *testing.T) {
+	c := newClusterOf(t, 3, time.Second, true)
+	// An older lease service: the same service, without the batched calls.
+	older, err := transport.Serve("127.0.0.1:0", withoutProcedures(c.lease.Service.Registration(), "GetRanges", "GrantEpochs", "BindLeases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { older.Close() })
+	const n = 40
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("o%02d", i)
+		c.createRange(ids[i], "r1")
+	}
+	p := c.newPromoter("p1", true, func(cfg *Config) {
+		cfg.LeaseURL = older.URL()
+		cfg.FenceTimeout, cfg.RPCTimeout = 10*time.Second, 10*time.Second
+	})
+	waitFor(t, "every range to have a leader", 60*time.Second, func() bool {
+		return len(c.ledBy("r1", 1))+len(c.ledBy("r2", 1))+len(c.ledBy("r3", 1)) == n
+	})
+	victims := c.ledBy("r1", 1)
+	if len(victims) == 0 {
+		t.Fatal("r1 leads no range")
+	}
+	c.stop(c.byID["r1"])
+	c.waitReled(victims, "r1")
+
+	// Every coalescer that sent a batch learned to send single calls; at
+	// least the initial promotions of 40 ranges at once sent batches to the
+	// lease service and to each replica.
+	if !p.leaseBatch.grant.isUnbatched() {
+		t.Error("the grant coalescer never fell back to GrantEpoch")
+	}
+	for _, tr := range c.replicas {
+		b := p.batchers("http://" + tr.listen)
+		if !b.fence.isUnbatched() {
+			t.Errorf("the fence coalescer of %s never fell back to Fence", tr.id)
+		}
+	}
+	ctx := context.Background()
+	for id := range victims {
+		waitFor(t, "the transition record of "+id, 30*time.Second, func() bool {
+			trs, err := p.transitions(ctx, id, 10)
+			return err == nil && len(trs) == 2 && trs[0].GetEpoch() >= 2 && trs[1].GetEpoch() == 1
+		})
+	}
+}
+
+// isUnbatched reports whether the coalescer fell back to single calls.
+func (c *coalescer[Req, Resp]) isUnbatched() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unbatched
+}
+
+// withoutProcedures serves reg as a version that lacks the named procedures
+// would: a request for one of them is a 404, which Connect clients read as
+// Unimplemented.
+func withoutProcedures(reg transport.Registration, names ...string) transport.Registration {
+	inner := reg.Handler
+	reg.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, n := range names {
+			if strings.HasSuffix(r.URL.Path, "/"+n) {
+				http.NotFound(w, r)
+				return
+			}
+		}
+		inner.ServeHTTP(w, r)
+	})
+	return reg
+}
+
+// startOlder is replica.Start for a replica of the version before
+// FenceRanges and AdoptRanges.
+func startOlder(cfg replica.Config, listen string) (*replica.Replica, *transport.Server, error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Address = "http://" + ln.Addr().String()
+	r, err := replica.New(cfg)
+	if err != nil {
+		_ = ln.Close()
+		return nil, nil, err
+	}
+	regs := r.Handlers()
+	for i := range regs {
+		regs[i] = withoutProcedures(regs[i], "FenceRanges", "AdoptRanges")
+	}
+	return r, transport.ServeListener(ln, regs...), nil
+}
