@@ -4,6 +4,10 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
 // A promoter that dies between fencing and adopting leaves the range fenced
@@ -33,5 +37,35 @@ func TestPromoterDiesBeforeAdopting(t *testing.T) {
 	c.newPromoter("pb", true)
 	if leader, epoch := c.leader("r", 2, 20*time.Second); leader == "" || epoch < 2 {
 		t.Fatalf("leader %q at %d, want one at epoch >= 2", leader, epoch)
+	}
+}
+
+// A grant of ours whose answer we never saw (it applied, but the call timed
+// out, as a batched grant can under load) leaves the range at an epoch held
+// by our own live session, with no leader and no promotion running. Our
+// session never expires, so no lease event will come: the refresh must
+// notice the orphaned grant and promote from it.
+func TestOrphanedOwnGrantIsPromoted(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	p := c.newPromoter("p1", true)
+	if leader, _ := c.leader("r", 1, 20*time.Second); leader == "" {
+		t.Fatal("no first leader")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	session, err := p.openSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The grant the promoter lost track of: epoch 2 on its own session,
+	// nothing fenced, nothing adopted.
+	if _, err := c.lease.Client.GrantEpoch(ctx, connect.NewRequest(&tenurev1.GrantEpochRequest{
+		RangeId: "r", PreviousEpoch: 1, HolderId: "p1", SessionId: session,
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if leader, epoch := c.leader("r", 3, 20*time.Second); leader == "" || epoch < 3 {
+		t.Fatalf("leader %q at %d, want one at epoch >= 3", leader, epoch)
 	}
 }

@@ -303,6 +303,19 @@ func (p *Promoter) observe(ctx context.Context, r *tenurev1.RangeInfo) {
 				rs.leaderID, rs.changed = trs[0].GetLeaderId(), time.Now()
 			}
 			p.mu.Unlock()
+			return
+		}
+		if l := r.GetLease(); err == nil && l.GetEpoch() == epoch && l.GetHolderId() == p.cfg.ID && l.GetLive() && !inflight {
+			// The current epoch was granted to us, no promotion of ours is
+			// running, and none recorded an adoption: an attempt of ours
+			// lost track of its own grant (the grant applied, but its
+			// answer came too late) and its retry, comparing against the
+			// epoch before, was told the range had moved on. Nobody else
+			// will act: our session stays live, so the lease never expires.
+			// Promote it from the current epoch; fencing keeps this safe
+			// even if a leader was adopted unrecorded, and the grant's
+			// compare-and-swap keeps it from running twice.
+			p.schedule(ctx, r.GetRangeId(), epoch, "orphaned grant: no leader at our own epoch")
 		}
 	}
 }
