@@ -63,6 +63,8 @@ type outcome[Resp any] struct {
 type coalescer[Req, Resp any] struct {
 	// name names the batched RPC's span.
 	name string
+	// rangeID is a request's range: a batch names each range at most once.
+	rangeID func(*Req) string
 	// single is the single-range RPC.
 	single func(context.Context, *Req) (*Resp, error)
 	// batch is the batched RPC: one outcome per request, in order, or one
@@ -86,10 +88,10 @@ type queued[Req, Resp any] struct {
 	done chan outcome[Resp]
 }
 
-func newCoalescer[Req, Resp any](name string, timeout time.Duration,
+func newCoalescer[Req, Resp any](name string, timeout time.Duration, rangeID func(*Req) string,
 	single func(context.Context, *Req) (*Resp, error), batch func(context.Context, []*Req) ([]outcome[Resp], error),
 ) *coalescer[Req, Resp] {
-	return &coalescer[Req, Resp]{name: name, single: single, batch: batch, timeout: timeout,
+	return &coalescer[Req, Resp]{name: name, rangeID: rangeID, single: single, batch: batch, timeout: timeout,
 		singles: make(chan struct{}, maxSingleInflight)}
 }
 
@@ -118,23 +120,33 @@ func (c *coalescer[Req, Resp]) flush() {
 		c.mu.Lock()
 		// Callers that gave up are dropped: their promotion moved on, and a
 		// fence or adoption it no longer waits for is at best useless.
-		live := c.queue[:0]
+		//
+		// A batch names each range at most once (the servers refuse a
+		// batch that names one twice, as two commands for one range would
+		// race in an order nobody chose): a second call for a range already
+		// in this batch (a reconcile's fence beside a promotion's, a
+		// refresh's rebind beside a promotion's bind) waits, in order, for
+		// the next batch.
+		var qs []*queued[Req, Resp]
+		seen := map[string]bool{}
+		rest := c.queue[:0]
 		for _, q := range c.queue {
-			if q.ctx.Err() == nil {
-				live = append(live, q)
+			switch id := c.rangeID(q.req); {
+			case q.ctx.Err() != nil:
+			case len(qs) < wire.MaxRangesPerBatch && !seen[id]:
+				seen[id] = true
+				qs = append(qs, q)
+			default:
+				rest = append(rest, q)
 			}
 		}
-		clear(c.queue[len(live):])
-		c.queue = live
-		n := min(len(c.queue), wire.MaxRangesPerBatch)
-		if n == 0 {
+		clear(c.queue[len(rest):])
+		c.queue = rest
+		if len(qs) == 0 {
 			c.inflight--
 			c.mu.Unlock()
 			return
 		}
-		qs := make([]*queued[Req, Resp], n)
-		copy(qs, c.queue)
-		c.queue = c.queue[n:]
 		unbatched := c.unbatched
 		c.mu.Unlock()
 		if len(qs) == 1 || unbatched {
@@ -251,7 +263,7 @@ type leaseBatchers struct {
 func (p *Promoter) newLeaseBatchers() *leaseBatchers {
 	lc := p.lease
 	return &leaseBatchers{
-		get: newCoalescer("get-ranges", p.cfg.RPCTimeout,
+		get: newCoalescer("get-ranges", p.cfg.RPCTimeout, (*tenurev1.GetRangeRequest).GetRangeId,
 			func(ctx context.Context, r *tenurev1.GetRangeRequest) (*tenurev1.GetRangeResponse, error) {
 				resp, err := lc.GetRange(ctx, connect.NewRequest(r))
 				if err != nil {
@@ -279,7 +291,7 @@ func (p *Promoter) newLeaseBatchers() *leaseBatchers {
 						return r.GetRangeId(), &tenurev1.GetRangeResponse{Range: r.GetRange()}, nil
 					}), nil
 			}),
-		grant: newCoalescer("grant-epochs", p.cfg.RPCTimeout,
+		grant: newCoalescer("grant-epochs", p.cfg.RPCTimeout, (*tenurev1.GrantEpochRequest).GetRangeId,
 			func(ctx context.Context, r *tenurev1.GrantEpochRequest) (*tenurev1.GrantEpochResponse, error) {
 				resp, err := lc.GrantEpoch(ctx, connect.NewRequest(r))
 				if err != nil {
@@ -300,7 +312,7 @@ func (p *Promoter) newLeaseBatchers() *leaseBatchers {
 						return r.GetRangeId(), r.GetGrant(), nil
 					}), nil
 			}),
-		bind: newCoalescer("bind-leases", p.cfg.RPCTimeout,
+		bind: newCoalescer("bind-leases", p.cfg.RPCTimeout, (*tenurev1.BindLeaseRequest).GetRangeId,
 			func(ctx context.Context, r *tenurev1.BindLeaseRequest) (*tenurev1.BindLeaseResponse, error) {
 				resp, err := lc.BindLease(ctx, connect.NewRequest(r))
 				if err != nil {
@@ -333,7 +345,7 @@ func (p *Promoter) batchers(addr string) *replicaBatchers {
 		return b
 	}
 	b := &replicaBatchers{
-		fence: newCoalescer("fence-ranges", p.cfg.FenceTimeout,
+		fence: newCoalescer("fence-ranges", p.cfg.FenceTimeout, (*tenurev1.FenceRequest).GetRangeId,
 			func(ctx context.Context, r *tenurev1.FenceRequest) (*tenurev1.FenceResponse, error) {
 				resp, err := c.Fence(ctx, connect.NewRequest(r))
 				if err != nil {
@@ -354,7 +366,7 @@ func (p *Promoter) batchers(addr string) *replicaBatchers {
 						return r.GetRangeId(), r.GetFence(), nil
 					}), nil
 			}),
-		adopt: newCoalescer("adopt-ranges", p.cfg.RPCTimeout,
+		adopt: newCoalescer("adopt-ranges", p.cfg.RPCTimeout, (*tenurev1.AdoptRequest).GetRangeId,
 			func(ctx context.Context, r *tenurev1.AdoptRequest) (*tenurev1.AdoptResponse, error) {
 				resp, err := c.Adopt(ctx, connect.NewRequest(r))
 				if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenurelog/tenure/pkg/transport"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/services/replica"
 )
 
@@ -108,4 +109,29 @@ func startOlder(cfg replica.Config, listen string) (*replica.Replica, *transport
 		regs[i] = withoutProcedures(regs[i], "FenceRanges", "AdoptRanges")
 	}
 	return r, transport.ServeListener(ln, regs...), nil
+}
+
+// Two calls for one range queued at once (a reconcile's fence beside a
+// promotion's) never share a batch: the replica refuses a batch that names
+// a range twice, which would fail every range in it. Both are answered, the
+// second as the idempotent repeat it is.
+func TestCoalescerNeverBatchesARangeTwice(t *testing.T) {
+	c := newCluster(t, 1)
+	p := c.newPromoter("p1", false)
+	fence := p.batchers("http://" + c.byID["r1"].listen).fence
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const ranges, repeats = 30, 3
+	errs := make(chan error, ranges*repeats)
+	for i := range ranges * repeats {
+		go func() {
+			_, err := fence.call(ctx, &tenurev1.FenceRequest{RangeId: fmt.Sprintf("d%02d", i%ranges), Epoch: 1, FencerId: "p1"})
+			errs <- err
+		}()
+	}
+	for range ranges * repeats {
+		if err := <-errs; err != nil {
+			t.Errorf("fence = %v", err)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenurelog/tenure/pkg/journal"
 	"github.com/tenurelog/tenure/pkg/wire"
@@ -139,22 +140,35 @@ func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observed
 	m.adoptFollowers(ctx, epoch, plan)
 	m.step("adopt")
 
-	// Bind the lease for E to the new leader. A failure here does not undo
-	// the promotion (fencing, not the lease, keeps it safe); the leader's
-	// keeper and the probes take over, and the reason is logged.
-	m.bind(ctx, epoch, plan.Candidate)
-	m.step("bind")
+	// Bind the lease for E to the new leader, then record. A bind failure
+	// does not undo the promotion (fencing, not the lease, keeps it safe);
+	// the leader's keeper and the probes take over, and the reason is logged.
+	finish := func() {
+		m.bind(ctx, epoch, plan.Candidate)
+		m.step("bind")
 
-	m.tr.DurationUs = time.Since(start).Microseconds()
-	// 7. Record.
-	// The record is written even if the promoter is stopping: the promotion
-	// happened, and the record is how operators learn of it.
-	m.record(context.WithoutCancel(ctx), epoch, waitRecord)
-	m.step("record")
-	p.log.Info("promoted", "range", rangeID, "epoch", epoch, "leader", plan.Candidate,
-		"committed_bound", plan.CommittedBound, "truncations", len(plan.Truncations),
-		"duration", time.Since(start), "trace_id", m.tr.TraceId, "reason", reason)
-	return m.tr, nil
+		m.tr.DurationUs = time.Since(start).Microseconds()
+		// 7. Record.
+		// The record is written even if the promoter is stopping: the
+		// promotion happened, and the record is how operators learn of it.
+		m.record(context.WithoutCancel(ctx), epoch, waitRecord)
+		m.step("record")
+		p.log.Info("promoted", "range", rangeID, "epoch", epoch, "leader", plan.Candidate,
+			"committed_bound", plan.CommittedBound, "truncations", len(plan.Truncations),
+			"duration", time.Since(start), "trace_id", m.tr.TraceId, "reason", reason)
+	}
+	if waitRecord {
+		finish()
+		return m.tr, nil
+	}
+	// A background promotion (a failover) is done once its leader and
+	// followers are adopted: the range is served. The bind and the record
+	// follow without holding the caller's fan-out slot, so in a mass
+	// failover the next range's promotion starts a bind's round trip
+	// sooner. The caller gets a copy: finish still adds to m.tr.
+	out := proto.Clone(m.tr).(*tenurev1.Transition)
+	go finish()
+	return out, nil
 }
 
 func (p *Promoter) getRange(ctx context.Context, rangeID string) (*tenurev1.RangeInfo, error) {
