@@ -175,13 +175,25 @@ func (s *Service) sessionsOf(ctx context.Context, n int, key func(i int) (string
 	}
 }
 
-// runAll runs f(0..n-1) concurrently and waits for all. n is at most
-// wire.MaxRangesPerBatch (checkBatch), which bounds the transactions in
-// flight per call.
+// batchParallel bounds the transactions one batch has in flight. etcd
+// batches concurrent transactions into shared raft proposals, so a few
+// dozen in flight share most of the WAL syncs a hundred would; beyond that
+// a batch only crowds out other callers' requests, among them holders'
+// keep-alives, whose sessions expire if they wait longer than their TTL
+// (seen with 128 in flight per batch: keep-alives timing out and a few
+// hundred leases expiring under the promotions of a thousand new ranges).
+const batchParallel = 16
+
+// runAll runs f(0..n-1), at most batchParallel at a time, and waits for all.
 func runAll(n int, f func(i int)) {
+	sem := make(chan struct{}, batchParallel)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { f(i) })
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
 	}
 	wg.Wait()
 }

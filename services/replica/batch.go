@@ -19,10 +19,10 @@ import (
 // A batch is only a transport: each range runs exactly the single-range
 // handler (fence, adopt), under its own lock, with its own rules and its
 // own error. One range refusing (a stale epoch, a halted range) never fails
-// another. The ranges of a batch run concurrently, so their durable writes
-// land together and share the store's syncs (logstore's syncDB coalesces
-// concurrent callers): a batch of 128 fences costs a few fsyncs, not 128
-// in a row. Each answered fence is still durable before the response, which
+// another. The ranges of a batch run concurrently (up to batchParallel), so
+// their durable writes land together and share the store's syncs (logstore's
+// syncDB coalesces concurrent callers): a batch of 128 fences costs a few
+// fsyncs, not 128 in a row. Each answered fence is still durable before the response, which
 // is sent only when every range of the batch has finished.
 
 // FenceRanges fences many ranges, each by the rules of Fence.
@@ -89,12 +89,22 @@ func checkBatch(n int, rangeID func(i int) string) error {
 	return nil
 }
 
-// runAll runs f(0..n-1) concurrently and waits for all. n is at most
-// wire.MaxRangesPerBatch (checkBatch), which bounds the goroutines.
+// batchParallel bounds the ranges of one batch acting at once. A few dozen
+// concurrent commands already share most syncs (the store coalesces every
+// caller waiting while a sync runs); more only crowd the disk and the CPU
+// that the replica's other ranges, and a keep-alive, need meanwhile.
+const batchParallel = 32
+
+// runAll runs f(0..n-1), at most batchParallel at a time, and waits for all.
 func runAll(n int, f func(i int)) {
+	sem := make(chan struct{}, batchParallel)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { f(i) })
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
 	}
 	wg.Wait()
 }
