@@ -113,10 +113,11 @@ func BenchmarkMassFailover(b *testing.B) {
 		c.createRange(fmt.Sprintf("m%04d", i), "r1")
 	}
 	p := c.newPromoter("p1", true, func(cfg *Config) { cfg.FenceTimeout, cfg.RPCTimeout = 10*time.Second, 10*time.Second })
-	waitFor(b, "every range to have a leader", 120*time.Second, func() bool {
-		return len(c.ledBy("r1", 1))+len(c.ledBy("r2", 1))+len(c.ledBy("r3", 1)) == ranges
-	})
-	victims := c.ledBy("r1", 1)
+	ids := make([]string, ranges)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m%04d", i)
+	}
+	victims, _ := c.settle(p, ids, "r1")
 	stopProfile := massProfile(b)
 	killed := time.Now()
 	c.stop(c.byID["r1"])

@@ -17,7 +17,7 @@ import (
 // adoption ended, after the kill: the failover's length, read from the
 // promoter's own record of each promotion (the same clock as the kill's)
 // rather than from when a poll noticed.
-func massBreakdown(b *testing.B, p *Promoter, victims map[string]bool, killed time.Time) time.Duration {
+func massBreakdown(b *testing.B, p *Promoter, victims ledAt, killed time.Time) time.Duration {
 	ctx := context.Background()
 	var starts, adopted []time.Duration
 	steps := map[string][]time.Duration{}
@@ -26,7 +26,7 @@ func massBreakdown(b *testing.B, p *Promoter, victims map[string]bool, killed ti
 		starts, adopted, steps, order = starts[:0], adopted[:0], map[string][]time.Duration{}, order[:0]
 		for id := range victims {
 			trs, err := p.transitions(ctx, id, 1)
-			if err != nil || len(trs) != 1 || trs[0].GetEpoch() < 2 {
+			if err != nil || len(trs) != 1 || trs[0].GetEpoch() <= victims[id] {
 				return false
 			}
 			tr := trs[0]
