@@ -30,7 +30,7 @@ func runPromoter(ctx context.Context, args []string) error {
 	probe := fs.Duration("probe-interval", 100*time.Millisecond, "how often each replica is probed; a leader refusing connections or missing --probe-misses probes is promoted away before its lease expires")
 	misses := fs.Int("probe-misses", 3, "consecutive missed probes that make a leader suspect")
 	fenceTimeout := fs.Duration("fence-timeout", time.Second, "how long a promotion waits for fence answers; replicas not answering by then do not count")
-	parallel := fs.Int("max-parallel", 256, "at most this many promotions run at once; their calls to each replica and the lease service are batched, at most 2 batches in flight per server and kind")
+	parallel := fs.Int("max-parallel", 1024, "at most this many promotions run at once; their calls to each replica and the lease service are batched, at most 2 batches in flight per server and kind")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes. Flags (env TENURE_<FLAG> as fallback):\n")

@@ -40,7 +40,11 @@ func TestMassFailover(t *testing.T) {
 		cfg.FenceTimeout, cfg.RPCTimeout = 10*time.Second, 10*time.Second
 	})
 	victims, before := c.settle(p, ids, "r1")
-	if len(victims) < massRanges()/2 {
+	// r1 is preferred, but a promotion proceeds once a quorum has answered
+	// (plus a short grace), and r1, hosting every range for the first time
+	// like the others, is often the last to answer a burst of a thousand:
+	// it ends up leading anywhere from a third to all of them.
+	if len(victims) < massRanges()/4 {
 		t.Fatalf("r1 leads only %d of %d ranges", len(victims), massRanges())
 	}
 

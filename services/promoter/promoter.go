@@ -23,7 +23,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurelog/tenure/pkg/transport"
-	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
@@ -70,16 +69,18 @@ type Config struct {
 	// promotion before its lease expires (default 3). A refused connection
 	// triggers one at once.
 	ProbeMisses int
-	// MaxParallel bounds concurrent promotions (default 256). It bounds the
-	// promoter's own work, and the queue in front of each server: the calls
-	// promotions make go through the coalescers (batch.go), at most two
-	// batched calls of at most wire.MaxRangesPerBatch ranges in flight per
-	// server and kind (or 64 single-range calls to a server without the
-	// batched calls). 256 is those two batches: every promotion's call
-	// rides the batch in flight or the next one, so a mass failover moves
-	// in a few large batches, while no call waits in a queue long enough to
-	// spend its deadline there (at 1024, the fences of a thousand new ranges
-	// timed out queued behind each other).
+	// MaxParallel bounds concurrent promotions (default 1024). It bounds the
+	// promoter's own work (goroutines, plans in memory), not the calls the
+	// promotions make: those go through the coalescers (batch.go), at most
+	// two batched calls of at most wire.MaxRangesPerBatch ranges in flight
+	// per server and kind (or 64 single-range calls to a server without the
+	// batched calls). A replica that led a thousand ranges is so promoted
+	// away in one wave of large batches (BenchmarkMassFailover: ~800 ranges
+	// re-led in 1.7-2.1 s at 1024, 2.5-2.8 s at 256, whose waves of 256
+	// each paid every round trip in turn). A call may wait for the batches
+	// ahead of it (at most four rounds at 1,000 ranges), which counts
+	// against its deadline: a fence of a range not yet hosted (bootstrap)
+	// is slow, and FenceTimeout bounds the wait too.
 	MaxParallel int
 	// SessionTTL is the promoter's own lease session TTL (default 5s).
 	SessionTTL time.Duration
@@ -128,7 +129,7 @@ func (c *Config) defaults() error {
 		c.ProbeMisses = 3
 	}
 	if c.MaxParallel <= 0 {
-		c.MaxParallel = maxInflightBatches * wire.MaxRangesPerBatch
+		c.MaxParallel = 1024
 	}
 	return nil
 }
