@@ -105,16 +105,24 @@ func (l ledAt) has(id string) bool { _, ok := l[id]; return ok }
 // measured is the failover after the setup, not the setup.
 func (c *cluster) settle(p *Promoter, ids []string, killed string) (ledAt, map[string]int) {
 	c.t.Helper()
-	var victims ledAt
+	var all, victims ledAt
 	waitFor(c.t, "every range to have a leader", 120*time.Second, func() bool {
-		all := ledAt{}
-		victims = ledAt{}
+		all, victims = ledAt{}, ledAt{}
+		by := map[string]string{}
 		for _, tr := range c.replicas {
 			for r, e := range c.leading(tr.id) {
-				all[r] = max(all[r], e)
-				if tr.id == killed {
-					victims[r] = e
+				// A deposed leader that was never fenced (it did not answer
+				// in time) still reports leading at its old epoch until the
+				// reconcile loop reaches it: the leader is the one at the
+				// highest epoch.
+				if e > all[r] {
+					all[r], by[r] = e, tr.id
 				}
+			}
+		}
+		for r, id := range by {
+			if id == killed {
+				victims[r] = all[r]
 			}
 		}
 		return len(all) == len(ids)
@@ -123,8 +131,10 @@ func (c *cluster) settle(p *Promoter, ids []string, killed string) (ledAt, map[s
 	ctx := context.Background()
 	waitFor(c.t, "every range's transition record", 60*time.Second, func() bool {
 		for _, id := range ids {
+			// Records are written after the adoption, in the background:
+			// wait for the one of the current leader's epoch.
 			trs, err := p.transitions(ctx, id, 1)
-			if err != nil || len(trs) != 1 {
+			if err != nil || len(trs) != 1 || trs[0].GetEpoch() != all[id] {
 				return false
 			}
 			n, err := p.countTransitions(ctx, id)
