@@ -117,11 +117,11 @@ func BenchmarkMassFailover(b *testing.B) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("m%04d", i)
 	}
-	victims, _ := c.settle(p, ids, "r1")
+	victim, victims, _ := c.settle(p, ids)
 	stopProfile := massProfile(b)
 	killed := time.Now()
-	c.stop(c.byID["r1"])
-	c.waitReled(victims, "r1")
+	c.stop(c.byID[victim])
+	c.waitReled(victims, victim)
 	seen := time.Since(killed)
 	stopProfile()
 	b.ReportMetric(float64(len(victims)), "ranges")
