@@ -149,3 +149,27 @@ func ValidateReplicas(rs []*tenurev1.Replica) error {
 
 // Quorum is the number of replicas that form a majority of n.
 func Quorum(n int) int { return n/2 + 1 }
+
+// ValidateRangeBatch checks the range ids of a batched call (FenceRanges,
+// AdoptRanges, GrantEpochs, BindLeases): at least one, at most
+// MaxRangesPerBatch, none twice. Two commands for one range in one call
+// would race each other under that range's lock or compare-and-swap in an
+// order the caller cannot see. Each entry's own fields are checked by the
+// single-range handler that runs it.
+func ValidateRangeBatch(n int, rangeID func(i int) string) error {
+	if n == 0 {
+		return invalidf("a batch names no range")
+	}
+	if n > MaxRangesPerBatch {
+		return invalidf("a batch names %d ranges, at most %d", n, MaxRangesPerBatch)
+	}
+	seen := make(map[string]bool, n)
+	for i := range n {
+		id := rangeID(i)
+		if seen[id] {
+			return invalidf("range %q appears twice in one batch", id)
+		}
+		seen[id] = true
+	}
+	return nil
+}

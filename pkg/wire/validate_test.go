@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -149,5 +150,29 @@ func TestBoundsAgree(t *testing.T) {
 	}
 	if wire.Quorum(3) != 2 || wire.Quorum(5) != 3 || wire.Quorum(1) != 1 || wire.Quorum(4) != 3 {
 		t.Errorf("Quorum is not a strict majority")
+	}
+}
+
+func TestValidateRangeBatch(t *testing.T) {
+	distinct := func(i int) string { return fmt.Sprintf("r%d", i) }
+	for _, tt := range []struct {
+		name string
+		n    int
+		id   func(int) string
+		ok   bool
+	}{
+		{"empty", 0, distinct, false},
+		{"one", 1, distinct, true},
+		{"at the limit", wire.MaxRangesPerBatch, distinct, true},
+		{"over the limit", wire.MaxRangesPerBatch + 1, distinct, false},
+		{"a range twice", 3, func(i int) string { return []string{"a", "b", "a"}[i] }, false},
+	} {
+		err := wire.ValidateRangeBatch(tt.n, tt.id)
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: ValidateRangeBatch() = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && !errors.Is(err, wire.ErrInvalid) {
+			t.Errorf("%s: error %v does not wrap wire.ErrInvalid", tt.name, err)
+		}
 	}
 }

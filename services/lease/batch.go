@@ -44,7 +44,7 @@ func (s *Service) BindLeases(ctx context.Context, req *connect.Request[tenurev1.
 
 func (s *Service) grantEpochs(ctx context.Context, req *tenurev1.GrantEpochsRequest) (*tenurev1.GrantEpochsResponse, error) {
 	grants := req.GetGrants()
-	if err := checkBatch(len(grants), func(i int) string { return grants[i].GetRangeId() }); err != nil {
+	if err := wire.ValidateRangeBatch(len(grants), func(i int) string { return grants[i].GetRangeId() }); err != nil {
 		return nil, err
 	}
 	sessions := s.sessionsOf(ctx, len(grants), func(i int) (string, int64) {
@@ -76,7 +76,7 @@ func (s *Service) grantEpochs(ctx context.Context, req *tenurev1.GrantEpochsRequ
 
 func (s *Service) getRanges(ctx context.Context, req *tenurev1.GetRangesRequest) (*tenurev1.GetRangesResponse, error) {
 	ids := req.GetRangeIds()
-	if err := checkBatch(len(ids), func(i int) string { return ids[i] }); err != nil {
+	if err := wire.ValidateRangeBatch(len(ids), func(i int) string { return ids[i] }); err != nil {
 		return nil, err
 	}
 	out := &tenurev1.GetRangesResponse{Results: make([]*tenurev1.GetRangeResult, len(ids))}
@@ -95,7 +95,7 @@ func (s *Service) getRanges(ctx context.Context, req *tenurev1.GetRangesRequest)
 
 func (s *Service) bindLeases(ctx context.Context, req *tenurev1.BindLeasesRequest) (*tenurev1.BindLeasesResponse, error) {
 	binds := req.GetBinds()
-	if err := checkBatch(len(binds), func(i int) string { return binds[i].GetRangeId() }); err != nil {
+	if err := wire.ValidateRangeBatch(len(binds), func(i int) string { return binds[i].GetRangeId() }); err != nil {
 		return nil, err
 	}
 	sessions := s.sessionsOf(ctx, len(binds), func(i int) (string, int64) {
@@ -123,28 +123,6 @@ func (s *Service) bindLeases(ctx context.Context, req *tenurev1.BindLeasesReques
 		out.Results[i] = res
 	})
 	return out, nil
-}
-
-// checkBatch refuses a batch that is empty, larger than
-// wire.MaxRangesPerBatch, or names a range twice: two grants of one range in
-// one call would race each other's compare-and-swap in an order the caller
-// cannot see. Each range's own fields are checked per range.
-func checkBatch(n int, rangeID func(i int) string) error {
-	if n == 0 {
-		return invalidf("a batch names no range")
-	}
-	if n > wire.MaxRangesPerBatch {
-		return invalidf("a batch names %d ranges, at most %d", n, wire.MaxRangesPerBatch)
-	}
-	seen := make(map[string]bool, n)
-	for i := range n {
-		id := rangeID(i)
-		if seen[id] {
-			return invalidf("range %q appears twice in one batch", id)
-		}
-		seen[id] = true
-	}
-	return nil
 }
 
 // sessionsOf returns, for entry i of a batch, its holder's session: each

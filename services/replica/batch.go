@@ -28,7 +28,7 @@ import (
 // FenceRanges fences many ranges, each by the rules of Fence.
 func (s *Replica) FenceRanges(ctx context.Context, req *connect.Request[tenurev1.FenceRangesRequest]) (*connect.Response[tenurev1.FenceRangesResponse], error) {
 	fences := req.Msg.GetFences()
-	if err := checkBatch(len(fences), func(i int) string { return fences[i].GetRangeId() }); err != nil {
+	if err := wire.ValidateRangeBatch(len(fences), func(i int) string { return fences[i].GetRangeId() }); err != nil {
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.FenceRangesResponse{Results: make([]*tenurev1.FenceRangeResult, len(fences))}
@@ -49,7 +49,7 @@ func (s *Replica) FenceRanges(ctx context.Context, req *connect.Request[tenurev1
 // AdoptRanges adopts many ranges, each by the rules of Adopt.
 func (s *Replica) AdoptRanges(ctx context.Context, req *connect.Request[tenurev1.AdoptRangesRequest]) (*connect.Response[tenurev1.AdoptRangesResponse], error) {
 	adopts := req.Msg.GetAdopts()
-	if err := checkBatch(len(adopts), func(i int) string { return adopts[i].GetRangeId() }); err != nil {
+	if err := wire.ValidateRangeBatch(len(adopts), func(i int) string { return adopts[i].GetRangeId() }); err != nil {
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.AdoptRangesResponse{Results: make([]*tenurev1.AdoptRangeResult, len(adopts))}
@@ -65,28 +65,6 @@ func (s *Replica) AdoptRanges(ctx context.Context, req *connect.Request[tenurev1
 		out.Results[i] = res
 	})
 	return connect.NewResponse(out), nil
-}
-
-// checkBatch refuses a batch that is empty, larger than
-// wire.MaxRangesPerBatch, or names a range twice: two commands for one range
-// in one call would race each other under the range lock in an order the
-// caller cannot see. Each range's own fields are checked by its handler.
-func checkBatch(n int, rangeID func(i int) string) error {
-	if n == 0 {
-		return invalidf("a batch names no range")
-	}
-	if n > wire.MaxRangesPerBatch {
-		return invalidf("a batch names %d ranges, at most %d", n, wire.MaxRangesPerBatch)
-	}
-	seen := make(map[string]bool, n)
-	for i := range n {
-		id := rangeID(i)
-		if seen[id] {
-			return invalidf("range %q appears twice in one batch", id)
-		}
-		seen[id] = true
-	}
-	return nil
 }
 
 // batchParallel bounds the ranges of one batch acting at once. A few dozen
