@@ -50,7 +50,11 @@ type LogServiceClient interface {
 	// client (the records may or may not commit under a later leader).
 	Append(context.Context, *connect.Request[v1.AppendRequest]) (*connect.Response[v1.AppendResponse], error)
 	// Read returns committed records (below the high-water mark) from an
-	// offset, bounded by count and bytes.
+	// offset, bounded by count and bytes. It is linearizable: before answering,
+	// the leader confirms with a quorum of replicas that no later epoch exists
+	// (Raft's ReadIndex), since a leader deposed without being fenced may still
+	// believe its lease valid. A leader that cannot confirm in time answers
+	// Unavailable; one that learns of a later epoch, FailedPrecondition.
 	Read(context.Context, *connect.Request[v1.ReadRequest]) (*connect.Response[v1.ReadResponse], error)
 	// Tail streams committed records from an offset as they commit.
 	Tail(context.Context, *connect.Request[v1.TailRequest]) (*connect.ServerStreamForClient[v1.TailResponse], error)
@@ -119,7 +123,11 @@ type LogServiceHandler interface {
 	// client (the records may or may not commit under a later leader).
 	Append(context.Context, *connect.Request[v1.AppendRequest]) (*connect.Response[v1.AppendResponse], error)
 	// Read returns committed records (below the high-water mark) from an
-	// offset, bounded by count and bytes.
+	// offset, bounded by count and bytes. It is linearizable: before answering,
+	// the leader confirms with a quorum of replicas that no later epoch exists
+	// (Raft's ReadIndex), since a leader deposed without being fenced may still
+	// believe its lease valid. A leader that cannot confirm in time answers
+	// Unavailable; one that learns of a later epoch, FailedPrecondition.
 	Read(context.Context, *connect.Request[v1.ReadRequest]) (*connect.Response[v1.ReadResponse], error)
 	// Tail streams committed records from an offset as they commit.
 	Tail(context.Context, *connect.Request[v1.TailRequest], *connect.ServerStream[v1.TailResponse]) error
