@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/fanout"
 	"github.com/tenurelog/tenure/internal/table"
 	"github.com/tenurelog/tenure/pkg/journal"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
@@ -54,16 +55,9 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	}
 	// Ranges are asked in parallel, a bounded number at a time.
 	out := make([]rangeStatus, len(ranges))
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i, r := range ranges {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			out[i] = rangeStatus{info: r, members: c.memberStatuses(ctx, r)}
-		})
-	}
-	wg.Wait()
+	fanout.Run(len(ranges), 16, func(i int) {
+		out[i] = rangeStatus{info: ranges[i], members: c.memberStatuses(ctx, ranges[i])}
+	})
 	if *o.json {
 		return writeStatusJSON(e.stdout, out)
 	}

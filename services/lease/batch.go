@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/fanout"
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
@@ -51,7 +52,7 @@ func (s *Service) grantEpochs(ctx context.Context, req *tenurev1.GrantEpochsRequ
 		return grants[i].GetHolderId(), grants[i].GetSessionId()
 	})
 	out := &tenurev1.GrantEpochsResponse{Results: make([]*tenurev1.GrantEpochResult, len(grants))}
-	runAll(len(grants), func(i int) {
+	fanout.Run(len(grants), batchParallel, func(i int) {
 		g := grants[i]
 		res := &tenurev1.GrantEpochResult{RangeId: g.GetRangeId()}
 		resp, err := func() (*tenurev1.GrantEpochResponse, error) {
@@ -80,7 +81,7 @@ func (s *Service) getRanges(ctx context.Context, req *tenurev1.GetRangesRequest)
 		return nil, err
 	}
 	out := &tenurev1.GetRangesResponse{Results: make([]*tenurev1.GetRangeResult, len(ids))}
-	runAll(len(ids), func(i int) {
+	fanout.Run(len(ids), batchParallel, func(i int) {
 		res := &tenurev1.GetRangeResult{RangeId: ids[i]}
 		resp, err := s.getRange(ctx, &tenurev1.GetRangeRequest{RangeId: ids[i]})
 		if err != nil {
@@ -102,7 +103,7 @@ func (s *Service) bindLeases(ctx context.Context, req *tenurev1.BindLeasesReques
 		return binds[i].GetHolderId(), binds[i].GetSessionId()
 	})
 	out := &tenurev1.BindLeasesResponse{Results: make([]*tenurev1.BindLeaseResult, len(binds))}
-	runAll(len(binds), func(i int) {
+	fanout.Run(len(binds), batchParallel, func(i int) {
 		b := binds[i]
 		res := &tenurev1.BindLeaseResult{RangeId: b.GetRangeId()}
 		resp, err := func() (*tenurev1.BindLeaseResponse, error) {
@@ -161,20 +162,6 @@ func (s *Service) sessionsOf(ctx context.Context, n int, key func(i int) (string
 // (seen with 128 in flight per batch: keep-alives timing out and a few
 // hundred leases expiring under the promotions of a thousand new ranges).
 const batchParallel = 16
-
-// runAll runs f(0..n-1), at most batchParallel at a time, and waits for all.
-func runAll(n int, f func(i int)) {
-	sem := make(chan struct{}, batchParallel)
-	var wg sync.WaitGroup
-	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			f(i)
-		})
-	}
-	wg.Wait()
-}
 
 // leaseError is one range's failure in a batch answer: the code and message
 // the single-range call would have answered, and the current epoch its

@@ -3,10 +3,10 @@ package replica
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/fanout"
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
@@ -32,7 +32,7 @@ func (s *Replica) FenceRanges(ctx context.Context, req *connect.Request[tenurev1
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.FenceRangesResponse{Results: make([]*tenurev1.FenceRangeResult, len(fences))}
-	runAll(len(fences), func(i int) {
+	fanout.Run(len(fences), batchParallel, func(i int) {
 		m := fences[i]
 		res := &tenurev1.FenceRangeResult{RangeId: m.GetRangeId()}
 		a, err := s.fence(ctx, m)
@@ -53,7 +53,7 @@ func (s *Replica) AdoptRanges(ctx context.Context, req *connect.Request[tenurev1
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.AdoptRangesResponse{Results: make([]*tenurev1.AdoptRangeResult, len(adopts))}
-	runAll(len(adopts), func(i int) {
+	fanout.Run(len(adopts), batchParallel, func(i int) {
 		m := adopts[i]
 		res := &tenurev1.AdoptRangeResult{RangeId: m.GetRangeId()}
 		a, err := s.adopt(m)
@@ -72,20 +72,6 @@ func (s *Replica) AdoptRanges(ctx context.Context, req *connect.Request[tenurev1
 // caller waiting while a sync runs); more only crowd the disk and the CPU
 // that the replica's other ranges, and a keep-alive, need meanwhile.
 const batchParallel = 32
-
-// runAll runs f(0..n-1), at most batchParallel at a time, and waits for all.
-func runAll(n int, f func(i int)) {
-	sem := make(chan struct{}, batchParallel)
-	var wg sync.WaitGroup
-	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			f(i)
-		})
-	}
-	wg.Wait()
-}
 
 // replicaError is one range's failure in a batch answer: the code and
 // message the single-range call would have answered.
