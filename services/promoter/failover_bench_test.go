@@ -98,8 +98,9 @@ func BenchmarkPlannedPromote(b *testing.B) {
 	report(b, "unanswered", gaps)
 }
 
-// BenchmarkMassFailover: a replica leading most of 1,000 ranges is killed;
-// the time until every one of its ranges has a new leader.
+// BenchmarkMassFailover: a replica leading all 1,000 ranges is killed; the
+// time until every one of its ranges has a new leader. The setup moves every
+// range under one replica first (leadAll) and refuses to report otherwise.
 //
 // all-re-led-ms is the kill to the end of the last victim's adoption step,
 // from the transition records; seen-re-led-ms is when the test's poll
@@ -117,7 +118,15 @@ func BenchmarkMassFailover(b *testing.B) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("m%04d", i)
 	}
+	// The scenario: a replica leading all 1,000 ranges is killed.
+	// Move every range under the replica already leading the most, then
+	// settle again (every record written, every follower caught up).
+	victim, _, _ := c.settle(p, ids)
+	c.leadAll(p, ids, victim)
 	victim, victims, _ := c.settle(p, ids)
+	if len(victims) != ranges {
+		b.Fatalf("the replica to kill (%s) leads %d of %d ranges: not the scenario measured", victim, len(victims), ranges)
+	}
 	stopProfile := massProfile(b)
 	killed := time.Now()
 	c.stop(c.byID[victim])
