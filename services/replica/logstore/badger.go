@@ -20,9 +20,11 @@ import (
 // per range.
 func badgerOptions(dir string, log *slog.Logger) badger.Options {
 	return badger.DefaultOptions(dir).
-		// Group commit is ours (commit.go): one db.Sync per batch of many
-		// appends. With SyncWrites Badger would fsync once per commit
-		// request, and records would not be readable (fetchable by
+		// Group commit is ours (commit.go): one fdatasync of our own WAL per
+		// batch of many appends (wal.go); Badger's files are synced only at
+		// WAL checkpoints and for the rare writes that must be durable at
+		// once (putSynced). With SyncWrites Badger would fsync once per
+		// commit request, and records would not be readable (fetchable by
 		// followers) until their own fsync finished.
 		WithSyncWrites(false).
 		// Each key has one writer (the committer, or Truncate on a drained

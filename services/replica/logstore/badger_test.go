@@ -47,3 +47,21 @@ func TestSyncSealedWALs(t *testing.T) {
 		t.Fatalf("sealed after removal = %v, want [00002.mem]", got)
 	}
 }
+
+// SetWALSwitchBytes lets the external tests switch WAL files after a few
+// small batches; the returned function restores the size.
+func SetWALSwitchBytes(n int64) (restore func()) {
+	old := walSwitchBytes
+	walSwitchBytes = n
+	return func() { walSwitchBytes = old }
+}
+
+// WaitWALCheckpoint waits until no WAL checkpoint is running.
+func (s *Store) WaitWALCheckpoint() {
+	w := s.wal
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.checkpointing {
+		w.cond.Wait()
+	}
+}

@@ -29,9 +29,9 @@ import (
 //     Changed wakes (a follower's fetch can take them now);
 //  4. hand the new log ends to the syncer, and go back to 1 at once.
 //
-// The syncer loops: take every log end handed over so far, db.Sync once
-// (syncDB), then publish them as durable ends and wake again (the leader can
-// count them toward the commit).
+// The syncer loops: take every log end handed over so far, fdatasync the
+// WAL once (syncWAL, wal.go), then publish them as durable ends and wake
+// again (the leader can count them toward the commit).
 //
 // So an append that arrives while an fsync is in flight is written, and
 // fetchable by followers, at once instead of one fsync later; and under load
@@ -278,13 +278,13 @@ func (s *Store) writeInline() {
 	s.qmu.Unlock()
 }
 
-// syncEnds makes ends durable: one syncDB, which covers every commit that
-// returned before it started (these ends were committed before the call),
-// then the durable ends are published. A failed sync fails the store: the
+// syncEnds makes ends durable: one WAL sync, which covers every batch
+// appended before it started (these ends were committed, and appended to
+// the WAL, before the call), then the durable ends are published. A failed sync fails the store: the
 // records stay written but never become durable, and WaitDurable returns
 // the failure.
 func (s *Store) syncEnds(ends map[*Range]uint64) bool {
-	if err := s.syncDB(); err != nil {
+	if err := s.syncWAL(); err != nil {
 		_ = s.fail(err)
 		return false
 	}
@@ -413,43 +413,51 @@ func (s *Store) writeFinalMarkers() error {
 
 // writeBatch writes and commits b's records, each touched range's synced-end
 // marker and the dirty HWMs, in order, in as few Badger transactions as fit
-// (txnWriter).
+// (txnWriter), then appends the same keys to the WAL as one entry.
 func (s *Store) writeBatch(b batch) error {
-	tw := s.newTxnWriter()
-	defer tw.discard()
+	n := len(b.hwms)
+	for _, w := range b.writes {
+		n += len(w.keys) + 1
+	}
+	keys, vals := make([][]byte, 0, n), make([][]byte, 0, n)
+	add := func(k, v []byte) { keys, vals = append(keys, k), append(vals, v) }
 	touched := map[*Range]bool{}
 	for _, w := range b.writes {
 		for i := range w.keys {
-			if err := tw.set(w.keys[i], w.vals[i]); err != nil {
-				return fmt.Errorf("logstore: write batch: %w", err)
-			}
+			add(w.keys[i], w.vals[i])
 		}
 		touched[w.r] = true
 	}
-	// The synced-end marker says "records below this were fsynced before
+	// The synced-end marker says "records below this were durable before
 	// this batch was written": whatever survives of this batch after a
 	// crash, recovery trusts the log up to the marker and checks only the
 	// tail above it for records lost to an unsynced write (recoverLogEnd).
 	// DurableEnd is raised only after a sync returned, so it is such an
-	// offset even while the syncer is syncing earlier batches.
+	// offset even while the syncer is syncing earlier batches. (Durable in
+	// the WAL: Open replays it before recovery reads the marker.)
 	for r := range touched {
 		key := rangeKey(prefixSynced, r.id)
-		if err := tw.set(key, encodeU64(key, r.DurableEnd())); err != nil {
-			return fmt.Errorf("logstore: write batch: %w", err)
-		}
+		add(key, encodeU64(key, r.DurableEnd()))
 	}
 	// HWMs after the records: a HWM is never persisted ahead of the records
 	// it covers (transactions commit, and replay, in this order).
 	for _, r := range b.hwms {
 		key := rangeKey(prefixHWM, r.id)
-		if err := tw.set(key, encodeU64(key, r.HWM())); err != nil {
+		add(key, encodeU64(key, r.HWM()))
+	}
+	tw := s.newTxnWriter()
+	defer tw.discard()
+	for i := range keys {
+		if err := tw.set(keys[i], vals[i]); err != nil {
 			return fmt.Errorf("logstore: write batch: %w", err)
 		}
 	}
 	if err := tw.commit(); err != nil {
 		return fmt.Errorf("logstore: commit batch: %w", err)
 	}
-	return nil
+	// After the commit: a checkpoint's syncDB, which starts after this
+	// entry is in the WAL, then covers the batch (wal.go).
+	return s.appendWAL(keys, vals)
 }
 
 // txnWriter writes a sequence of keys in Badger transactions committed one

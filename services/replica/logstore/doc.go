@@ -5,8 +5,9 @@
 // A Store is opened once per replica process; a Range is one range in it.
 // The leader appends with Append, a follower with AppendRecords; both return
 // once the records are written (readable), and DurableEnd/WaitDurable say
-// when they are fsynced. Concurrent appends across all ranges share one
-// Badger commit and one fsync (group commit, commit.go).
+// when they are durable. Concurrent appends across all ranges share one
+// Badger commit and one fdatasync of the store's write-ahead log (group
+// commit, commit.go; the WAL, wal.go).
 //
 // # Invariants
 //
@@ -38,6 +39,7 @@
 //	h/<id>                            high-water mark       (u64 value)
 //	d/<id>                            synced-end marker     (u64 value)
 //	t/<id>                            truncation target     (u64 value, present only mid-truncation)
+//	w/gen                             oldest WAL generation Open replays (u64 value)
 //
 //	record:  +-------------+----------+---------------+-----------------+
 //	         | epoch u64   | flags u8 | crc32c u32    | value           |
@@ -53,6 +55,10 @@
 //	         (replica id str, replica address str) per replica |
 //	         crc32c u32 over the key then everything before it
 //	         (str: u16 length, then the bytes, at most 1024)
+//
+// dir/wal.0 and dir/wal.1 are the write-ahead log: every group commit's
+// keys and values, in generations that Open replays into Badger (see wal.go
+// for the entry format).
 //
 // All integers are big-endian. These constants are part of the on-disk
 // format: a store written by one version of tenure must be read by the next.

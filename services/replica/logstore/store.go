@@ -154,6 +154,10 @@ type Store struct {
 	syncWanted uint64     // highest ticket handed out
 	syncDone   uint64     // every ticket up to this is durable
 
+	// wal makes group commits durable (wal.go); bg runs its checkpoints.
+	wal *wal
+	bg  sync.WaitGroup
+
 	syncs, commits atomic.Uint64
 }
 
@@ -215,7 +219,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("logstore: open badger in %s: %w", s.badgerDir, err)
 	}
 	s.db = db
-	ids, err := s.persistedRangeIDs()
+	// The WAL first: the ranges are loaded from what it made durable.
+	err = s.recoverWAL(dir)
+	var ids []string
+	if err == nil {
+		ids, err = s.persistedRangeIDs()
+	}
 	if err == nil {
 		for _, id := range ids {
 			var r *Range
@@ -228,6 +237,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		for _, r := range s.ranges {
 			_ = r.j.Close()
+		}
+		if s.wal != nil {
+			s.wal.close()
 		}
 		_ = db.Close()
 		return nil, err
@@ -258,10 +270,15 @@ func (s *Store) Close() error {
 	s.life.Lock()
 	defer s.life.Unlock()
 	s.closed = true
+	// WAL checkpoints start at the writer's switches and at Truncate's;
+	// both have ended (the writer exited, and Truncate holds life).
+	s.bg.Wait()
 	var errs []error
-	if s.writeErrAfterClose() == nil {
+	clean := s.writeErrAfterClose() == nil
+	if clean {
 		errs = append(errs, s.writeFinalMarkers())
 	}
+	errs = append(errs, s.closeWAL(clean))
 	for _, r := range s.snapshotRanges() {
 		errs = append(errs, r.j.Close())
 	}

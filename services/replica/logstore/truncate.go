@@ -49,6 +49,13 @@ func (r *Range) Truncate(to uint64) (removed uint64, err error) {
 	}
 
 	s := r.s
+	// The WAL may hold the records about to be cut (wal.go): a replay after
+	// a crash would write them back. A checkpoint that starts now (every
+	// write to the range is durable and no new one is accepted) makes those
+	// entries redundant, so Open never replays them.
+	if err := s.forceCheckpoint(); err != nil {
+		return 0, s.fail(err)
+	}
 	intent := rangeKey(prefixIntent, r.id)
 	if err := s.putSynced(intent, encodeU64(intent, to)); err != nil {
 		return 0, err
