@@ -101,19 +101,22 @@ func (l ledAt) has(id string) bool { _, ok := l[id]; return ok }
 
 // settle waits until every range has a leader and a transition record of
 // that leader's epoch, and returns the replica leading the most ranges (the
-// one to kill: at least a third of them, whichever replicas won the setup's
-// burst), the ranges it leads (with their epochs) and how many transition
-// records each range has. A range's first
-// leader may not be at epoch 1: a thousand new ranges promoted at once can
-// make a holder's keep-alive late and its leases expire, and what is
-// measured is the failover after the setup, not the setup.
+// one to kill), the ranges it leads (with their epochs) and how many
+// transition records each range has. A range's first leader may not be at
+// epoch 1: a thousand new ranges promoted at once can make a holder's
+// keep-alive late and its leases expire, and what is measured is the
+// failover after the setup, not the setup. For the same reason the leaders
+// are read again whenever a record does not match yet: a range the
+// promoter moved meanwhile has a new leader, and waiting for the record of
+// the old one would wait forever.
 func (c *cluster) settle(p *Promoter, ids []string) (string, ledAt, map[string]int) {
 	c.t.Helper()
-	var all, victims ledAt
 	var killed string
-	waitFor(c.t, "every range to have a leader", 120*time.Second, func() bool {
-		all, victims = ledAt{}, ledAt{}
-		by := map[string]string{}
+	var victims ledAt
+	var before map[string]int
+	ctx := context.Background()
+	waitFor(c.t, "every range to have a leader and that leader's transition record", 180*time.Second, func() bool {
+		all, by := ledAt{}, map[string]string{}
 		for _, tr := range c.replicas {
 			for r, e := range c.leading(tr.id) {
 				// A deposed leader that was never fenced (it did not answer
@@ -125,23 +128,10 @@ func (c *cluster) settle(p *Promoter, ids []string) (string, ledAt, map[string]i
 				}
 			}
 		}
-		count := map[string]int{}
-		for _, id := range by {
-			count[id]++
-			if killed == "" || count[id] > count[killed] {
-				killed = id
-			}
+		if len(all) != len(ids) {
+			return false
 		}
-		for r, id := range by {
-			if id == killed {
-				victims[r] = all[r]
-			}
-		}
-		return len(all) == len(ids)
-	})
-	before := map[string]int{}
-	ctx := context.Background()
-	waitFor(c.t, "every range's transition record", 60*time.Second, func() bool {
+		before = map[string]int{}
 		for _, id := range ids {
 			// Records are written after the adoption, in the background:
 			// wait for the one of the current leader's epoch.
@@ -154,6 +144,20 @@ func (c *cluster) settle(p *Promoter, ids []string) (string, ledAt, map[string]i
 				return false
 			}
 			before[id] = n
+		}
+		count := map[string]int{}
+		killed = ""
+		for _, id := range by {
+			count[id]++
+			if killed == "" || count[id] > count[killed] {
+				killed = id
+			}
+		}
+		victims = ledAt{}
+		for r, id := range by {
+			if id == killed {
+				victims[r] = all[r]
+			}
 		}
 		return true
 	})
