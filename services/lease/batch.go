@@ -3,9 +3,13 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"connectrpc.com/connect"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurelog/tenure/internal/fanout"
 	"github.com/tenurelog/tenure/pkg/wire"
@@ -17,16 +21,22 @@ import (
 // grants and binds hundreds of ranges together; one call per range spent its
 // CPU on HTTP/2 framing and a session read per range.
 //
-// A batch is only a transport. Each range is still its own etcd
-// transaction with its own compare-and-swap on its epoch (grantEpochIn,
-// bindLeaseIn), so one lost race fails that range alone: a single multi-range
-// transaction would be all-or-nothing, and one stale previous epoch would
-// refuse every grant with it. The transactions run concurrently, which etcd
-// batches into shared raft proposals and WAL syncs. What the batch does
-// share is the session lookup: a promoter grants every range of a failover
-// to its one session, so it is read once per (holder, session) named, not
-// once per range; each transaction still compares the session's creation
-// revision, so a session that expired after the lookup grants nothing.
+// A batch is a transport, and for grants and binds also one etcd
+// transaction per nestedPerTxn ranges: each range is a nested transaction
+// of it (clientv3.OpTxn) with its own compare-and-swap on its epoch
+// (grantTxn, bindTxn), so one lost race fails that range alone, exactly as
+// its own transaction would. A flat multi-range transaction would be
+// all-or-nothing: one stale previous epoch would refuse every grant with
+// it. Nesting keeps each range's decision its own while a batch of 128
+// costs two raft proposals, not 128: in a mass failover of 1,000 ranges,
+// one transaction per range was 2,000 proposals contending for etcd with
+// the surviving holders' keep-alives, and a grant waited 100-200 ms.
+//
+// What a batch also shares is the session lookup: a promoter grants every
+// range of a failover to its one session, so it is read once per (holder,
+// session) named, not once per range; each range's compares still check
+// the session's creation revision, so a session that expired after the
+// lookup grants nothing.
 
 // GrantEpochs implements LeaseService.GrantEpochs.
 func (s *Service) GrantEpochs(ctx context.Context, req *connect.Request[tenurev1.GrantEpochsRequest]) (*connect.Response[tenurev1.GrantEpochsResponse], error) {
@@ -52,25 +62,38 @@ func (s *Service) grantEpochs(ctx context.Context, req *tenurev1.GrantEpochsRequ
 		return grants[i].GetHolderId(), grants[i].GetSessionId()
 	})
 	out := &tenurev1.GrantEpochsResponse{Results: make([]*tenurev1.GrantEpochResult, len(grants))}
-	fanout.Run(len(grants), batchParallel, func(i int) {
-		g := grants[i]
-		res := &tenurev1.GrantEpochResult{RangeId: g.GetRangeId()}
-		resp, err := func() (*tenurev1.GrantEpochResponse, error) {
-			if err := checkGrant(g); err != nil {
-				return nil, err
-			}
-			sess, err := sessions(i)
-			if err != nil {
-				return nil, err
-			}
-			return s.grantEpochIn(ctx, g, sess)
-		}()
+	answer := func(i int, resp *tenurev1.GrantEpochResponse, err error) {
+		res := &tenurev1.GrantEpochResult{RangeId: grants[i].GetRangeId()}
 		if err != nil {
 			res.Error = leaseError(ctx, err)
 		} else {
 			res.Grant = resp
 		}
 		out.Results[i] = res
+	}
+	sess := make([]session, len(grants))
+	var txns []rangeTxn
+	for i, g := range grants {
+		err := checkGrant(g)
+		if err == nil {
+			sess[i], err = sessions(i)
+		}
+		if err != nil {
+			answer(i, nil, err)
+			continue
+		}
+		t := s.grantTxn(g, sess[i])
+		t.rangeIndex = i
+		txns = append(txns, t)
+	}
+	s.commitEach(ctx, txns, func(t rangeTxn, succeeded bool, rs []*etcdserverpb.ResponseOp, err error) {
+		i := t.rangeIndex
+		if err != nil {
+			answer(i, nil, err)
+			return
+		}
+		resp, err := s.grantAnswer(ctx, grants[i], sess[i], succeeded, rs)
+		answer(i, resp, err)
 	})
 	return out, nil
 }
@@ -103,27 +126,89 @@ func (s *Service) bindLeases(ctx context.Context, req *tenurev1.BindLeasesReques
 		return binds[i].GetHolderId(), binds[i].GetSessionId()
 	})
 	out := &tenurev1.BindLeasesResponse{Results: make([]*tenurev1.BindLeaseResult, len(binds))}
-	fanout.Run(len(binds), batchParallel, func(i int) {
-		b := binds[i]
-		res := &tenurev1.BindLeaseResult{RangeId: b.GetRangeId()}
-		resp, err := func() (*tenurev1.BindLeaseResponse, error) {
-			if err := checkBind(b); err != nil {
-				return nil, err
-			}
-			sess, err := sessions(i)
-			if err != nil {
-				return nil, err
-			}
-			return s.bindLeaseIn(ctx, b, sess)
-		}()
+	answer := func(i int, resp *tenurev1.BindLeaseResponse, err error) {
+		res := &tenurev1.BindLeaseResult{RangeId: binds[i].GetRangeId()}
 		if err != nil {
 			res.Error = leaseError(ctx, err)
 		} else {
 			res.Bind = resp
 		}
 		out.Results[i] = res
+	}
+	sess := make([]session, len(binds))
+	var txns []rangeTxn
+	for i, b := range binds {
+		err := checkBind(b)
+		if err == nil {
+			sess[i], err = sessions(i)
+		}
+		if err != nil {
+			answer(i, nil, err)
+			continue
+		}
+		t := s.bindTxn(b, sess[i])
+		t.rangeIndex = i
+		txns = append(txns, t)
+	}
+	s.commitEach(ctx, txns, func(t rangeTxn, succeeded bool, rs []*etcdserverpb.ResponseOp, err error) {
+		i := t.rangeIndex
+		if err != nil {
+			answer(i, nil, err)
+			return
+		}
+		resp, err := s.bindAnswer(ctx, binds[i], sess[i], succeeded, rs)
+		answer(i, resp, err)
 	})
 	return out, nil
+}
+
+// nestedPerTxn is how many ranges' transactions one etcd transaction
+// carries. etcd refuses a transaction whose operations at one level plus
+// the largest nested one exceed --max-txn-ops (default 128): 64 ranges of
+// at most four operations each stay well within it, and a batch of
+// wire.MaxRangesPerBatch is two transactions.
+const nestedPerTxn = 64
+
+// commitEach commits every range's transaction, nestedPerTxn of them per
+// etcd transaction (each a nested transaction deciding on its own
+// compares), and calls done once per range with its outcome and responses,
+// or with the error of the etcd transaction that carried it. An etcd that
+// refuses the nested form (a lower --max-txn-ops, a request too large)
+// gets each range as its own transaction instead, batchParallel at a time.
+func (s *Service) commitEach(ctx context.Context, txns []rangeTxn, done func(t rangeTxn, succeeded bool, rs []*etcdserverpb.ResponseOp, err error)) {
+	chunks := (len(txns) + nestedPerTxn - 1) / nestedPerTxn
+	fanout.Run(chunks, batchParallel, func(c int) {
+		chunk := txns[c*nestedPerTxn : min((c+1)*nestedPerTxn, len(txns))]
+		ops := make([]clientv3.Op, len(chunk))
+		for i, t := range chunk {
+			ops[i] = clientv3.OpTxn(t.cmps, t.then, t.els)
+		}
+		resp, err := s.kv.Txn(ctx).Then(ops...).Commit()
+		if errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge) {
+			// Refused before it was applied: nothing of it happened.
+			fanout.Run(len(chunk), batchParallel, func(i int) {
+				t := chunk[i]
+				resp, err := s.kv.Txn(ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
+				if err != nil {
+					done(t, false, nil, err)
+					return
+				}
+				done(t, resp.Succeeded, resp.Responses, nil)
+			})
+			return
+		}
+		for i, t := range chunk {
+			switch {
+			case err != nil:
+				done(t, false, nil, err)
+			case i >= len(resp.Responses) || resp.Responses[i].GetResponseTxn() == nil:
+				done(t, false, nil, fmt.Errorf("etcd answered %d responses for %d nested transactions", len(resp.Responses), len(chunk)))
+			default:
+				r := resp.Responses[i].GetResponseTxn()
+				done(t, r.Succeeded, r.Responses, nil)
+			}
+		}
+	})
 }
 
 // sessionsOf returns, for entry i of a batch, its holder's session: each

@@ -227,3 +227,89 @@ func TestGetRangesPerRange(t *testing.T) {
 		}
 	}
 }
+
+// A full batch spans several etcd transactions, each range a nested
+// transaction of one: a stale previous epoch still fails that range alone,
+// every other range is granted exactly prev+1 and answered with the range
+// as of its grant (its replica set, from the grant's own transaction, so a
+// promoter can fence without a GetRange first), and the binds that follow
+// move exactly the current epochs' leases, per range.
+func TestGrantAndBindFullBatchPerRange(t *testing.T) {
+	env := newEnv(t)
+	ctx := testCtx(t, time.Minute)
+	n := wire.MaxRangesPerBatch
+	sid := openSession(t, ctx, env.Client, "p1", 60_000)
+	created := map[string]*tenurev1.RangeInfo{}
+	req := &tenurev1.GrantEpochsRequest{}
+	for i := range n {
+		id := fmt.Sprintf("m%03d", i)
+		created[id] = createRange(t, ctx, env.Client, id)
+		if i%10 == 3 {
+			grant(t, ctx, env.Client, id, 0, "p1", sid) // stale below: it is at 1
+		}
+		req.Grants = append(req.Grants, &tenurev1.GrantEpochRequest{RangeId: id, PreviousEpoch: 0, HolderId: "p1", SessionId: sid})
+	}
+	resp, err := env.Client.GrantEpochs(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatalf("GrantEpochs() = %v", err)
+	}
+	rs := resp.Msg.GetResults()
+	if len(rs) != n {
+		t.Fatalf("GrantEpochs() answered %d results, want %d", len(rs), n)
+	}
+	binds := &tenurev1.BindLeasesRequest{}
+	for i, r := range rs {
+		id := fmt.Sprintf("m%03d", i)
+		if r.GetRangeId() != id {
+			t.Fatalf("result %d names %q, want %q", i, r.GetRangeId(), id)
+		}
+		if i%10 == 3 {
+			if e := r.GetError(); r.GetGrant() != nil || connect.Code(e.GetCode()) != connect.CodeAborted || e.GetCurrentEpoch() != 1 {
+				t.Errorf("%s (stale) = %v, want Aborted at current epoch 1", id, r)
+			}
+			// Bind a deposed epoch: refused for this range alone.
+			binds.Binds = append(binds.Binds, &tenurev1.BindLeaseRequest{RangeId: id, Epoch: 2, HolderId: "r2"})
+			continue
+		}
+		g, want := r.GetGrant(), created[id]
+		if r.GetError() != nil || g.GetEpoch() != 1 || g.GetLease().GetSessionId() != sid {
+			t.Errorf("%s = %v, want epoch 1 bound to session %d", id, r, sid)
+			continue
+		}
+		if ri := g.GetRange(); ri.GetRangeId() != id || ri.GetEpoch() != 1 || ri.GetMembershipRevision() != want.GetMembershipRevision() ||
+			len(ri.GetReplicas()) != len(want.GetReplicas()) || ri.GetReplicas()[1].GetAddress() != want.GetReplicas()[1].GetAddress() {
+			t.Errorf("%s: grant's range = %v, want the created %v at epoch 1", id, ri, want)
+		}
+		binds.Binds = append(binds.Binds, &tenurev1.BindLeaseRequest{RangeId: id, Epoch: 1, HolderId: "r2"})
+	}
+	leader := openSession(t, ctx, env.Client, "r2", 60_000)
+	bresp, err := env.Client.BindLeases(ctx, connect.NewRequest(binds))
+	if err != nil {
+		t.Fatalf("BindLeases() = %v", err)
+	}
+	for _, r := range bresp.Msg.GetResults() {
+		var i int
+		fmt.Sscanf(r.GetRangeId(), "m%03d", &i)
+		if i%10 == 3 {
+			if e := r.GetError(); r.GetBind() != nil || connect.Code(e.GetCode()) != connect.CodeFailedPrecondition || e.GetCurrentEpoch() != 1 {
+				t.Errorf("bind %s at a deposed epoch = %v, want FailedPrecondition at current epoch 1", r.GetRangeId(), r)
+			}
+			continue
+		}
+		if r.GetError() != nil || r.GetBind().GetLease().GetSessionId() != leader || r.GetBind().GetLease().GetEpoch() != 1 {
+			t.Errorf("bind %s = %v, want epoch 1 bound to r2's session %d", r.GetRangeId(), r, leader)
+		}
+	}
+	// What the batches stored is what the single calls read.
+	for i := range n {
+		id := fmt.Sprintf("m%03d", i)
+		l, err := env.Client.GetLease(ctx, connect.NewRequest(&tenurev1.GetLeaseRequest{RangeId: id}))
+		want := "r2"
+		if i%10 == 3 {
+			want = "p1"
+		}
+		if err != nil || l.Msg.GetLease().GetEpoch() != 1 || l.Msg.GetLease().GetHolderId() != want {
+			t.Errorf("GetLease(%s) = %v, %v; want epoch 1 held by %s", id, l, err, want)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurelog/tenure/pkg/wire"
@@ -47,36 +49,72 @@ func checkGrant(req *tenurev1.GrantEpochRequest) error {
 // creation revision, so a session resolved a moment ago that has since
 // expired grants nothing.
 func (s *Service) grantEpochIn(ctx context.Context, req *tenurev1.GrantEpochRequest, sess session) (*tenurev1.GrantEpochResponse, error) {
-	id, prev, holder := req.GetRangeId(), req.GetPreviousEpoch(), req.GetHolderId()
-	next := prev + 1
-	rec := leaseRecord{Epoch: next, HolderID: holder, HolderAddress: sess.rec.HolderAddress, SessionID: sess.id}
-	epochKey := s.keys.epoch(id)
-	resp, err := s.kv.Txn(ctx).If(
-		// The whole safety of a grant is this compare: next is written only
-		// if the stored epoch is still exactly prev. etcd applies transactions
-		// one at a time in revision order, so of two callers that both read
-		// prev, only the first to commit finds the compare true; the other
-		// compares against prev+1 and loses. A value compare on a missing key
-		// is false, so an unknown range never gets epoch 1 out of nothing; and
-		// the epoch key is never deleted, so the sequence never restarts.
-		// The next epoch is always exactly prev+1: no gaps, no repeats.
-		clientv3.Compare(clientv3.Value(epochKey), "=", formatEpoch(prev)),
-		// The session the new lease is attached to is still this live
-		// session when the transaction applies (it could expire in between).
-		clientv3.Compare(clientv3.CreateRevision(sess.key), "=", sess.createRev),
-	).Then(
-		clientv3.OpPut(epochKey, formatEpoch(next)),
-		// Overwriting the lease key also detaches it from the previous
-		// holder's session: the deposed holder's lease ends with the grant.
-		clientv3.OpPut(s.keys.lease(id), mustJSON(rec), clientv3.WithLease(clientv3.LeaseID(sess.id))),
-	).Else(
-		clientv3.OpGet(epochKey),
-	).Commit()
+	t := s.grantTxn(req, sess)
+	resp, err := s.kv.Txn(ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
 	if err != nil {
 		return nil, err
 	}
-	if !resp.Succeeded {
-		kv := txnKV(resp, 0)
+	return s.grantAnswer(ctx, req, sess, resp.Succeeded, resp.Responses)
+}
+
+// rangeTxn is one range's compare-and-swap: its compares, its operations
+// when they hold and when they do not. A single-range call commits it as
+// its own etcd transaction; a batch commits many as nested transactions of
+// one (commitNested), each still deciding on its own compares.
+type rangeTxn struct {
+	cmps       []clientv3.Cmp
+	then, els  []clientv3.Op
+	rangeIndex int // which request of the batch it answers
+}
+
+// grantTxn is the compare-and-swap of one grant: write prev+1 and its lease
+// if and only if the stored epoch is still prev and sess is still live.
+// Its answer (grantAnswer) reads the range's members from the same
+// transaction, so the caller learns the replica set as of its grant.
+func (s *Service) grantTxn(req *tenurev1.GrantEpochRequest, sess session) rangeTxn {
+	id, prev := req.GetRangeId(), req.GetPreviousEpoch()
+	epochKey := s.keys.epoch(id)
+	return rangeTxn{
+		cmps: []clientv3.Cmp{
+			// The whole safety of a grant is this compare: next is written
+			// only if the stored epoch is still exactly prev. etcd applies
+			// transactions one at a time in revision order (and the nested
+			// transactions of a batch each on their own compares, evaluated
+			// before any of the batch's writes, all of them on other
+			// ranges' keys), so of two callers that both read prev, only
+			// the first to commit finds the compare true; the other compares
+			// against prev+1 and loses. A value compare on a missing key is
+			// false, so an unknown range never gets epoch 1 out of nothing;
+			// and the epoch key is never deleted, so the sequence never
+			// restarts. The next epoch is always exactly prev+1: no gaps,
+			// no repeats.
+			clientv3.Compare(clientv3.Value(epochKey), "=", formatEpoch(prev)),
+			// The session the new lease is attached to is still this live
+			// session when the transaction applies (it could expire in between).
+			clientv3.Compare(clientv3.CreateRevision(sess.key), "=", sess.createRev),
+		},
+		then: []clientv3.Op{
+			clientv3.OpPut(epochKey, formatEpoch(prev+1)),
+			// Overwriting the lease key also detaches it from the previous
+			// holder's session: the deposed holder's lease ends with the grant.
+			clientv3.OpPut(s.keys.lease(id), mustJSON(s.grantRecord(req, sess)), clientv3.WithLease(clientv3.LeaseID(sess.id))),
+			clientv3.OpGet(s.keys.members(id)),
+		},
+		els: []clientv3.Op{clientv3.OpGet(epochKey)},
+	}
+}
+
+func (s *Service) grantRecord(req *tenurev1.GrantEpochRequest, sess session) leaseRecord {
+	return leaseRecord{Epoch: req.GetPreviousEpoch() + 1, HolderID: req.GetHolderId(), HolderAddress: sess.rec.HolderAddress, SessionID: sess.id}
+}
+
+// grantAnswer is the answer to a grant whose transaction (grantTxn)
+// committed with the given outcome and responses.
+func (s *Service) grantAnswer(ctx context.Context, req *tenurev1.GrantEpochRequest, sess session, succeeded bool, rs []*etcdserverpb.ResponseOp) (*tenurev1.GrantEpochResponse, error) {
+	id, prev, holder := req.GetRangeId(), req.GetPreviousEpoch(), req.GetHolderId()
+	epochKey := s.keys.epoch(id)
+	if !succeeded {
+		kv := opKV(rs, 0)
 		if kv == nil {
 			return nil, rangeNotFound(id)
 		}
@@ -90,7 +128,32 @@ func (s *Service) grantEpochIn(ctx context.Context, req *tenurev1.GrantEpochRequ
 		// The epoch compare held, so the session compare failed.
 		return nil, failedf("session %d of holder %q expired or was closed before the grant; nothing was granted", sess.id, holder)
 	}
-	return &tenurev1.GrantEpochResponse{Epoch: next, Lease: s.boundLease(ctx, id, rec)}, nil
+	rec := s.grantRecord(req, sess)
+	out := &tenurev1.GrantEpochResponse{Epoch: rec.Epoch, Lease: s.boundLease(ctx, id, rec)}
+	if mkv := opKV(rs, 2); mkv != nil {
+		// The members as of the grant. A stored set that does not decode is
+		// left out rather than failing a grant that has happened: the
+		// caller falls back to GetRange, which reports the corruption.
+		if m, err := decodeMembers(string(mkv.Key), mkv.Value); err == nil {
+			out.Range = &tenurev1.RangeInfo{
+				RangeId: id, Replicas: m.proto(), MembershipRevision: mkv.ModRevision,
+				Epoch: rec.Epoch, Lease: out.Lease, PreferredReplicaId: m.PreferredReplicaID,
+			}
+		}
+	}
+	return out, nil
+}
+
+// opKV is the single key the i-th get of a transaction's responses
+// returned, or nil.
+func opKV(rs []*etcdserverpb.ResponseOp, i int) *mvccpb.KeyValue {
+	if i >= len(rs) {
+		return nil
+	}
+	if r := rs[i].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
+		return r.Kvs[0]
+	}
+	return nil
 }
 
 // boundLease is the Lease just bound by a successful transaction. The TTL is
@@ -178,30 +241,49 @@ func checkBind(req *tenurev1.BindLeaseRequest) error {
 // bindLeaseIn binds req's lease to sess, the holder's session as resolved
 // from req; like grantEpochIn, its transaction re-checks the session.
 func (s *Service) bindLeaseIn(ctx context.Context, req *tenurev1.BindLeaseRequest, sess session) (*tenurev1.BindLeaseResponse, error) {
-	id, epoch, holder := req.GetRangeId(), req.GetEpoch(), req.GetHolderId()
-	rec := leaseRecord{Epoch: epoch, HolderID: holder, HolderAddress: sess.rec.HolderAddress, SessionID: sess.id}
-	epochKey := s.keys.epoch(id)
-	resp, err := s.kv.Txn(ctx).If(
-		// Only the current epoch's lease can move: binding an old epoch would
-		// hand a lease to a leader that a later grant has already deposed.
-		// Comparing in the same transaction closes the window between
-		// checking and writing.
-		clientv3.Compare(clientv3.Value(epochKey), "=", formatEpoch(epoch)),
-		clientv3.Compare(clientv3.CreateRevision(sess.key), "=", sess.createRev),
-	).Then(
-		clientv3.OpPut(s.keys.lease(id), mustJSON(rec), clientv3.WithLease(clientv3.LeaseID(sess.id))),
-	).Else(
-		clientv3.OpGet(epochKey),
-	).Commit()
+	t := s.bindTxn(req, sess)
+	resp, err := s.kv.Txn(ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
 	if err != nil {
 		return nil, err
 	}
-	if !resp.Succeeded {
-		kv := txnKV(resp, 0)
+	return s.bindAnswer(ctx, req, sess, resp.Succeeded, resp.Responses)
+}
+
+// bindTxn is the compare-and-swap of one bind: move the lease of epoch to
+// sess if and only if epoch is still current and sess is still live.
+func (s *Service) bindTxn(req *tenurev1.BindLeaseRequest, sess session) rangeTxn {
+	id := req.GetRangeId()
+	epochKey := s.keys.epoch(id)
+	return rangeTxn{
+		cmps: []clientv3.Cmp{
+			// Only the current epoch's lease can move: binding an old epoch
+			// would hand a lease to a leader that a later grant has already
+			// deposed. Comparing in the same transaction closes the window
+			// between checking and writing.
+			clientv3.Compare(clientv3.Value(epochKey), "=", formatEpoch(req.GetEpoch())),
+			clientv3.Compare(clientv3.CreateRevision(sess.key), "=", sess.createRev),
+		},
+		then: []clientv3.Op{
+			clientv3.OpPut(s.keys.lease(id), mustJSON(bindRecord(req, sess)), clientv3.WithLease(clientv3.LeaseID(sess.id))),
+		},
+		els: []clientv3.Op{clientv3.OpGet(epochKey)},
+	}
+}
+
+func bindRecord(req *tenurev1.BindLeaseRequest, sess session) leaseRecord {
+	return leaseRecord{Epoch: req.GetEpoch(), HolderID: req.GetHolderId(), HolderAddress: sess.rec.HolderAddress, SessionID: sess.id}
+}
+
+// bindAnswer is the answer to a bind whose transaction (bindTxn) committed
+// with the given outcome and responses.
+func (s *Service) bindAnswer(ctx context.Context, req *tenurev1.BindLeaseRequest, sess session, succeeded bool, rs []*etcdserverpb.ResponseOp) (*tenurev1.BindLeaseResponse, error) {
+	id, epoch, holder := req.GetRangeId(), req.GetEpoch(), req.GetHolderId()
+	if !succeeded {
+		kv := opKV(rs, 0)
 		if kv == nil {
 			return nil, rangeNotFound(id)
 		}
-		cur, err := parseEpoch(epochKey, kv.Value)
+		cur, err := parseEpoch(s.keys.epoch(id), kv.Value)
 		if err != nil {
 			return nil, err
 		}
@@ -210,7 +292,7 @@ func (s *Service) bindLeaseIn(ctx context.Context, req *tenurev1.BindLeaseReques
 		}
 		return nil, failedf("session %d of holder %q expired or was closed before the bind; nothing was bound", sess.id, holder)
 	}
-	return &tenurev1.BindLeaseResponse{Lease: s.boundLease(ctx, id, rec)}, nil
+	return &tenurev1.BindLeaseResponse{Lease: s.boundLease(ctx, id, bindRecord(req, sess))}, nil
 }
 
 func (s *Service) releaseLease(ctx context.Context, req *tenurev1.ReleaseLeaseRequest) (*tenurev1.ReleaseLeaseResponse, error) {

@@ -1304,7 +1304,13 @@ type GrantEpochResponse struct {
 	// The new epoch.
 	Epoch uint64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// Its lease.
-	Lease         *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// The range as of the grant, read in the grant's own transaction: its
+	// replica set, membership revision and preferred replica, with epoch and
+	// lease as granted. A promoter that knows the previous epoch (a failover)
+	// so needs no GetRange before it fences. Absent from servers older than
+	// this field: read the range with GetRange then.
+	Range         *RangeInfo `protobuf:"bytes,3,opt,name=range,proto3" json:"range,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1349,6 +1355,13 @@ func (x *GrantEpochResponse) GetEpoch() uint64 {
 func (x *GrantEpochResponse) GetLease() *Lease {
 	if x != nil {
 		return x.Lease
+	}
+	return nil
+}
+
+func (x *GrantEpochResponse) GetRange() *RangeInfo {
+	if x != nil {
+		return x.Range
 	}
 	return nil
 }
@@ -2266,10 +2279,11 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x0eprevious_epoch\x18\x02 \x01(\x04R\rpreviousEpoch\x12\x1b\n" +
 	"\tholder_id\x18\x03 \x01(\tR\bholderId\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x04 \x01(\x03R\tsessionId\"R\n" +
+	"session_id\x18\x04 \x01(\x03R\tsessionId\"~\n" +
 	"\x12GrantEpochResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12&\n" +
-	"\x05lease\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\x7f\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\x12*\n" +
+	"\x05range\x18\x03 \x01(\v2\x14.tenure.v1.RangeInfoR\x05range\"\x7f\n" +
 	"\x10BindLeaseRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1b\n" +
@@ -2415,52 +2429,53 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	16, // 11: tenure.v1.KeepAliveRequest.held:type_name -> tenure.v1.RangeEpoch
 	16, // 12: tenure.v1.KeepAliveResponse.superseded:type_name -> tenure.v1.RangeEpoch
 	2,  // 13: tenure.v1.GrantEpochResponse.lease:type_name -> tenure.v1.Lease
-	2,  // 14: tenure.v1.BindLeaseResponse.lease:type_name -> tenure.v1.Lease
-	21, // 15: tenure.v1.GrantEpochsRequest.grants:type_name -> tenure.v1.GrantEpochRequest
-	22, // 16: tenure.v1.GrantEpochResult.grant:type_name -> tenure.v1.GrantEpochResponse
-	25, // 17: tenure.v1.GrantEpochResult.error:type_name -> tenure.v1.LeaseError
-	27, // 18: tenure.v1.GrantEpochsResponse.results:type_name -> tenure.v1.GrantEpochResult
-	23, // 19: tenure.v1.BindLeasesRequest.binds:type_name -> tenure.v1.BindLeaseRequest
-	24, // 20: tenure.v1.BindLeaseResult.bind:type_name -> tenure.v1.BindLeaseResponse
-	25, // 21: tenure.v1.BindLeaseResult.error:type_name -> tenure.v1.LeaseError
-	30, // 22: tenure.v1.BindLeasesResponse.results:type_name -> tenure.v1.BindLeaseResult
-	2,  // 23: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	0,  // 24: tenure.v1.WatchLeasesResponse.type:type_name -> tenure.v1.LeaseEventType
-	3,  // 25: tenure.v1.LeaseService.CreateRange:input_type -> tenure.v1.CreateRangeRequest
-	5,  // 26: tenure.v1.LeaseService.GetRange:input_type -> tenure.v1.GetRangeRequest
-	7,  // 27: tenure.v1.LeaseService.GetRanges:input_type -> tenure.v1.GetRangesRequest
-	10, // 28: tenure.v1.LeaseService.ListRanges:input_type -> tenure.v1.ListRangesRequest
-	12, // 29: tenure.v1.LeaseService.SetReplicas:input_type -> tenure.v1.SetReplicasRequest
-	14, // 30: tenure.v1.LeaseService.OpenSession:input_type -> tenure.v1.OpenSessionRequest
-	17, // 31: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	19, // 32: tenure.v1.LeaseService.CloseSession:input_type -> tenure.v1.CloseSessionRequest
-	21, // 33: tenure.v1.LeaseService.GrantEpoch:input_type -> tenure.v1.GrantEpochRequest
-	23, // 34: tenure.v1.LeaseService.BindLease:input_type -> tenure.v1.BindLeaseRequest
-	26, // 35: tenure.v1.LeaseService.GrantEpochs:input_type -> tenure.v1.GrantEpochsRequest
-	29, // 36: tenure.v1.LeaseService.BindLeases:input_type -> tenure.v1.BindLeasesRequest
-	32, // 37: tenure.v1.LeaseService.ReleaseLease:input_type -> tenure.v1.ReleaseLeaseRequest
-	34, // 38: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	36, // 39: tenure.v1.LeaseService.WatchLeases:input_type -> tenure.v1.WatchLeasesRequest
-	4,  // 40: tenure.v1.LeaseService.CreateRange:output_type -> tenure.v1.CreateRangeResponse
-	6,  // 41: tenure.v1.LeaseService.GetRange:output_type -> tenure.v1.GetRangeResponse
-	9,  // 42: tenure.v1.LeaseService.GetRanges:output_type -> tenure.v1.GetRangesResponse
-	11, // 43: tenure.v1.LeaseService.ListRanges:output_type -> tenure.v1.ListRangesResponse
-	13, // 44: tenure.v1.LeaseService.SetReplicas:output_type -> tenure.v1.SetReplicasResponse
-	15, // 45: tenure.v1.LeaseService.OpenSession:output_type -> tenure.v1.OpenSessionResponse
-	18, // 46: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	20, // 47: tenure.v1.LeaseService.CloseSession:output_type -> tenure.v1.CloseSessionResponse
-	22, // 48: tenure.v1.LeaseService.GrantEpoch:output_type -> tenure.v1.GrantEpochResponse
-	24, // 49: tenure.v1.LeaseService.BindLease:output_type -> tenure.v1.BindLeaseResponse
-	28, // 50: tenure.v1.LeaseService.GrantEpochs:output_type -> tenure.v1.GrantEpochsResponse
-	31, // 51: tenure.v1.LeaseService.BindLeases:output_type -> tenure.v1.BindLeasesResponse
-	33, // 52: tenure.v1.LeaseService.ReleaseLease:output_type -> tenure.v1.ReleaseLeaseResponse
-	35, // 53: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	37, // 54: tenure.v1.LeaseService.WatchLeases:output_type -> tenure.v1.WatchLeasesResponse
-	40, // [40:55] is the sub-list for method output_type
-	25, // [25:40] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	1,  // 14: tenure.v1.GrantEpochResponse.range:type_name -> tenure.v1.RangeInfo
+	2,  // 15: tenure.v1.BindLeaseResponse.lease:type_name -> tenure.v1.Lease
+	21, // 16: tenure.v1.GrantEpochsRequest.grants:type_name -> tenure.v1.GrantEpochRequest
+	22, // 17: tenure.v1.GrantEpochResult.grant:type_name -> tenure.v1.GrantEpochResponse
+	25, // 18: tenure.v1.GrantEpochResult.error:type_name -> tenure.v1.LeaseError
+	27, // 19: tenure.v1.GrantEpochsResponse.results:type_name -> tenure.v1.GrantEpochResult
+	23, // 20: tenure.v1.BindLeasesRequest.binds:type_name -> tenure.v1.BindLeaseRequest
+	24, // 21: tenure.v1.BindLeaseResult.bind:type_name -> tenure.v1.BindLeaseResponse
+	25, // 22: tenure.v1.BindLeaseResult.error:type_name -> tenure.v1.LeaseError
+	30, // 23: tenure.v1.BindLeasesResponse.results:type_name -> tenure.v1.BindLeaseResult
+	2,  // 24: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	0,  // 25: tenure.v1.WatchLeasesResponse.type:type_name -> tenure.v1.LeaseEventType
+	3,  // 26: tenure.v1.LeaseService.CreateRange:input_type -> tenure.v1.CreateRangeRequest
+	5,  // 27: tenure.v1.LeaseService.GetRange:input_type -> tenure.v1.GetRangeRequest
+	7,  // 28: tenure.v1.LeaseService.GetRanges:input_type -> tenure.v1.GetRangesRequest
+	10, // 29: tenure.v1.LeaseService.ListRanges:input_type -> tenure.v1.ListRangesRequest
+	12, // 30: tenure.v1.LeaseService.SetReplicas:input_type -> tenure.v1.SetReplicasRequest
+	14, // 31: tenure.v1.LeaseService.OpenSession:input_type -> tenure.v1.OpenSessionRequest
+	17, // 32: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	19, // 33: tenure.v1.LeaseService.CloseSession:input_type -> tenure.v1.CloseSessionRequest
+	21, // 34: tenure.v1.LeaseService.GrantEpoch:input_type -> tenure.v1.GrantEpochRequest
+	23, // 35: tenure.v1.LeaseService.BindLease:input_type -> tenure.v1.BindLeaseRequest
+	26, // 36: tenure.v1.LeaseService.GrantEpochs:input_type -> tenure.v1.GrantEpochsRequest
+	29, // 37: tenure.v1.LeaseService.BindLeases:input_type -> tenure.v1.BindLeasesRequest
+	32, // 38: tenure.v1.LeaseService.ReleaseLease:input_type -> tenure.v1.ReleaseLeaseRequest
+	34, // 39: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	36, // 40: tenure.v1.LeaseService.WatchLeases:input_type -> tenure.v1.WatchLeasesRequest
+	4,  // 41: tenure.v1.LeaseService.CreateRange:output_type -> tenure.v1.CreateRangeResponse
+	6,  // 42: tenure.v1.LeaseService.GetRange:output_type -> tenure.v1.GetRangeResponse
+	9,  // 43: tenure.v1.LeaseService.GetRanges:output_type -> tenure.v1.GetRangesResponse
+	11, // 44: tenure.v1.LeaseService.ListRanges:output_type -> tenure.v1.ListRangesResponse
+	13, // 45: tenure.v1.LeaseService.SetReplicas:output_type -> tenure.v1.SetReplicasResponse
+	15, // 46: tenure.v1.LeaseService.OpenSession:output_type -> tenure.v1.OpenSessionResponse
+	18, // 47: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	20, // 48: tenure.v1.LeaseService.CloseSession:output_type -> tenure.v1.CloseSessionResponse
+	22, // 49: tenure.v1.LeaseService.GrantEpoch:output_type -> tenure.v1.GrantEpochResponse
+	24, // 50: tenure.v1.LeaseService.BindLease:output_type -> tenure.v1.BindLeaseResponse
+	28, // 51: tenure.v1.LeaseService.GrantEpochs:output_type -> tenure.v1.GrantEpochsResponse
+	31, // 52: tenure.v1.LeaseService.BindLeases:output_type -> tenure.v1.BindLeasesResponse
+	33, // 53: tenure.v1.LeaseService.ReleaseLease:output_type -> tenure.v1.ReleaseLeaseResponse
+	35, // 54: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	37, // 55: tenure.v1.LeaseService.WatchLeases:output_type -> tenure.v1.WatchLeasesResponse
+	41, // [41:56] is the sub-list for method output_type
+	26, // [26:41] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
