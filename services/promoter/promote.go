@@ -76,32 +76,54 @@ func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observed
 		m.tr.TraceId = sc.TraceID().String()
 	}
 
-	rng, err := p.getRange(ctx, rangeID)
-	if err != nil {
-		return nil, err
-	}
-	if observedEpoch >= 0 && rng.GetEpoch() != uint64(observedEpoch) {
-		// Someone already moved the range past what the trigger saw.
-		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("range %s is at epoch %d, not the observed %d: already promoted", rangeID, rng.GetEpoch(), observedEpoch))
-	}
-	m.replicas = rng.GetReplicas()
-	m.byID = make(map[string]*tenurev1.Replica, len(m.replicas))
-	for _, r := range m.replicas {
-		m.byID[r.GetId()] = r
-	}
-	if preferred == "" {
-		preferred = rng.GetPreferredReplicaId()
-	}
-	if preferred != "" && m.byID[preferred] == nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("preferred replica %q is not a member of range %s", preferred, rangeID))
-	}
-
 	// 1. Epoch: E = previous + 1 by compare-and-swap in the lease service.
-	epoch, err := m.grant(ctx, rng.GetEpoch())
-	if err != nil {
-		return nil, err
+	//
+	// A failover knows the epoch it saw fail, and the grant is a
+	// compare-and-swap on exactly that epoch: it grants nothing if the
+	// range moved on (Aborted, as the read-then-compare it replaces
+	// answered). So it grants first, and learns the replica set from the
+	// grant's own transaction, a read no older than a GetRange before it
+	// would have been: in a mass failover that GetRange was a lease
+	// service round trip in every promotion's path. An operator's Promote
+	// (or a preferred replica to check before acting) reads the range
+	// first, as it needs its current epoch.
+	var rng *tenurev1.RangeInfo
+	var previous, epoch uint64
+	if observedEpoch >= 0 && preferred == "" {
+		previous = uint64(observedEpoch)
+		if epoch, rng, err = m.grant(ctx, previous); err != nil {
+			return nil, err
+		}
+		if rng == nil {
+			// A lease service older than the grant's range answer.
+			if rng, err = p.getRange(ctx, rangeID); err != nil {
+				// E is granted and nothing fenced: the caller retries at
+				// the next epoch, so it needs to know E moved.
+				m.tr.PreviousEpoch, m.tr.Epoch = previous, epoch
+				return m.tr, err
+			}
+		}
+		if err := m.members(rng, &preferred); err != nil {
+			m.tr.PreviousEpoch, m.tr.Epoch = previous, epoch
+			return m.tr, err
+		}
+	} else {
+		if rng, err = p.getRange(ctx, rangeID); err != nil {
+			return nil, err
+		}
+		if observedEpoch >= 0 && rng.GetEpoch() != uint64(observedEpoch) {
+			// Someone already moved the range past what the trigger saw.
+			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("range %s is at epoch %d, not the observed %d: already promoted", rangeID, rng.GetEpoch(), observedEpoch))
+		}
+		if err := m.members(rng, &preferred); err != nil {
+			return nil, err
+		}
+		previous = rng.GetEpoch()
+		if epoch, _, err = m.grant(ctx, previous); err != nil {
+			return nil, err
+		}
 	}
-	m.tr.PreviousEpoch, m.tr.Epoch = rng.GetEpoch(), epoch
+	m.tr.PreviousEpoch, m.tr.Epoch = previous, epoch
 	span.SetAttributes(attribute.Int64("tenure.epoch", int64(epoch)))
 	m.step("grant")
 
@@ -181,14 +203,33 @@ func (p *Promoter) getRange(ctx context.Context, rangeID string) (*tenurev1.Rang
 	return resp.GetRange(), nil
 }
 
-func (m *promotion) grant(ctx context.Context, previous uint64) (uint64, error) {
+// members takes the range's replica set from rng, and its preferred replica
+// when the caller named none; a named one must be a member.
+func (m *promotion) members(rng *tenurev1.RangeInfo, preferred *string) error {
+	m.replicas = rng.GetReplicas()
+	m.byID = make(map[string]*tenurev1.Replica, len(m.replicas))
+	for _, r := range m.replicas {
+		m.byID[r.GetId()] = r
+	}
+	if *preferred == "" {
+		*preferred = rng.GetPreferredReplicaId()
+	}
+	if *preferred != "" && m.byID[*preferred] == nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("preferred replica %q is not a member of range %s", *preferred, m.rangeID))
+	}
+	return nil
+}
+
+// grant asks for epoch previous+1. It also returns the range as of the
+// grant when the lease service answers it (nil from older ones).
+func (m *promotion) grant(ctx context.Context, previous uint64) (uint64, *tenurev1.RangeInfo, error) {
 	ctx, span := tracer.Start(ctx, "grant-epoch", trace.WithAttributes(attribute.Int64("tenure.previous_epoch", int64(previous))))
 	defer span.End()
 	session, err := m.p.openSession(ctx)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		return 0, err
+		return 0, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
 	defer cancel()
@@ -209,7 +250,7 @@ func (m *promotion) grant(ctx context.Context, previous uint64) (uint64, error) 
 			}
 			m.p.mu.Unlock()
 		}
-		return 0, err
+		return 0, nil, err
 	}
 	epoch := resp.GetEpoch()
 	// Invariant 7: epochs strictly increase. A lease service answering
@@ -218,10 +259,17 @@ func (m *promotion) grant(ctx context.Context, previous uint64) (uint64, error) 
 		err := connect.NewError(connect.CodeInternal, fmt.Errorf("lease service granted epoch %d after %d, want %d", epoch, previous, previous+1))
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		return 0, err
+		return 0, nil, err
 	}
 	span.SetAttributes(attribute.Int64("tenure.epoch", int64(epoch)))
-	return epoch, nil
+	rng := resp.GetRange()
+	if rng != nil && (rng.GetRangeId() != m.rangeID || rng.GetEpoch() != epoch) {
+		// The range answered is a claim like the epoch: one naming another
+		// range or epoch is not the membership of this grant. Read it
+		// instead.
+		rng = nil
+	}
+	return epoch, rng, nil
 }
 
 // fenceAll fences every replica at epoch in parallel. It returns once every
