@@ -53,9 +53,14 @@ import (
 // cuts (forceCheckpoint), and Open and Close checkpoint around their own
 // direct writes.
 //
-// Entry: gen u64 | payload length u32 | crc32c u32 over the first 12 bytes
-// then the payload | payload; payload: (key length u32 | value length u32 |
-// key | value) per key, in the batch's write order.
+// Entry: gen u64 | payload length u32 | crc u32 | payload; payload: (key
+// length u32 | value length u32 | key | value) per key, in the batch's write
+// order. crc is crc32c over the previous entry's crc (0 for a pass's first
+// entry), the entry's offset in the file, then the first 12 bytes and the
+// payload (walCRC). Chained and placed: what lies beyond a pass's end is an
+// older pass, whose bytes at an arbitrary offset may be record values a
+// client chose; an entry there checks out only by matching a chain value
+// that depends on everything this pass wrote before it.
 
 // walSwitchBytes is the size at which the writer switches files: each file
 // is overwritten in place from then on, and Open replays at most about two
@@ -70,10 +75,12 @@ const walHeaderBytes = 16
 var walGenKey = []byte("w/gen")
 
 type walFile struct {
-	f     *os.File
-	gen   uint64 // generation of the pass being written (or last written)
-	pos   int64  // where the next entry goes
-	dirty bool   // written since its last fdatasync
+	f   *os.File
+	gen uint64 // generation of the pass being written (or last written)
+	pos int64  // where the next entry goes
+	// prevCRC is the checksum of the entry before pos (0 at a pass's start).
+	prevCRC uint32
+	dirty   bool // written since its last fdatasync
 }
 
 type wal struct {
@@ -98,6 +105,17 @@ type wal struct {
 }
 
 var walTable = crc32.MakeTable(crc32.Castagnoli)
+
+// walCRC is the checksum of the entry at pos whose header (first 12 bytes)
+// and payload are given, following the entry whose checksum was prev.
+func walCRC(prev uint32, pos int64, header, payload []byte) uint32 {
+	var b [12]byte
+	binary.BigEndian.PutUint32(b[0:4], prev)
+	binary.BigEndian.PutUint64(b[4:12], uint64(pos))
+	crc := crc32.Checksum(b[:], walTable)
+	crc = crc32.Update(crc, walTable, header)
+	return crc32.Update(crc, walTable, payload)
+}
 
 func walPath(dir string, i int) string { return filepath.Join(dir, fmt.Sprintf("wal.%d", i)) }
 
@@ -138,6 +156,7 @@ func walEntries(f *os.File) (gen uint64, payloads [][]byte, err error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	var prev uint32
 	for pos := 0; len(data)-pos >= walHeaderBytes; {
 		h := data[pos : pos+walHeaderBytes]
 		g := binary.BigEndian.Uint64(h[0:8])
@@ -146,10 +165,11 @@ func walEntries(f *os.File) (gen uint64, payloads [][]byte, err error) {
 			break // zeros, another pass, or torn
 		}
 		payload := data[pos+walHeaderBytes : pos+walHeaderBytes+n]
-		crc := crc32.Update(crc32.Checksum(h[0:12], walTable), walTable, payload)
+		crc := walCRC(prev, int64(pos), h[0:12], payload)
 		if crc != binary.BigEndian.Uint32(h[12:16]) {
-			break // torn or never written
+			break // torn, never written, or not this pass's
 		}
+		prev = crc
 		gen = g
 		payloads = append(payloads, payload)
 		pos += walHeaderBytes + n
@@ -279,13 +299,14 @@ func (s *Store) appendWAL(keys, vals [][]byte) error {
 	f := w.files[w.cur]
 	binary.BigEndian.PutUint64(buf[0:8], f.gen)
 	binary.BigEndian.PutUint32(buf[8:12], uint32(n))
-	crc := crc32.Update(crc32.Checksum(buf[0:12], walTable), walTable, buf[walHeaderBytes:])
+	crc := walCRC(f.prevCRC, f.pos, buf[0:12], buf[walHeaderBytes:])
 	binary.BigEndian.PutUint32(buf[12:16], crc)
 	if _, err := f.f.WriteAt(buf, f.pos); err != nil {
 		w.failed = fmt.Errorf("logstore: write WAL: %w", err)
 		return w.failed
 	}
 	f.pos += int64(len(buf))
+	f.prevCRC = crc
 	f.dirty = true
 	w.buf = buf[:0]
 	return nil
@@ -301,7 +322,7 @@ func (s *Store) switchLocked() {
 	next := w.files[w.cur]
 	// The other file's pass was checkpointed (checkpointing is clear), so
 	// overwriting it loses nothing.
-	next.gen, next.pos = old.gen+1, 0
+	next.gen, next.pos, next.prevCRC = old.gen+1, 0, 0
 	w.checkpointing = true
 	w.switches++
 	s.bg.Go(func() { s.checkpoint(next.gen) })
