@@ -71,6 +71,10 @@ var walSwitchBytes int64 = 64 << 20
 
 const walHeaderBytes = 16
 
+// walKeepBufBytes bounds the encoding buffer kept between entries: a few
+// full batches (wire.MaxBatchBytes) of the usual load.
+const walKeepBufBytes = 16 << 20
+
 // walGenKey holds the oldest WAL generation Open must replay.
 var walGenKey = []byte("w/gen")
 
@@ -308,7 +312,12 @@ func (s *Store) appendWAL(keys, vals [][]byte) error {
 	f.pos += int64(len(buf))
 	f.prevCRC = crc
 	f.dirty = true
+	// Keep the scratch buffer for the next entry unless a burst grew it
+	// large: the queue admits up to maxQueueBytes in one batch.
 	w.buf = buf[:0]
+	if cap(buf) > walKeepBufBytes {
+		w.buf = nil
+	}
 	return nil
 }
 
