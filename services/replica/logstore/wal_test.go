@@ -3,6 +3,7 @@ package logstore_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/services/replica/logstore"
 )
 
@@ -57,35 +59,44 @@ func (o *opener) loseRecords(id string, from, to uint64) {
 	})
 }
 
-// A group commit is durable once it is in the WAL: records Badger lost
-// (it is never synced for a group commit) come back from it at Open, byte
-// for byte, and the range's log end is where it was.
-func TestOpenReplaysWhatBadgerLost(t *testing.T) {
+// crashedAfter leaves a crashed store whose range r1 leads epoch 1 and holds
+// the epoch-start record then n records, all durable, appended in batches
+// of at most batch, and returns the records.
+func crashedAfter(t *testing.T, n, batch int) (*crashable, []*tenurev1.Record) {
 	c := newCrashable(t)
 	s := c.open()
 	r := mustRange(t, s, "r1")
 	lead(t, r, 1)
-	for range 4 {
-		appendN(t, r, 1, 5)
+	for done := 0; done < n; done += batch {
+		appendN(t, r, 1, min(batch, n-done))
 	}
-	waitDurable(t, r, 21)
+	waitDurable(t, r, uint64(n)+1)
 	want := readAll(t, r)
 	c.crash(s, r, 1)
+	return c, want
+}
 
+// reopen opens the crashed store, closed when the test ends, and checks r1's
+// log end and its consistency.
+func (c *crashable) reopen(wantEnd uint64) *logstore.Range {
+	c.t.Helper()
+	s := c.open()
+	c.t.Cleanup(func() { closeStore(c.t, s) })
+	r, _ := s.Range("r1")
+	if r.LogEnd() != wantEnd {
+		c.t.Fatalf("LogEnd after reopening = %d, want %d", r.LogEnd(), wantEnd)
+	}
+	checkConsistent(c.t, r)
+	return r
+}
+
+// A group commit is durable once it is in the WAL: records Badger lost
+// (it is never synced for a group commit) come back from it at Open, byte
+// for byte, and the range's log end is where it was.
+func TestOpenReplaysWhatBadgerLost(t *testing.T) {
+	c, want := crashedAfter(t, 20, 5)
 	c.loseRecords("r1", 7, 21)
-	s = c.open()
-	defer closeStore(t, s)
-	r, _ = s.Range("r1")
-	if r.LogEnd() != 21 {
-		t.Fatalf("LogEnd after replay = %d, want 21", r.LogEnd())
-	}
-	got := readAll(t, r)
-	for i := range want {
-		if !bytes.Equal(got[i].GetValue(), want[i].GetValue()) || got[i].GetEpoch() != want[i].GetEpoch() {
-			t.Fatalf("record %d after replay = %q@%d, want %q@%d", i, got[i].GetValue(), got[i].GetEpoch(), want[i].GetValue(), want[i].GetEpoch())
-		}
-	}
-	checkConsistent(t, r)
+	sameRecords(t, "after replay", readAll(t, c.reopen(21)), want)
 }
 
 // Truncate checkpoints the WAL before it cuts: a replay after a later
@@ -102,14 +113,7 @@ func TestReplayDoesNotUndoTruncate(t *testing.T) {
 		t.Fatalf("Truncate(5) = %v", err)
 	}
 	c.crash(s, r, 1)
-
-	s = c.open()
-	defer closeStore(t, s)
-	r, _ = s.Range("r1")
-	if r.LogEnd() != 5 {
-		t.Fatalf("LogEnd after a crash following Truncate(5) = %d, want 5: the replay wrote cut records back", r.LogEnd())
-	}
-	checkConsistent(t, r)
+	c.reopen(5)
 }
 
 // The WAL's two files alternate, each overwritten in place once the other
@@ -134,10 +138,10 @@ func TestWALSwitchesFilesAndStaysBounded(t *testing.T) {
 	}
 	end := r.AssignedEnd()
 	waitDurable(t, r, end)
-	last := readAll(t, r)[end-1]
+	want := readAll(t, r)
 	c.crash(s, r, 1)
 	for i := range 2 {
-		fi, err := os.Stat(filepath.Join(c.dir, "wal."+string(rune('0'+i))))
+		fi, err := os.Stat(filepath.Join(c.dir, fmt.Sprintf("wal.%d", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,33 +151,16 @@ func TestWALSwitchesFilesAndStaysBounded(t *testing.T) {
 			t.Errorf("wal.%d is %d bytes after %d KiB written, switching at %d", i, fi.Size(), batches, switchAt)
 		}
 	}
-
 	c.loseRecords("r1", end-1, end)
-	s = c.open()
-	defer closeStore(t, s)
-	r, _ = s.Range("r1")
-	if r.LogEnd() != end {
-		t.Fatalf("LogEnd after replay = %d, want %d", r.LogEnd(), end)
-	}
-	if got := readAll(t, r)[end-1]; !bytes.Equal(got.GetValue(), last.GetValue()) {
-		t.Fatalf("last record after replay differs")
-	}
-	checkConsistent(t, r)
+	sameRecords(t, "after replay", readAll(t, c.reopen(end)), want)
 }
 
 // A torn or garbage WAL tail ends the replay; it never fails the Open or
 // writes anything it did not check.
 func TestReplayStopsAtATornTail(t *testing.T) {
-	c := newCrashable(t)
-	s := c.open()
-	r := mustRange(t, s, "r1")
-	lead(t, r, 1)
-	appendN(t, r, 1, 10)
-	waitDurable(t, r, 11)
-	c.crash(s, r, 1)
+	c, want := crashedAfter(t, 10, 10)
 	for i := range 2 {
-		path := filepath.Join(c.dir, "wal."+string(rune('0'+i)))
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		f, err := os.OpenFile(filepath.Join(c.dir, fmt.Sprintf("wal.%d", i)), os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,11 +171,5 @@ func TestReplayStopsAtATornTail(t *testing.T) {
 		_ = f.Close()
 	}
 	c.loseRecords("r1", 3, 11)
-	s = c.open()
-	defer closeStore(t, s)
-	r, _ = s.Range("r1")
-	if r.LogEnd() != 11 {
-		t.Fatalf("LogEnd after replay = %d, want 11", r.LogEnd())
-	}
-	checkConsistent(t, r)
+	sameRecords(t, "after replay", readAll(t, c.reopen(11)), want)
 }
