@@ -2,6 +2,9 @@ package promoter
 
 import (
 	"context"
+	"errors"
+	"io"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -84,9 +87,21 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 		full = one == ""
 	}
 	p.mu.Unlock()
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.ProbeTimeout)
-	resp, err := p.replica(addr).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: one}))
-	cancel()
+	ask := func() (*connect.Response[tenurev1.ReplicaServiceGetStatusResponse], error) {
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.ProbeTimeout)
+		defer cancel()
+		return p.replica(addr).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: one}))
+	}
+	resp, err := ask()
+	if err != nil && connect.CodeOf(err) != connect.CodeUnavailable && connectionLost(err) && ctx.Err() == nil {
+		// The connection broke under the probe (reset, broken pipe, EOF):
+		// the process may just have died, mid-probe. Ask again at once, on
+		// a new connection. A dead process refuses it, which is acted on
+		// now; one missed probe would otherwise wait a probe interval for
+		// the next to be refused (seen: a kill's first probe failing with
+		// a broken pipe, the failover starting ~100 ms later).
+		resp, err = ask()
+	}
 	if !full && connect.CodeOf(err) == connect.CodeNotFound {
 		// The replica answered: it is alive, it only does not host that
 		// range (yet).
@@ -191,6 +206,14 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 		}
 		p.reconcile(ctx, a.rangeID, a.epoch, a.replica, a.leader, a.members)
 	}
+}
+
+// connectionLost reports whether err is the connection to a peer breaking
+// (reset, broken pipe, closed mid-answer), rather than the peer answering
+// an error or answering too slowly.
+func connectionLost(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // hostedAtLocked names a range whose replica set includes addr, for a
