@@ -158,10 +158,11 @@ func (c *Cluster) startReplica(rn *replicaNode) {
 	c.mu.Unlock()
 }
 
-// killReplica stops a replica as a crash does: connections drop at once,
-// the lease session is left to expire, and its journals keep only what was
-// fsynced (the Badger log is closed cleanly: its unsynced writes cannot be
-// dropped in-process, see the package doc).
+// killReplica stops a replica as a power loss does: connections drop at
+// once, the lease session is left to expire, its journals keep only what
+// was fsynced, and its log store keeps only what its WAL synced, having
+// lost Badger's copies of everything since the last checkpoint
+// (replica.Crash).
 func (c *Cluster) killReplica(rn *replicaNode) {
 	c.mu.Lock()
 	srv, r, k := rn.srv, rn.r, rn.keeper
@@ -172,7 +173,9 @@ func (c *Cluster) killReplica(rn *replicaNode) {
 	}
 	c.net.Resume(rn.id) // a paused node's waiting requests must not outlive it
 	srv.Close()
-	r.Close()
+	if err := r.Crash(); err != nil {
+		c.t.Errorf("crash %s: %v", rn.id, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_ = k.Close(ctx) // abandoned: a killed process releases nothing

@@ -10,7 +10,7 @@
 //
 // Fault kinds (Kinds):
 //
-//	kill       the leader crashes (its journals lose unsynced bytes) and restarts
+//	kill       the leader loses power (journals and WAL keep what was synced) and restarts
 //	pause      the leader stops handling anything past its lease, then resumes (the zombie)
 //	partition  the leader is cut from replicas, lease service and promoters; clients may still reach it
 //	flaky      every link drops and delays requests for a while
@@ -21,9 +21,12 @@
 //
 // Limits, on purpose: faults are in the HTTP traffic between nodes and at
 // their servers (Network), not in etcd's; a paused node's timers keep
-// running; a crash loses unsynced journal bytes (journaltest.MemFS) but not
-// Badger's, whose files are written through the OS page cache by Badger
-// itself and survive a process crash, as they would a real one.
+// running. A crash is a power loss: journals keep only their fsynced bytes
+// (journaltest.MemFS), and the log store (replica.Crash,
+// logstore.Store.PowerLoss) keeps only what its WAL fdatasynced, with
+// Badger's copies of everything since the last WAL checkpoint dropped, so
+// every restart recovers through the WAL's replay. Badger's own files are
+// otherwise left as the process left them.
 package chaos
 
 import (

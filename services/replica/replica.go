@@ -250,6 +250,20 @@ func (s *Replica) Close() error {
 	return nil
 }
 
+// Crash is for fault-injection tests: it stops the replica as a power loss
+// would. The store fails first, so nothing the shutdown does reaches the
+// disk, and after Close its files keep only what a machine losing power
+// could keep (logstore.Store.PowerLoss).
+func (s *Replica) Crash() error {
+	after := s.store.PowerLoss()
+	// Close reports the failure the crash caused; that is the point.
+	_ = s.Close()
+	if err := after(); err != nil {
+		return fmt.Errorf("replica: crash: %w", err)
+	}
+	return nil
+}
+
 // Halted reports the safety violation that stopped a range, if one did.
 func (s *Replica) Halted(rangeID string) error {
 	h, err := s.lookup(rangeID)

@@ -84,7 +84,10 @@ type walFile struct {
 	pos int64  // where the next entry goes
 	// prevCRC is the checksum of the entry before pos (0 at a pass's start).
 	prevCRC uint32
-	dirty   bool // written since its last fdatasync
+	// synced is where the entries a completed fdatasync covered end (in
+	// this pass); PowerLoss keeps no more of the file than that.
+	synced int64
+	dirty  bool // written since its last fdatasync
 }
 
 type wal struct {
@@ -102,6 +105,8 @@ type wal struct {
 	checkpointed  uint64
 	failed        error
 	buf           []byte // encoding scratch, reused; guarded by mu
+	// lostPower: PowerLoss cut the power; no sync completes after it.
+	lostPower bool
 
 	// syncMu serializes fdatasyncs, so a sync that returns covers every
 	// write made before it was called (see sync).
@@ -253,6 +258,18 @@ func (s *Store) recoverWAL(dir string) error {
 func (s *Store) applyWALEntry(p []byte) error {
 	tw := s.newTxnWriter()
 	defer tw.discard()
+	err := walKVs(p, func(k, v []byte) error {
+		// Copies: Badger keeps references until the commit.
+		return tw.set(append([]byte(nil), k...), append([]byte(nil), v...))
+	})
+	if err != nil {
+		return err
+	}
+	return tw.commit()
+}
+
+// walKVs calls fn with each key and value of an entry's payload, in order.
+func walKVs(p []byte, fn func(k, v []byte) error) error {
 	for len(p) > 0 {
 		if len(p) < 8 {
 			return fmt.Errorf("%w: WAL entry ends inside a key header", ErrCorrupt)
@@ -262,14 +279,12 @@ func (s *Store) applyWALEntry(p []byte) error {
 		if kl == 0 || kl+vl > len(p) {
 			return fmt.Errorf("%w: WAL entry holds a key of %d and a value of %d bytes in %d", ErrCorrupt, kl, vl, len(p))
 		}
-		// Copies: Badger keeps references until the commit.
-		key, val := append([]byte(nil), p[:kl]...), append([]byte(nil), p[kl:kl+vl]...)
-		if err := tw.set(key, val); err != nil {
+		if err := fn(p[:kl], p[kl:kl+vl]); err != nil {
 			return err
 		}
 		p = p[kl+vl:]
 	}
-	return tw.commit()
+	return nil
 }
 
 // appendWAL writes b's keys, exactly as writeBatch committed them, as one
@@ -331,7 +346,7 @@ func (s *Store) switchLocked() {
 	next := w.files[w.cur]
 	// The other file's pass was checkpointed (checkpointing is clear), so
 	// overwriting it loses nothing.
-	next.gen, next.pos, next.prevCRC = old.gen+1, 0, 0
+	next.gen, next.pos, next.prevCRC, next.synced = old.gen+1, 0, 0, 0
 	w.checkpointing = true
 	w.switches++
 	s.bg.Go(func() { s.checkpoint(next.gen) })
@@ -395,10 +410,14 @@ func (s *Store) syncWAL() error {
 	w.syncMu.Lock()
 	defer w.syncMu.Unlock()
 	w.mu.Lock()
-	var todo []*os.File
+	type pending struct {
+		f   *walFile
+		pos int64
+	}
+	var todo []pending
 	for _, f := range w.files {
 		if f.dirty {
-			todo = append(todo, f.f)
+			todo = append(todo, pending{f, f.pos})
 			f.dirty = false
 		}
 	}
@@ -407,13 +426,27 @@ func (s *Store) syncWAL() error {
 	if failed != nil {
 		return failed
 	}
-	for _, f := range todo {
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
-			err = fmt.Errorf("logstore: fdatasync %s: %w", f.Name(), err)
+	for _, p := range todo {
+		if err := unix.Fdatasync(int(p.f.f.Fd())); err != nil {
+			err = fmt.Errorf("logstore: fdatasync %s: %w", p.f.f.Name(), err)
 			w.mu.Lock()
 			w.failed = err
 			w.mu.Unlock()
 			return err
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lostPower {
+		// The sync may not have reached the disk: PowerLoss keeps only
+		// what syncs completed before it, so nothing after it is durable.
+		return errPowerLoss
+	}
+	for _, p := range todo {
+		// A pass switched meanwhile starts from 0 again; pos then belongs
+		// to the pass before, which the checkpoint covers.
+		if p.pos <= p.f.pos {
+			p.f.synced = max(p.f.synced, p.pos)
 		}
 	}
 	if len(todo) > 0 {
@@ -457,4 +490,104 @@ func (s *Store) closeWAL(clean bool) error {
 	}
 	w.close()
 	return errors.Join(failed, err)
+}
+
+// errPowerLoss fails a store whose power PowerLoss cut.
+var errPowerLoss = errors.New("logstore: simulated power loss")
+
+// PowerLoss is for fault-injection tests: it leaves the store's files as a
+// machine that lost power now could. It fails the store at once (nothing
+// more is written or counted as durable; a sync still running reports
+// failure) and returns a function to call once the store is closed, which
+// cuts each WAL file to what a completed fdatasync covered and deletes from
+// Badger every record the WAL's replayable generations hold: Badger is
+// never synced for a group commit, so its copies of those may all be gone.
+// (What it keeps, a real power loss could keep too; Badger's metadata keys
+// stay as they are, which a real loss could also leave.) The next Open
+// must recover every record that was durable.
+func (s *Store) PowerLoss() (after func() error) {
+	w := s.wal
+	w.mu.Lock()
+	w.lostPower = true
+	type kept struct {
+		gen    uint64
+		synced int64
+	}
+	var keep [2]kept
+	for i, f := range w.files {
+		keep[i] = kept{f.gen, f.synced}
+	}
+	w.mu.Unlock()
+	_ = s.fail(errPowerLoss)
+	return func() error {
+		db, err := badger.Open(badgerOptions(s.badgerDir, s.log))
+		if err != nil {
+			return fmt.Errorf("logstore: power loss: open badger: %w", err)
+		}
+		err = s.losePower(db, func(i int) (uint64, int64) { return keep[i].gen, keep[i].synced })
+		return errors.Join(err, db.Close())
+	}
+}
+
+// losePower applies PowerLoss to the closed store's files, db open on its
+// Badger directory.
+func (s *Store) losePower(db *badger.DB, kept func(i int) (gen uint64, synced int64)) error {
+	var from uint64
+	err := db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(walGenKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		b, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		from, err = decodeU64(walGenKey, b)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("logstore: power loss: read WAL generation: %w", err)
+	}
+	wb := db.NewWriteBatch()
+	defer wb.Cancel()
+	dropped := 0
+	dir := filepath.Dir(s.badgerDir)
+	for i := range 2 {
+		gen, synced := kept(i)
+		if gen != from && gen != from+1 {
+			continue // checkpointed: Badger synced all of it
+		}
+		f, err := os.OpenFile(walPath(dir, i), os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("logstore: power loss: %w", err)
+		}
+		g, entries, err := walEntries(f)
+		if err == nil && g == gen {
+			for _, p := range entries {
+				err = walKVs(p, func(k, _ []byte) error {
+					if len(k) > len(prefixLog) && string(k[:len(prefixLog)]) == prefixLog {
+						dropped++
+						return wb.Delete(append([]byte(nil), k...))
+					}
+					return nil
+				})
+				if err != nil {
+					break
+				}
+			}
+		}
+		if err == nil {
+			err = f.Truncate(synced)
+		}
+		err = errors.Join(err, f.Close())
+		if err != nil {
+			return fmt.Errorf("logstore: power loss: WAL %d: %w", i, err)
+		}
+		s.log.Info("simulated power loss", "wal", i, "generation", gen, "kept_bytes", synced)
+	}
+	s.log.Info("simulated power loss dropped Badger's copies of the WAL's records", "records", dropped)
+	return wb.Flush()
 }
