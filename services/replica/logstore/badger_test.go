@@ -48,12 +48,13 @@ func TestSyncSealedWALs(t *testing.T) {
 	}
 }
 
-// SetWALSwitchBytes lets the external tests switch WAL files after a few
-// small batches; the returned function restores the size.
-func SetWALSwitchBytes(n int64) (restore func()) {
-	old := walSwitchBytes
-	walSwitchBytes = n
-	return func() { walSwitchBytes = old }
+// SetWALSizes lets the external tests switch WAL files after a few small
+// batches and zero only a little ahead; the returned function restores
+// both sizes.
+func SetWALSizes(switchAt, zeroAhead int64) (restore func()) {
+	oldSwitch, oldZero := walSwitchBytes, walZeroAheadBytes
+	walSwitchBytes, walZeroAheadBytes = switchAt, zeroAhead
+	return func() { walSwitchBytes, walZeroAheadBytes = oldSwitch, oldZero }
 }
 
 // WaitWALCheckpoint waits until no WAL checkpoint is running.

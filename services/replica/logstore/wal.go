@@ -71,6 +71,39 @@ var walSwitchBytes int64 = 64 << 20
 
 const walHeaderBytes = 16
 
+// walZeroAheadBytes is how far past an entry's end the file is extended
+// with zeros when an entry would run past it. An fdatasync of a write that
+// extends a file, or fills a hole, must also commit the file system's
+// metadata (size, block allocation); one of a write over bytes already
+// written need not. Measured here, three files fdatasynced in parallel,
+// 1 KiB writes: p50 0.53 ms, p99 3-5.6 ms extending against 0.42 ms and
+// 2.1-2.5 ms overwriting. Zeroing 256 KiB ahead leaves that cost to one
+// sync in about 230 (1 KiB records) during a file's first pass, and to
+// none once it has reached its switch size. A variable so tests can bound
+// file sizes tightly.
+var walZeroAheadBytes int64 = 256 << 10
+
+// walZeros is a block of zeros for zeroAhead; never written to.
+var walZeros = make([]byte, 64<<10)
+
+// zeroAhead extends the file with zeros to walZeroAheadBytes past end when
+// end is beyond its size. w.mu is held.
+func (f *walFile) zeroAhead(end int64) error {
+	if end <= f.size {
+		return nil
+	}
+	to := end + walZeroAheadBytes
+	for off := f.size; off < to; {
+		n := min(int64(len(walZeros)), to-off)
+		if _, err := f.f.WriteAt(walZeros[:n], off); err != nil {
+			return fmt.Errorf("logstore: extend WAL: %w", err)
+		}
+		off += n
+	}
+	f.size = to
+	return nil
+}
+
 // walKeepBufBytes bounds the encoding buffer kept between entries: a few
 // full batches (wire.MaxBatchBytes) of the usual load.
 const walKeepBufBytes = 16 << 20
@@ -87,7 +120,10 @@ type walFile struct {
 	// synced is where the entries a completed fdatasync covered end (in
 	// this pass); PowerLoss keeps no more of the file than that.
 	synced int64
-	dirty  bool // written since its last fdatasync
+	// size is the file's length: every byte below it has been written
+	// (entries or zeros), never a hole.
+	size  int64
+	dirty bool // written since its last fdatasync
 }
 
 type wal struct {
@@ -138,7 +174,13 @@ func openWAL(dir string) (*wal, error) {
 			w.close()
 			return nil, fmt.Errorf("logstore: open WAL: %w", err)
 		}
-		w.files[i] = &walFile{f: f}
+		fi, err := f.Stat()
+		if err != nil {
+			_ = f.Close()
+			w.close()
+			return nil, fmt.Errorf("logstore: open WAL: %w", err)
+		}
+		w.files[i] = &walFile{f: f, size: fi.Size()}
 	}
 	// The files' directory entries must be durable before an entry in them
 	// is counted as durable.
@@ -320,6 +362,10 @@ func (s *Store) appendWAL(keys, vals [][]byte) error {
 	binary.BigEndian.PutUint32(buf[8:12], uint32(n))
 	crc := walCRC(f.prevCRC, f.pos, buf[0:12], buf[walHeaderBytes:])
 	binary.BigEndian.PutUint32(buf[12:16], crc)
+	if err := f.zeroAhead(f.pos + int64(len(buf))); err != nil {
+		w.failed = err
+		return w.failed
+	}
 	if _, err := f.f.WriteAt(buf, f.pos); err != nil {
 		w.failed = fmt.Errorf("logstore: write WAL: %w", err)
 		return w.failed

@@ -120,8 +120,8 @@ func TestReplayDoesNotUndoTruncate(t *testing.T) {
 // is checkpointed, so they stay near walSwitchBytes however much is
 // written; a replay after many switches still restores the newest batch.
 func TestWALSwitchesFilesAndStaysBounded(t *testing.T) {
-	const switchAt = 16 << 10
-	defer logstore.SetWALSwitchBytes(switchAt)()
+	const switchAt, zeroAhead = 16 << 10, 2 << 10
+	defer logstore.SetWALSizes(switchAt, zeroAhead)()
 	c := newCrashable(t)
 	s := c.open()
 	r := mustRange(t, s, "r1")
@@ -146,8 +146,8 @@ func TestWALSwitchesFilesAndStaysBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The switch size plus the entry that crossed it (and an HWM
-		// entry or two).
-		if fi.Size() > switchAt+4<<10 {
+		// entry or two) and the zeros ahead of it.
+		if fi.Size() > switchAt+4<<10+zeroAhead {
 			t.Errorf("wal.%d is %d bytes after %d KiB written, switching at %d", i, fi.Size(), batches, switchAt)
 		}
 	}
@@ -215,4 +215,24 @@ func TestPowerLossKeepsWhatWasDurable(t *testing.T) {
 	}
 	sameRecords(t, "after the power loss", readAll(t, r), want[:r.LogEnd()])
 	checkConsistent(t, r)
+}
+
+// The WAL is extended with zeros ahead of its entries, so that most syncs
+// overwrite bytes already on disk instead of growing the file.
+func TestWALZeroesAhead(t *testing.T) {
+	const zeroAhead = 8 << 10
+	defer logstore.SetWALSizes(64<<20, zeroAhead)()
+	o := newOpener(t)
+	s := o.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	waitDurable(t, r, 1)
+	fi, err := os.Stat(filepath.Join(o.dir, "wal.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() < zeroAhead {
+		t.Fatalf("wal.0 is %d bytes after one small entry, want at least the %d zeroed ahead", fi.Size(), zeroAhead)
+	}
+	closeStore(t, s)
 }
