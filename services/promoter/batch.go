@@ -27,7 +27,8 @@ import (
 // A coalescer turns those concurrent single-range calls into batched RPCs,
 // the way a group commit turns concurrent appends into one fsync: a call
 // joins a queue for its destination and kind; at most maxInflightBatches
-// batches per destination and kind are in flight, and whatever queued up
+// (maxInflightLeaseBatches to the lease service) batches per destination
+// and kind are in flight, and whatever queued up
 // while they were out goes in the next one, up to wire.MaxRangesPerBatch. A
 // lone call (an ordinary single failover) goes out as the single-range RPC,
 // exactly as before. Each promotion still runs its own steps in its own
@@ -44,10 +45,20 @@ import (
 // is sent single-range calls from then on, at most maxSingleInflight at a
 // time.
 
-// maxInflightBatches bounds the batched calls in flight per destination and
+// maxInflightBatches bounds the batched calls in flight per replica and
 // kind. Two keeps the pipe full (one batch fills while the other is out)
-// without splitting a burst into many small batches.
+// without splitting a burst into many small batches; a replica runs each
+// batch's ranges concurrently, and more batches at once would only crowd
+// its disk and CPU.
 const maxInflightBatches = 2
+
+// maxInflightLeaseBatches bounds the batched calls in flight to the lease
+// service per kind. Its batches of grants and binds are a couple of etcd
+// transactions each (nested, one per range), so they are cheap to run side
+// by side, and a mass failover's 1,000 grants go out at once (8 batches)
+// rather than in four rounds of two: the grant step is in every
+// promotion's path.
+const maxInflightLeaseBatches = 8
 
 // maxSingleInflight bounds the single-range calls in flight per destination
 // and kind when the destination does not implement the batched call.
@@ -72,6 +83,8 @@ type coalescer[Req, Resp any] struct {
 	batch func(context.Context, []*Req) ([]outcome[Resp], error)
 	// timeout bounds a batch whose callers set no deadline.
 	timeout time.Duration
+	// maxInflight bounds this coalescer's batches in flight.
+	maxInflight int
 
 	singles chan struct{} // semaphore of maxSingleInflight
 
@@ -88,10 +101,10 @@ type queued[Req, Resp any] struct {
 	done chan outcome[Resp]
 }
 
-func newCoalescer[Req, Resp any](name string, timeout time.Duration, rangeID func(*Req) string,
+func newCoalescer[Req, Resp any](name string, maxInflight int, timeout time.Duration, rangeID func(*Req) string,
 	single func(context.Context, *Req) (*Resp, error), batch func(context.Context, []*Req) ([]outcome[Resp], error),
 ) *coalescer[Req, Resp] {
-	return &coalescer[Req, Resp]{name: name, rangeID: rangeID, single: single, batch: batch, timeout: timeout,
+	return &coalescer[Req, Resp]{name: name, maxInflight: maxInflight, rangeID: rangeID, single: single, batch: batch, timeout: timeout,
 		singles: make(chan struct{}, maxSingleInflight)}
 }
 
@@ -101,7 +114,7 @@ func (c *coalescer[Req, Resp]) call(ctx context.Context, req *Req) (*Resp, error
 	q := &queued[Req, Resp]{ctx: ctx, req: req, done: make(chan outcome[Resp], 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, q)
-	if c.inflight < maxInflightBatches {
+	if c.inflight < c.maxInflight {
 		c.inflight++
 		go c.flush()
 	}
@@ -263,7 +276,7 @@ type leaseBatchers struct {
 func (p *Promoter) newLeaseBatchers() *leaseBatchers {
 	lc := p.lease
 	return &leaseBatchers{
-		get: newCoalescer("get-ranges", p.cfg.RPCTimeout, (*tenurev1.GetRangeRequest).GetRangeId,
+		get: newCoalescer("get-ranges", maxInflightLeaseBatches, p.cfg.RPCTimeout, (*tenurev1.GetRangeRequest).GetRangeId,
 			func(ctx context.Context, r *tenurev1.GetRangeRequest) (*tenurev1.GetRangeResponse, error) {
 				resp, err := lc.GetRange(ctx, connect.NewRequest(r))
 				if err != nil {
@@ -291,7 +304,7 @@ func (p *Promoter) newLeaseBatchers() *leaseBatchers {
 						return r.GetRangeId(), &tenurev1.GetRangeResponse{Range: r.GetRange()}, nil
 					}), nil
 			}),
-		grant: newCoalescer("grant-epochs", p.cfg.RPCTimeout, (*tenurev1.GrantEpochRequest).GetRangeId,
+		grant: newCoalescer("grant-epochs", maxInflightLeaseBatches, p.cfg.RPCTimeout, (*tenurev1.GrantEpochRequest).GetRangeId,
 			func(ctx context.Context, r *tenurev1.GrantEpochRequest) (*tenurev1.GrantEpochResponse, error) {
 				resp, err := lc.GrantEpoch(ctx, connect.NewRequest(r))
 				if err != nil {
@@ -312,7 +325,7 @@ func (p *Promoter) newLeaseBatchers() *leaseBatchers {
 						return r.GetRangeId(), r.GetGrant(), nil
 					}), nil
 			}),
-		bind: newCoalescer("bind-leases", p.cfg.RPCTimeout, (*tenurev1.BindLeaseRequest).GetRangeId,
+		bind: newCoalescer("bind-leases", maxInflightLeaseBatches, p.cfg.RPCTimeout, (*tenurev1.BindLeaseRequest).GetRangeId,
 			func(ctx context.Context, r *tenurev1.BindLeaseRequest) (*tenurev1.BindLeaseResponse, error) {
 				resp, err := lc.BindLease(ctx, connect.NewRequest(r))
 				if err != nil {
@@ -345,7 +358,7 @@ func (p *Promoter) batchers(addr string) *replicaBatchers {
 		return b
 	}
 	b := &replicaBatchers{
-		fence: newCoalescer("fence-ranges", p.cfg.FenceTimeout, (*tenurev1.FenceRequest).GetRangeId,
+		fence: newCoalescer("fence-ranges", maxInflightBatches, p.cfg.FenceTimeout, (*tenurev1.FenceRequest).GetRangeId,
 			func(ctx context.Context, r *tenurev1.FenceRequest) (*tenurev1.FenceResponse, error) {
 				resp, err := c.Fence(ctx, connect.NewRequest(r))
 				if err != nil {
@@ -366,7 +379,7 @@ func (p *Promoter) batchers(addr string) *replicaBatchers {
 						return r.GetRangeId(), r.GetFence(), nil
 					}), nil
 			}),
-		adopt: newCoalescer("adopt-ranges", p.cfg.RPCTimeout, (*tenurev1.AdoptRequest).GetRangeId,
+		adopt: newCoalescer("adopt-ranges", maxInflightBatches, p.cfg.RPCTimeout, (*tenurev1.AdoptRequest).GetRangeId,
 			func(ctx context.Context, r *tenurev1.AdoptRequest) (*tenurev1.AdoptResponse, error) {
 				resp, err := c.Adopt(ctx, connect.NewRequest(r))
 				if err != nil {
