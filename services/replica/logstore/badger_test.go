@@ -66,3 +66,11 @@ func (s *Store) WaitWALCheckpoint() {
 		w.cond.Wait()
 	}
 }
+
+// WALSwitchWanted reports whether a caller waits for the running WAL
+// checkpoint to end so that another one starts (forceCheckpoint).
+func (s *Store) WALSwitchWanted() bool {
+	s.wal.mu.Lock()
+	defer s.wal.mu.Unlock()
+	return s.wal.wantSwitch
+}

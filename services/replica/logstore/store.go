@@ -66,8 +66,9 @@ type Options struct {
 	// (a new epoch journaled, its records not yet written), "commit:write"
 	// (the group commit took a batch of records, not yet written to Badger:
 	// they are assigned, and a leader already serves them to followers).
-	// A CrashAt that blocks holds the operation there (the committer, at
-	// "commit:write"), which tests use to stage a slow disk.
+	// "wal:checkpoint" (a WAL checkpoint, in the background, before it
+	// syncs Badger). A CrashAt that blocks holds the operation there (the
+	// committer, at "commit:write"), which tests use to stage a slow disk.
 	CrashAt func(point string) error
 }
 
@@ -78,6 +79,7 @@ const (
 	CrashTruncateLog     = "truncate:log"
 	CrashAppendJournal   = "append:journal"
 	CrashCommitWrite     = "commit:write"
+	CrashWALCheckpoint   = "wal:checkpoint"
 )
 
 // A Store is one replica's storage: one Badger database for every range's

@@ -403,7 +403,10 @@ func (s *Store) switchLocked() {
 // appended after its commit returned. Then Open need not replay from
 // before gen.
 func (s *Store) checkpoint(gen uint64) {
-	err := s.syncDB()
+	err := s.crash(CrashWALCheckpoint)
+	if err == nil {
+		err = s.syncDB()
+	}
 	if err == nil {
 		err = s.putU64Synced(walGenKey, gen)
 	}
@@ -433,10 +436,11 @@ func (s *Store) forceCheckpoint() error {
 	w := s.wal
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// The switch this call needs is the next one, numbered switches+1:
+	// either made here, or, while the checkpoint of switch number switches
+	// runs (that switch was before this call), made when it ends.
 	target := w.switches + 1
 	if w.checkpointing {
-		// The running one switched before this call; ask for one more.
-		target++
 		w.wantSwitch = true
 	} else {
 		s.switchLocked()
