@@ -58,43 +58,22 @@ func (s *Service) grantEpochs(ctx context.Context, req *tenurev1.GrantEpochsRequ
 	if err := wire.ValidateRangeBatch(len(grants), func(i int) string { return grants[i].GetRangeId() }); err != nil {
 		return nil, err
 	}
-	sessions := s.sessionsOf(ctx, len(grants), func(i int) (string, int64) {
-		return grants[i].GetHolderId(), grants[i].GetSessionId()
-	})
 	out := &tenurev1.GrantEpochsResponse{Results: make([]*tenurev1.GrantEpochResult, len(grants))}
-	answer := func(i int, resp *tenurev1.GrantEpochResponse, err error) {
-		res := &tenurev1.GrantEpochResult{RangeId: grants[i].GetRangeId()}
-		if err != nil {
-			res.Error = leaseError(ctx, err)
-		} else {
-			res.Grant = resp
-		}
-		out.Results[i] = res
-	}
-	sess := make([]session, len(grants))
-	var txns []rangeTxn
-	for i, g := range grants {
-		err := checkGrant(g)
-		if err == nil {
-			sess[i], err = sessions(i)
-		}
-		if err != nil {
-			answer(i, nil, err)
-			continue
-		}
-		t := s.grantTxn(g, sess[i])
-		t.rangeIndex = i
-		txns = append(txns, t)
-	}
-	s.commitEach(ctx, txns, func(t rangeTxn, succeeded bool, rs []*etcdserverpb.ResponseOp, err error) {
-		i := t.rangeIndex
-		if err != nil {
-			answer(i, nil, err)
-			return
-		}
-		resp, err := s.grantAnswer(ctx, grants[i], sess[i], succeeded, rs)
-		answer(i, resp, err)
-	})
+	commitBatch(ctx, s, len(grants), func(i int) (string, int64) { return grants[i].GetHolderId(), grants[i].GetSessionId() },
+		func(i int) error { return checkGrant(grants[i]) },
+		func(i int, sess session) rangeTxn { return s.grantTxn(grants[i], sess) },
+		func(i int, sess session, succeeded bool, rs []*etcdserverpb.ResponseOp) (*tenurev1.GrantEpochResponse, error) {
+			return s.grantAnswer(ctx, grants[i], sess, succeeded, rs)
+		},
+		func(i int, resp *tenurev1.GrantEpochResponse, err error) {
+			res := &tenurev1.GrantEpochResult{RangeId: grants[i].GetRangeId()}
+			if err != nil {
+				res.Error = leaseError(ctx, err)
+			} else {
+				res.Grant = resp
+			}
+			out.Results[i] = res
+		})
 	return out, nil
 }
 
@@ -122,44 +101,63 @@ func (s *Service) bindLeases(ctx context.Context, req *tenurev1.BindLeasesReques
 	if err := wire.ValidateRangeBatch(len(binds), func(i int) string { return binds[i].GetRangeId() }); err != nil {
 		return nil, err
 	}
-	sessions := s.sessionsOf(ctx, len(binds), func(i int) (string, int64) {
-		return binds[i].GetHolderId(), binds[i].GetSessionId()
-	})
 	out := &tenurev1.BindLeasesResponse{Results: make([]*tenurev1.BindLeaseResult, len(binds))}
-	answer := func(i int, resp *tenurev1.BindLeaseResponse, err error) {
-		res := &tenurev1.BindLeaseResult{RangeId: binds[i].GetRangeId()}
-		if err != nil {
-			res.Error = leaseError(ctx, err)
-		} else {
-			res.Bind = resp
-		}
-		out.Results[i] = res
-	}
-	sess := make([]session, len(binds))
+	commitBatch(ctx, s, len(binds), func(i int) (string, int64) { return binds[i].GetHolderId(), binds[i].GetSessionId() },
+		func(i int) error { return checkBind(binds[i]) },
+		func(i int, sess session) rangeTxn { return s.bindTxn(binds[i], sess) },
+		func(i int, sess session, succeeded bool, rs []*etcdserverpb.ResponseOp) (*tenurev1.BindLeaseResponse, error) {
+			return s.bindAnswer(ctx, binds[i], sess, succeeded, rs)
+		},
+		func(i int, resp *tenurev1.BindLeaseResponse, err error) {
+			res := &tenurev1.BindLeaseResult{RangeId: binds[i].GetRangeId()}
+			if err != nil {
+				res.Error = leaseError(ctx, err)
+			} else {
+				res.Bind = resp
+			}
+			out.Results[i] = res
+		})
+	return out, nil
+}
+
+// commitBatch runs the n per-range transactions of a grant or bind batch:
+// each request is checked and its holder's session looked up (once per
+// session, sessionsOf), its transaction built (txn) and committed with the
+// others (commitEach), and its answer read from its own outcome (result);
+// answer gets each range's response or error, exactly once.
+func commitBatch[Resp any](ctx context.Context, s *Service, n int,
+	holder func(i int) (string, int64),
+	check func(i int) error,
+	txn func(i int, sess session) rangeTxn,
+	result func(i int, sess session, succeeded bool, rs []*etcdserverpb.ResponseOp) (Resp, error),
+	answer func(i int, resp Resp, err error),
+) {
+	var zero Resp
+	sessions := s.sessionsOf(ctx, n, holder)
+	sess := make([]session, n)
 	var txns []rangeTxn
-	for i, b := range binds {
-		err := checkBind(b)
+	for i := range n {
+		err := check(i)
 		if err == nil {
 			sess[i], err = sessions(i)
 		}
 		if err != nil {
-			answer(i, nil, err)
+			answer(i, zero, err)
 			continue
 		}
-		t := s.bindTxn(b, sess[i])
+		t := txn(i, sess[i])
 		t.rangeIndex = i
 		txns = append(txns, t)
 	}
 	s.commitEach(ctx, txns, func(t rangeTxn, succeeded bool, rs []*etcdserverpb.ResponseOp, err error) {
 		i := t.rangeIndex
 		if err != nil {
-			answer(i, nil, err)
+			answer(i, zero, err)
 			return
 		}
-		resp, err := s.bindAnswer(ctx, binds[i], sess[i], succeeded, rs)
+		resp, err := result(i, sess[i], succeeded, rs)
 		answer(i, resp, err)
 	})
-	return out, nil
 }
 
 // nestedPerTxn is how many ranges' transactions one etcd transaction
