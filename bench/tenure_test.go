@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/appender"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -21,13 +22,22 @@ import (
 // in-process 3-replica tenure cluster: every append is acknowledged only once
 // the leader's high-water mark passes it, that is once a quorum (the leader
 // and at least one follower) has fsynced it.
-func BenchmarkTenure(b *testing.B) {
+//
+// Appends go through LogService.AppendStream (pkg/appender), one stream per
+// append in flight, as a producer keeping its connection would send them.
+func BenchmarkTenure(b *testing.B) { benchTenure(b, false) }
+
+// BenchmarkTenureUnary is BenchmarkTenure with one unary LogService.Append
+// per append, for comparing the two client paths in one run.
+func BenchmarkTenureUnary(b *testing.B) { benchTenure(b, true) }
+
+func benchTenure(b *testing.B, unary bool) {
 	c := startTenureCluster(b, 3)
 	for i, shape := range Shapes {
 		b.Run(shape.Name, func(b *testing.B) {
 			rangeID := fmt.Sprintf("bench-%d", i)
 			c.newRange(b, rangeID)
-			newAppender := func(int) (Appender, error) { return c.newAppender(rangeID), nil }
+			newAppender := func(int) (Appender, error) { return c.newAppender(rangeID, unary), nil }
 			runShape(b, newAppender, shape)
 		})
 	}
@@ -122,38 +132,47 @@ func (c *tenureCluster) newRange(tb testing.TB, rangeID string) {
 			tb.Fatalf("adopt %s as %s: %v", nd.r.ID(), role, err)
 		}
 	}
-	a := c.newAppender(rangeID)
+	a := c.newAppender(rangeID, false)
 	defer a.Close()
 	if err := a.Append(ctx, [][]byte{[]byte("warmup")}); err != nil {
 		tb.Fatalf("warm-up append: %v", err)
 	}
 }
 
-// newAppender connects one client (its own HTTP/2 connection) to the leader.
-func (c *tenureCluster) newAppender(rangeID string) *tenureAppender {
+// newAppender connects one client (its own HTTP/2 connection) to the
+// leader, appending through AppendStream or, if unary, with Append calls.
+func (c *tenureCluster) newAppender(rangeID string, unary bool) *tenureAppender {
 	hc := transport.NewHTTPClient()
-	leader := c.nodes[0]
-	return &tenureAppender{
-		hc:      hc,
-		lc:      tenurev1connect.NewLogServiceClient(hc, leader.r.Address(), transport.ClientOptions()...),
-		rangeID: rangeID,
+	lc := tenurev1connect.NewLogServiceClient(hc, c.nodes[0].r.Address(), transport.ClientOptions()...)
+	a := &tenureAppender{hc: hc, lc: lc, rangeID: rangeID}
+	if !unary {
+		a.stream = appender.New(lc)
 	}
+	return a
 }
 
-// tenureAppender appends each call's records as one LogService.Append,
-// which returns once they are committed. Safe for concurrent use.
+// tenureAppender appends each call's records as one append, which returns
+// once they are committed. Safe for concurrent use.
 type tenureAppender struct {
 	hc      *http.Client
 	lc      tenurev1connect.LogServiceClient
+	stream  *appender.Appender // nil: unary Append calls
 	rangeID string
 }
 
 func (a *tenureAppender) Append(ctx context.Context, records [][]byte) error {
+	if a.stream != nil {
+		_, err := a.stream.Append(ctx, a.rangeID, records)
+		return err
+	}
 	_, err := a.lc.Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: a.rangeID, Records: records}))
 	return err
 }
 
 func (a *tenureAppender) Close() error {
+	if a.stream != nil {
+		a.stream.Close()
+	}
 	a.hc.CloseIdleConnections()
 	return nil
 }

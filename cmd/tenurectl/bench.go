@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/appender"
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
@@ -22,6 +23,10 @@ appenders each send batches of --batch records of --size random bytes until
 append (send to acknowledgement, i.e. until a quorum holds it durably) at
 the 50th, 99th and 99.9th percentiles. Runs longer than a few seconds print
 a progress line to stderr every two seconds.
+
+Each appender keeps one LogService.AppendStream open and sends its
+appends on it, one at a time (--unary: one Append call per append instead,
+to compare the two client paths).
 
 The records are really appended: bench a range made for it.
 `
@@ -39,6 +44,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	size := fs.Int("size", 100, fmt.Sprintf("bytes per record (0-%d)", wire.MaxRecordBytes))
 	concurrency := fs.Int("concurrency", 4, "appenders sending at once (1-1024)")
 	batch := fs.Int("batch", 1, fmt.Sprintf("records per append (1-%d)", wire.MaxBatchRecords))
+	unary := fs.Bool("unary", false, "send each append as a unary Append call instead of on an AppendStream")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -65,13 +71,27 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if !*o.json {
-		fmt.Fprintf(e.stdout, "bench range %s, leader %s at epoch %d: %d records of %d bytes, batches of %d, %d concurrent appenders\n",
-			rangeID, leader.GetId(), epoch, *records, *size, *batch, *concurrency)
+		path := "one AppendStream each"
+		if *unary {
+			path = "unary Append calls"
+		}
+		fmt.Fprintf(e.stdout, "bench range %s, leader %s at epoch %d: %d records of %d bytes, batches of %d, %d concurrent appenders (%s)\n",
+			rangeID, leader.GetId(), epoch, *records, *size, *batch, *concurrency, path)
 	}
 
 	value := make([]byte, *size)
 	_, _ = rand.Read(value)
 	lc := c.log(leader.GetAddress())
+	streams := appender.New(lc)
+	defer streams.Close()
+	appendOnce := func(ctx context.Context, values [][]byte) error {
+		if *unary {
+			_, err := lc.Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: rangeID, Records: values}))
+			return err
+		}
+		_, err := streams.Append(ctx, rangeID, values)
+		return err
+	}
 	var (
 		claimed, acked atomic.Int64
 		mu             sync.Mutex
@@ -95,7 +115,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 				}
 				t0 := time.Now()
 				cctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
-				_, err := lc.Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: rangeID, Records: values}))
+				err := appendOnce(cctx, values)
 				cancel()
 				d := time.Since(t0)
 				mu.Lock()

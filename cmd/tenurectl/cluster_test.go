@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tenurelog/tenure/internal/testgate"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/services/lease"
 	"github.com/tenurelog/tenure/services/lease/leasetest"
@@ -25,23 +23,9 @@ import (
 // on real HTTP/2 loopback with Badger in temp dirs, and a promoter. The
 // tests assert what a user sees: the printed tables, reports and errors.
 
-// gate is a replica's outgoing HTTP client that a test can close, so the
-// replica's fetches fail as if it were partitioned from its leader.
-type gate struct {
-	c      *http.Client
-	closed atomic.Bool
-}
-
-func (g *gate) Do(r *http.Request) (*http.Response, error) {
-	if g.closed.Load() {
-		return nil, errors.New("gate: partitioned by the test")
-	}
-	return g.c.Do(r)
-}
-
 type testReplica struct {
 	id, dir, listen string
-	gate            *gate
+	gate            *testgate.Gate
 	keeper          *lease.Keeper
 	r               *replica.Replica
 	srv             *transport.Server
@@ -69,7 +53,7 @@ func newTestCluster(t *testing.T) *testCluster {
 	}
 	c := &testCluster{t: t, lease: leasetest.Start(t), byID: map[string]*testReplica{}, log: quietLogger()}
 	for i := 1; i <= 3; i++ {
-		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", gate: &gate{c: transport.NewHTTPClient()}}
+		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", gate: testgate.New()}
 		c.replicas = append(c.replicas, tr)
 		c.byID[tr.id] = tr
 		c.start(tr)

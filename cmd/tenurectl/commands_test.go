@@ -289,7 +289,7 @@ func testBench(t *testing.T, c *testCluster) {
 	leader := c.createRange("bench", "r1")
 	out := c.mustCtl("", "bench", "bench", "--records", "60", "--size", "16", "--concurrency", "3", "--batch", "4")
 	wantLines(t, "bench", out,
-		"bench range bench, leader "+leader+" at epoch 1: 60 records of 16 bytes, batches of 4, 3 concurrent appenders",
+		"bench range bench, leader "+leader+" at epoch 1: 60 records of 16 bytes, batches of 4, 3 concurrent appenders (one AppendStream each)",
 		"acknowledged 60 records in",
 		"append latency: p50")
 	out = c.mustCtl("", "bench", "bench", "--records", "10", "--json")
@@ -297,10 +297,14 @@ func testBench(t *testing.T, c *testCluster) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Records != 10 || res.Appends != 10 || res.P50Ms <= 0 || res.P999Ms < res.P50Ms {
 		t.Errorf("bench --json = %s (%v)", out, err)
 	}
-	// 1 epoch-start record + 70 benched.
+	out = c.mustCtl("", "bench", "bench", "--records", "8", "--concurrency", "2", "--unary")
+	wantLines(t, "bench --unary", out,
+		"bench range bench, leader "+leader+" at epoch 1: 8 records of 100 bytes, batches of 1, 2 concurrent appenders (unary Append calls)",
+		"acknowledged 8 records in")
+	// 1 epoch-start record + 78 benched.
 	waitFor(t, "the benched records to be readable", 5*time.Second, func() bool {
 		_, out, _ := c.ctl("", "status", "bench", "--json")
-		return strings.Contains(out, `"high_water_mark": 71`)
+		return strings.Contains(out, `"high_water_mark": 79`)
 	})
 }
 
@@ -321,7 +325,7 @@ func testEpochsDivergence(t *testing.T, c *testCluster) {
 	// Partition the followers, let their in-flight long polls end, then
 	// append to the leader: it writes the record but cannot commit it.
 	for _, id := range followers {
-		c.byID[id].gate.closed.Store(true)
+		c.byID[id].gate.Close()
 	}
 	// (Their fetch wait is 200ms; a poll still out when the record lands
 	// would carry it to a follower, which is safe but not this story.)
@@ -334,7 +338,7 @@ func testEpochsDivergence(t *testing.T, c *testCluster) {
 	}
 	c.stop(c.byID[old])
 	for _, id := range followers {
-		c.byID[id].gate.closed.Store(false)
+		c.byID[id].gate.Open()
 	}
 
 	// A follower is promoted at epoch 2 and writes on.

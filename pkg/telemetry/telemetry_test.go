@@ -197,6 +197,8 @@ func TestSampler(t *testing.T) {
 		{"tenure's own root span", ctx, "promote", trace.SpanKindInternal, true},
 		{"probe", ctx, "tenure.v1.ReplicaService/GetStatus", trace.SpanKindClient, false},
 		{"follower fetch", ctx, "tenure.v1.ReplicaService/Fetch", trace.SpanKindClient, false},
+		{"follower fetch stream", ctx, "tenure.v1.ReplicaService/FetchStream", trace.SpanKindClient, false},
+		{"a producer's append stream", ctx, "tenure.v1.LogService/AppendStream", trace.SpanKindServer, false},
 		{"client append arriving untraced", ctx, "tenure.v1.LogService/Append", trace.SpanKindServer, false},
 		{"lease keep-alive", ctx, "tenure.v1.LeaseService/KeepAlive", trace.SpanKindClient, false},
 		{"operator's promote", ctx, "tenure.v1.PromoterService/Promote", trace.SpanKindServer, true},

@@ -79,6 +79,9 @@ type Server struct {
 	Addr string // the bound address, e.g. "127.0.0.1:40123"
 	srv  *http.Server
 	done chan error
+	// drain is closed when a Shutdown or Close begins (Draining).
+	drain     chan struct{}
+	drainOnce sync.Once
 
 	stopOnce sync.Once
 	stopErr  error // what Serve returned; set once stopped
@@ -111,6 +114,8 @@ func ServeListener(ln net.Listener, regs ...Registration) *Server {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
+	drain := make(chan struct{})
+	base := context.WithValue(context.Background(), drainKey{}, (<-chan struct{})(drain))
 	s := &Server{
 		Addr: ln.Addr().String(),
 		srv: &http.Server{
@@ -119,9 +124,12 @@ func ServeListener(ln net.Listener, regs ...Registration) *Server {
 			ReadHeaderTimeout: 5 * time.Second,
 			// Long polls and streams (Fetch, Tail, WatchLeases) bound their
 			// own time; no global write timeout would fit them all.
+			BaseContext: func(net.Listener) context.Context { return base },
 		},
-		done: make(chan error, 1),
+		done:  make(chan error, 1),
+		drain: drain,
 	}
+	s.srv.RegisterOnShutdown(s.startDrain)
 	go func() {
 		err := s.srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -142,6 +150,7 @@ func (s *Server) URL() string { return "http://" + s.Addr }
 // looks like to peers. Use Shutdown for a graceful stop.
 // Calling Close or Shutdown again is a no-op.
 func (s *Server) Close() error {
+	s.startDrain()
 	err := s.srv.Close()
 	s.wait()
 	return err
@@ -150,6 +159,21 @@ func (s *Server) Close() error {
 // wait waits for Serve to return; safe to call more than once.
 func (s *Server) wait() {
 	s.stopOnce.Do(func() { s.stopErr = <-s.done })
+}
+
+func (s *Server) startDrain() { s.drainOnce.Do(func() { close(s.drain) }) }
+
+type drainKey struct{}
+
+// Draining returns a channel that is closed when the Server serving the call
+// whose context is ctx begins to stop (Shutdown or Close), or nil (never
+// closed) for a call not served by a Server. Long-lived streams watch it:
+// a graceful Shutdown waits for every open stream, and a stream that answers
+// one request after another (AppendStream, FetchStream) would otherwise hold
+// it until its deadline. Such a stream ends after the request in hand.
+func Draining(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(drainKey{}).(<-chan struct{})
+	return ch
 }
 
 // Shutdown stops accepting and waits (bounded by ctx) for in-flight calls.

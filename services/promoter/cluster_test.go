@@ -2,19 +2,18 @@ package promoter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/testgate"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -37,23 +36,9 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
-// gate is a replica's outgoing HTTP client that a test can close, so the
-// replica's fetches fail as if it were partitioned from its leader.
-type gate struct {
-	c      *http.Client
-	closed atomic.Bool
-}
-
-func (g *gate) Do(r *http.Request) (*http.Response, error) {
-	if g.closed.Load() {
-		return nil, errors.New("gate: partitioned by the test")
-	}
-	return g.c.Do(r)
-}
-
 type testReplica struct {
 	id, dir, listen string
-	gate            *gate
+	gate            *testgate.Gate
 	keeper          *lease.Keeper
 	r               *replica.Replica
 	srv             *transport.Server
@@ -90,7 +75,7 @@ func newClusterOf(t testing.TB, n int, fetchWait time.Duration, older bool) *clu
 	t.Helper()
 	c := &cluster{fetchWait: fetchWait, older: older, t: t, lease: leasetest.Start(t), byID: map[string]*testReplica{}, log: testLogger(), http: transport.NewHTTPClient()}
 	for i := 1; i <= n; i++ {
-		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", gate: &gate{c: transport.NewHTTPClient()}}
+		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", gate: testgate.New()}
 		c.replicas = append(c.replicas, tr)
 		c.byID[tr.id] = tr
 		c.start(tr)

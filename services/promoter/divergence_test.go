@@ -40,8 +40,8 @@ func TestDivergentTailTruncatedOnRejoin(t *testing.T) {
 
 	// Partition both followers from the leader, then write a tail that only
 	// the leader holds. Its appends cannot commit.
-	c.byID["r2"].gate.closed.Store(true)
-	c.byID["r3"].gate.closed.Store(true)
+	c.byID["r2"].gate.Close()
+	c.byID["r3"].gate.Close()
 	// A long poll sent before the gate closed would still carry the tail:
 	// let those end (they wait at most the cluster's fetch wait).
 	time.Sleep(3 * c.fetchWait)
@@ -58,8 +58,8 @@ func TestDivergentTailTruncatedOnRejoin(t *testing.T) {
 	}
 
 	c.stop(c.byID["r1"])
-	c.byID["r2"].gate.closed.Store(false)
-	c.byID["r3"].gate.closed.Store(false)
+	c.byID["r2"].gate.Open()
+	c.byID["r3"].gate.Open()
 	newLeader, e2 := c.leader("r", 2, 20*time.Second)
 	for i := range 5 {
 		a, err := c.appendOne("r", fmt.Sprintf("epoch2-%d", i), 10*time.Second)

@@ -426,7 +426,7 @@ func TestPromotionTraceShowsTruncation(t *testing.T) {
 	// A tail only the old leader holds: both followers partitioned, so it
 	// cannot commit.
 	for _, id := range followers {
-		c.byID[id].gate.closed.Store(true)
+		c.byID[id].gate.Close()
 	}
 	time.Sleep(3 * c.fetchWait) // let fetches sent before the gate closed end
 	actx, acancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -443,7 +443,7 @@ func TestPromotionTraceShowsTruncation(t *testing.T) {
 	// The old leader down, epoch 2 goes to a follower; then it comes back.
 	c.stop(c.byID[old])
 	for _, id := range followers {
-		c.byID[id].gate.closed.Store(false)
+		c.byID[id].gate.Open()
 	}
 	if _, err := p.promote(ctx, "div", 1, "", old+" down"); err != nil {
 		t.Fatalf("promote at epoch 2: %v", err)

@@ -3,6 +3,7 @@ package replica_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -359,6 +360,9 @@ type gate struct {
 	rt    http.RoundTripper
 	mu    sync.Mutex
 	allow func(*tenurev1.FetchRequest) bool // nil lets everything through
+	// noStream answers FetchStream as a replica without it does (404, which
+	// Connect reads as Unimplemented).
+	noStream bool
 }
 
 var errPartitioned = errors.New("test gate: partitioned")
@@ -378,6 +382,17 @@ func (g *gate) filter() func(*tenurev1.FetchRequest) bool {
 }
 
 func (g *gate) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.URL.Path, "/FetchStream") {
+		g.mu.Lock()
+		old := g.noStream
+		g.mu.Unlock()
+		if old {
+			_ = req.Body.Close()
+			return &http.Response{StatusCode: http.StatusNotFound, Status: "404 Not Found", Proto: "HTTP/2.0", ProtoMajor: 2,
+				Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+		}
+		return g.roundTripStream(req)
+	}
 	if !strings.HasSuffix(req.URL.Path, "/Fetch") {
 		return g.rt.RoundTrip(req)
 	}
@@ -414,6 +429,96 @@ func (g *gate) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errPartitioned
 	}
 	return resp, err
+}
+
+// roundTripStream gates a FetchStream per message: a fetch the filter
+// refuses breaks the stream before it is sent, and so does an answer that
+// arrives while the filter refuses the fetch it answers. The follower then
+// opens a new stream, as it would after a real network failure.
+func (g *gate) roundTripStream(req *http.Request) (*http.Response, error) {
+	if ct := req.Header.Get("Content-Type"); ct != "application/connect+proto" {
+		return nil, fmt.Errorf("test gate: unexpected fetch stream content type %q", ct)
+	}
+	body := &gatedRequests{g: g, r: req.Body}
+	out := req.Clone(req.Context())
+	out.Body = body
+	resp, err := g.rt.RoundTrip(out)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &gatedAnswers{body: body, ReadCloser: resp.Body}
+	return resp, nil
+}
+
+// gatedRequests passes a stream's request envelopes (a flags byte, a 4-byte
+// big-endian length, the message) one whole envelope at a time, checking
+// each fetch against the gate.
+type gatedRequests struct {
+	g       *gate
+	r       io.ReadCloser
+	pending []byte // the rest of the envelope being passed on
+
+	mu   sync.Mutex
+	last *tenurev1.FetchRequest // the last fetch sent
+}
+
+func (b *gatedRequests) Read(p []byte) (int, error) {
+	if len(b.pending) == 0 {
+		var head [5]byte
+		if _, err := io.ReadFull(b.r, head[:]); err != nil {
+			return 0, err
+		}
+		if head[0] != 0 {
+			return 0, fmt.Errorf("test gate: unexpected fetch stream envelope flags %#x", head[0])
+		}
+		env := make([]byte, 5+binary.BigEndian.Uint32(head[1:]))
+		copy(env, head[:])
+		if _, err := io.ReadFull(b.r, env[5:]); err != nil {
+			return 0, err
+		}
+		var m tenurev1.FetchStreamRequest
+		if err := proto.Unmarshal(env[5:], &m); err != nil {
+			return 0, err
+		}
+		if !b.g.allows(m.GetFetch()) {
+			return 0, errPartitioned
+		}
+		b.mu.Lock()
+		b.last = m.GetFetch()
+		b.mu.Unlock()
+		b.pending = env
+	}
+	n := copy(p, b.pending)
+	b.pending = b.pending[n:]
+	return n, nil
+}
+
+func (b *gatedRequests) Close() error { return b.r.Close() }
+
+func (b *gatedRequests) lastSent() *tenurev1.FetchRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last
+}
+
+// gatedAnswers drops the answer stream while the gate refuses the fetch
+// last sent on it.
+type gatedAnswers struct {
+	io.ReadCloser
+	body *gatedRequests
+}
+
+func (a *gatedAnswers) Read(p []byte) (int, error) {
+	n, err := a.ReadCloser.Read(p)
+	if m := a.body.lastSent(); m != nil && !a.body.g.allows(m) {
+		return 0, errPartitioned
+	}
+	return n, err
+}
+
+func (g *gate) allows(m *tenurev1.FetchRequest) bool {
+	f := g.filter()
+	return f == nil || f(m)
 }
 
 // syncBuffer collects the replicas' logs; printed when a test fails.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"time"
 
@@ -51,6 +52,13 @@ type follower struct {
 	// halt, Close).
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+
+	// Only the loop's own goroutine touches these. stream is the open
+	// FetchStream (nil: open one on the next fetch); unary is set once the
+	// leader answered Unimplemented to FetchStream (an older replica).
+	stream       *connect.BidiStreamForClient[tenurev1.FetchStreamRequest, tenurev1.FetchStreamResponse]
+	streamCancel context.CancelFunc
+	unary        bool
 }
 
 // startFollowerLocked starts the fetch loop for the leader in h.st.
@@ -74,6 +82,7 @@ func (h *hosted) startFollowerLocked() {
 // back off (bounded, with jitter) and retry; a safety violation or a failure
 // of the local store stops the range.
 func (f *follower) run() {
+	defer f.closeStream()
 	log := f.h.log.With("epoch", f.epoch, "leader", f.leaderID)
 	var bo backoff
 	lastErr := ""
@@ -130,8 +139,7 @@ func (f *follower) step() error {
 		return err
 	}
 	wait := f.h.s.cfg.FetchWait
-	ctx, cancel := context.WithTimeout(f.ctx, wait+fetchSlack)
-	resp, err := f.client.Fetch(ctx, connect.NewRequest(&tenurev1.FetchRequest{
+	a, err := f.fetch(&tenurev1.FetchRequest{
 		RangeId:          f.h.id,
 		Epoch:            f.epoch,
 		ReplicaId:        f.h.s.cfg.ID,
@@ -139,12 +147,10 @@ func (f *follower) step() error {
 		LastFetchedEpoch: lastEpoch,
 		MaxBytes:         wire.MaxBatchBytes,
 		MaxWaitMs:        uint32(wait / time.Millisecond),
-	}))
-	cancel()
+	}, wait+fetchSlack)
 	if err != nil {
 		return fmt.Errorf("fetch from %s at %s (offset %d, epoch %d): %w", f.leaderID, f.leaderAddress, end, f.epoch, err)
 	}
-	a := resp.Msg
 	if err := validateFetchAnswer(f.epoch, end, lastEpoch, a); err != nil {
 		return fmt.Errorf("answer from leader %s: %w", f.leaderID, err)
 	}
@@ -158,6 +164,63 @@ func (f *follower) step() error {
 		return &storeError{fmt.Errorf("wait durable to %d: %w", newEnd, err)}
 	}
 	return f.raiseHWM(min(a.GetHighWaterMark(), newEnd))
+}
+
+// fetch is one long poll, answered within timeout: a message on the loop's
+// FetchStream, opened on first use and after any failure, or a unary Fetch
+// to a leader without FetchStream.
+func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*tenurev1.FetchResponse, error) {
+	if f.unary {
+		ctx, cancel := context.WithTimeout(f.ctx, timeout)
+		defer cancel()
+		resp, err := f.client.Fetch(ctx, connect.NewRequest(req))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+	if f.stream == nil {
+		ctx, cancel := context.WithCancel(f.ctx)
+		f.stream, f.streamCancel = f.client.FetchStream(ctx), cancel
+	}
+	// The timeout ends the whole stream: a long poll not answered in time
+	// leaves the stream in an unknown state, so the next fetch opens a new one.
+	timer := time.AfterFunc(timeout, f.streamCancel)
+	err := f.stream.Send(&tenurev1.FetchStreamRequest{Fetch: req})
+	var m *tenurev1.FetchStreamResponse
+	if err == nil || errors.Is(err, io.EOF) {
+		// A Send on a stream the leader ended fails with io.EOF; the
+		// leader's reason (its error, or Unimplemented) is what Receive
+		// returns.
+		m, err = f.stream.Receive()
+	}
+	if !timer.Stop() && err != nil {
+		err = fmt.Errorf("no answer within %v: %w", timeout, err)
+	}
+	if err == nil && m.GetFetch() == nil {
+		err = errors.New("fetch stream answer carries no fetch answer")
+	}
+	if err != nil {
+		f.closeStream()
+		if connect.CodeOf(err) == connect.CodeUnimplemented {
+			f.h.log.Info("leader has no FetchStream; fetching with unary calls", "epoch", f.epoch, "leader", f.leaderID)
+			f.unary = true
+			return f.fetch(req, timeout)
+		}
+		return nil, err
+	}
+	return m.GetFetch(), nil
+}
+
+// closeStream ends the loop's FetchStream, if one is open.
+func (f *follower) closeStream() {
+	if f.stream == nil {
+		return
+	}
+	f.streamCancel()
+	_ = f.stream.CloseRequest()
+	_ = f.stream.CloseResponse()
+	f.stream, f.streamCancel = nil, nil
 }
 
 // position reads the epoch of the record at end-1, the other half of the

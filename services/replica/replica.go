@@ -208,8 +208,8 @@ func (s *Replica) Handlers() []transport.Registration {
 	lp, lh := tenurev1connect.NewLogServiceHandler(s, transport.HandlerOptions(noGzip)...)
 	rp, rh := tenurev1connect.NewReplicaServiceHandler(s, transport.HandlerOptions(noGzip)...)
 	return []transport.Registration{
-		{Name: tenurev1connect.LogServiceName, Path: lp, Handler: lh},
-		{Name: tenurev1connect.ReplicaServiceName, Path: rp, Handler: rh},
+		{Name: tenurev1connect.LogServiceName, Path: lp, Handler: withStoppableStreams(lh, tenurev1connect.LogServiceAppendStreamProcedure)},
+		{Name: tenurev1connect.ReplicaServiceName, Path: rp, Handler: withStoppableStreams(rh, tenurev1connect.ReplicaServiceFetchStreamProcedure)},
 	}
 }
 

@@ -142,6 +142,98 @@ func (x *AppendResponse) GetHighWaterMark() uint64 {
 	return 0
 }
 
+// AppendStreamRequest is one append on an AppendStream.
+type AppendStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The append, with the same rules as Append's request.
+	Append        *AppendRequest `protobuf:"bytes,1,opt,name=append,proto3" json:"append,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamRequest) Reset() {
+	*x = AppendStreamRequest{}
+	mi := &file_tenure_v1_log_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamRequest) ProtoMessage() {}
+
+func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_log_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
+func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_log_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AppendStreamRequest) GetAppend() *AppendRequest {
+	if x != nil {
+		return x.Append
+	}
+	return nil
+}
+
+// AppendStreamResponse acknowledges one append on an AppendStream.
+type AppendStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The acknowledgement, as Append answers it.
+	Append        *AppendResponse `protobuf:"bytes,1,opt,name=append,proto3" json:"append,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamResponse) Reset() {
+	*x = AppendStreamResponse{}
+	mi := &file_tenure_v1_log_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamResponse) ProtoMessage() {}
+
+func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_log_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
+func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_log_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AppendStreamResponse) GetAppend() *AppendResponse {
+	if x != nil {
+		return x.Append
+	}
+	return nil
+}
+
 // ReadRequest asks for committed records.
 type ReadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -160,7 +252,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_tenure_v1_log_proto_msgTypes[2]
+	mi := &file_tenure_v1_log_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +264,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_log_proto_msgTypes[2]
+	mi := &file_tenure_v1_log_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +277,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_log_proto_rawDescGZIP(), []int{2}
+	return file_tenure_v1_log_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReadRequest) GetRangeId() string {
@@ -231,7 +323,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_tenure_v1_log_proto_msgTypes[3]
+	mi := &file_tenure_v1_log_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +335,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_log_proto_msgTypes[3]
+	mi := &file_tenure_v1_log_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +348,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_log_proto_rawDescGZIP(), []int{3}
+	return file_tenure_v1_log_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReadResponse) GetRecords() []*Record {
@@ -293,7 +385,7 @@ type TailRequest struct {
 
 func (x *TailRequest) Reset() {
 	*x = TailRequest{}
-	mi := &file_tenure_v1_log_proto_msgTypes[4]
+	mi := &file_tenure_v1_log_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -305,7 +397,7 @@ func (x *TailRequest) String() string {
 func (*TailRequest) ProtoMessage() {}
 
 func (x *TailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_log_proto_msgTypes[4]
+	mi := &file_tenure_v1_log_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -318,7 +410,7 @@ func (x *TailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRequest.ProtoReflect.Descriptor instead.
 func (*TailRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_log_proto_rawDescGZIP(), []int{4}
+	return file_tenure_v1_log_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TailRequest) GetRangeId() string {
@@ -348,7 +440,7 @@ type TailResponse struct {
 
 func (x *TailResponse) Reset() {
 	*x = TailResponse{}
-	mi := &file_tenure_v1_log_proto_msgTypes[5]
+	mi := &file_tenure_v1_log_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +452,7 @@ func (x *TailResponse) String() string {
 func (*TailResponse) ProtoMessage() {}
 
 func (x *TailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_log_proto_msgTypes[5]
+	mi := &file_tenure_v1_log_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +465,7 @@ func (x *TailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailResponse.ProtoReflect.Descriptor instead.
 func (*TailResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_log_proto_rawDescGZIP(), []int{5}
+	return file_tenure_v1_log_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TailResponse) GetRecords() []*Record {
@@ -402,7 +494,11 @@ const file_tenure_v1_log_proto_rawDesc = "" +
 	"\vbase_offset\x18\x01 \x01(\x04R\n" +
 	"baseOffset\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12&\n" +
-	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark\"~\n" +
+	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark\"G\n" +
+	"\x13AppendStreamRequest\x120\n" +
+	"\x06append\x18\x01 \x01(\v2\x18.tenure.v1.AppendRequestR\x06append\"I\n" +
+	"\x14AppendStreamResponse\x121\n" +
+	"\x06append\x18\x01 \x01(\v2\x19.tenure.v1.AppendResponseR\x06append\"~\n" +
 	"\vReadRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x1f\n" +
@@ -418,10 +514,11 @@ const file_tenure_v1_log_proto_rawDesc = "" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\"c\n" +
 	"\fTailResponse\x12+\n" +
 	"\arecords\x18\x01 \x03(\v2\x11.tenure.v1.RecordR\arecords\x12&\n" +
-	"\x0fhigh_water_mark\x18\x02 \x01(\x04R\rhighWaterMark2\xbf\x01\n" +
+	"\x0fhigh_water_mark\x18\x02 \x01(\x04R\rhighWaterMark2\x94\x02\n" +
 	"\n" +
 	"LogService\x12=\n" +
-	"\x06Append\x12\x18.tenure.v1.AppendRequest\x1a\x19.tenure.v1.AppendResponse\x127\n" +
+	"\x06Append\x12\x18.tenure.v1.AppendRequest\x1a\x19.tenure.v1.AppendResponse\x12S\n" +
+	"\fAppendStream\x12\x1e.tenure.v1.AppendStreamRequest\x1a\x1f.tenure.v1.AppendStreamResponse(\x010\x01\x127\n" +
 	"\x04Read\x12\x16.tenure.v1.ReadRequest\x1a\x17.tenure.v1.ReadResponse\x129\n" +
 	"\x04Tail\x12\x16.tenure.v1.TailRequest\x1a\x17.tenure.v1.TailResponse0\x01B9Z7github.com/tenurelog/tenure/pkg/wire/tenure/v1;tenurev1b\x06proto3"
 
@@ -437,30 +534,36 @@ func file_tenure_v1_log_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_log_proto_rawDescData
 }
 
-var file_tenure_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_tenure_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_tenure_v1_log_proto_goTypes = []any{
-	(*AppendRequest)(nil),  // 0: tenure.v1.AppendRequest
-	(*AppendResponse)(nil), // 1: tenure.v1.AppendResponse
-	(*ReadRequest)(nil),    // 2: tenure.v1.ReadRequest
-	(*ReadResponse)(nil),   // 3: tenure.v1.ReadResponse
-	(*TailRequest)(nil),    // 4: tenure.v1.TailRequest
-	(*TailResponse)(nil),   // 5: tenure.v1.TailResponse
-	(*Record)(nil),         // 6: tenure.v1.Record
+	(*AppendRequest)(nil),        // 0: tenure.v1.AppendRequest
+	(*AppendResponse)(nil),       // 1: tenure.v1.AppendResponse
+	(*AppendStreamRequest)(nil),  // 2: tenure.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil), // 3: tenure.v1.AppendStreamResponse
+	(*ReadRequest)(nil),          // 4: tenure.v1.ReadRequest
+	(*ReadResponse)(nil),         // 5: tenure.v1.ReadResponse
+	(*TailRequest)(nil),          // 6: tenure.v1.TailRequest
+	(*TailResponse)(nil),         // 7: tenure.v1.TailResponse
+	(*Record)(nil),               // 8: tenure.v1.Record
 }
 var file_tenure_v1_log_proto_depIdxs = []int32{
-	6, // 0: tenure.v1.ReadResponse.records:type_name -> tenure.v1.Record
-	6, // 1: tenure.v1.TailResponse.records:type_name -> tenure.v1.Record
-	0, // 2: tenure.v1.LogService.Append:input_type -> tenure.v1.AppendRequest
-	2, // 3: tenure.v1.LogService.Read:input_type -> tenure.v1.ReadRequest
-	4, // 4: tenure.v1.LogService.Tail:input_type -> tenure.v1.TailRequest
-	1, // 5: tenure.v1.LogService.Append:output_type -> tenure.v1.AppendResponse
-	3, // 6: tenure.v1.LogService.Read:output_type -> tenure.v1.ReadResponse
-	5, // 7: tenure.v1.LogService.Tail:output_type -> tenure.v1.TailResponse
-	5, // [5:8] is the sub-list for method output_type
-	2, // [2:5] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	0, // 0: tenure.v1.AppendStreamRequest.append:type_name -> tenure.v1.AppendRequest
+	1, // 1: tenure.v1.AppendStreamResponse.append:type_name -> tenure.v1.AppendResponse
+	8, // 2: tenure.v1.ReadResponse.records:type_name -> tenure.v1.Record
+	8, // 3: tenure.v1.TailResponse.records:type_name -> tenure.v1.Record
+	0, // 4: tenure.v1.LogService.Append:input_type -> tenure.v1.AppendRequest
+	2, // 5: tenure.v1.LogService.AppendStream:input_type -> tenure.v1.AppendStreamRequest
+	4, // 6: tenure.v1.LogService.Read:input_type -> tenure.v1.ReadRequest
+	6, // 7: tenure.v1.LogService.Tail:input_type -> tenure.v1.TailRequest
+	1, // 8: tenure.v1.LogService.Append:output_type -> tenure.v1.AppendResponse
+	3, // 9: tenure.v1.LogService.AppendStream:output_type -> tenure.v1.AppendStreamResponse
+	5, // 10: tenure.v1.LogService.Read:output_type -> tenure.v1.ReadResponse
+	7, // 11: tenure.v1.LogService.Tail:output_type -> tenure.v1.TailResponse
+	8, // [8:12] is the sub-list for method output_type
+	4, // [4:8] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_log_proto_init() }
@@ -475,7 +578,7 @@ func file_tenure_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_log_proto_rawDesc), len(file_tenure_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

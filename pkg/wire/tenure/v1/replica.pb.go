@@ -21,6 +21,98 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// FetchStreamRequest is one pull on a FetchStream.
+type FetchStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pull, with the same rules as Fetch's request.
+	Fetch         *FetchRequest `protobuf:"bytes,1,opt,name=fetch,proto3" json:"fetch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchStreamRequest) Reset() {
+	*x = FetchStreamRequest{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchStreamRequest) ProtoMessage() {}
+
+func (x *FetchStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchStreamRequest.ProtoReflect.Descriptor instead.
+func (*FetchStreamRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *FetchStreamRequest) GetFetch() *FetchRequest {
+	if x != nil {
+		return x.Fetch
+	}
+	return nil
+}
+
+// FetchStreamResponse answers one pull on a FetchStream.
+type FetchStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answer, as Fetch gives it.
+	Fetch         *FetchResponse `protobuf:"bytes,1,opt,name=fetch,proto3" json:"fetch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchStreamResponse) Reset() {
+	*x = FetchStreamResponse{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchStreamResponse) ProtoMessage() {}
+
+func (x *FetchStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchStreamResponse.ProtoReflect.Descriptor instead.
+func (*FetchStreamResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FetchStreamResponse) GetFetch() *FetchResponse {
+	if x != nil {
+		return x.Fetch
+	}
+	return nil
+}
+
 // FetchRequest is one follower pull.
 type FetchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -48,7 +140,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[0]
+	mi := &file_tenure_v1_replica_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -60,7 +152,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[0]
+	mi := &file_tenure_v1_replica_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -73,7 +165,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{0}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *FetchRequest) GetRangeId() string {
@@ -141,7 +233,7 @@ type DivergingEpoch struct {
 
 func (x *DivergingEpoch) Reset() {
 	*x = DivergingEpoch{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[1]
+	mi := &file_tenure_v1_replica_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -153,7 +245,7 @@ func (x *DivergingEpoch) String() string {
 func (*DivergingEpoch) ProtoMessage() {}
 
 func (x *DivergingEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[1]
+	mi := &file_tenure_v1_replica_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -166,7 +258,7 @@ func (x *DivergingEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DivergingEpoch.ProtoReflect.Descriptor instead.
 func (*DivergingEpoch) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{1}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DivergingEpoch) GetEpoch() uint64 {
@@ -205,7 +297,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[2]
+	mi := &file_tenure_v1_replica_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -217,7 +309,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[2]
+	mi := &file_tenure_v1_replica_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -230,7 +322,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{2}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FetchResponse) GetEpoch() uint64 {
@@ -283,7 +375,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[3]
+	mi := &file_tenure_v1_replica_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +387,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[3]
+	mi := &file_tenure_v1_replica_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +400,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{3}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FenceRequest) GetRangeId() string {
@@ -355,7 +447,7 @@ type FenceResponse struct {
 
 func (x *FenceResponse) Reset() {
 	*x = FenceResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[4]
+	mi := &file_tenure_v1_replica_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +459,7 @@ func (x *FenceResponse) String() string {
 func (*FenceResponse) ProtoMessage() {}
 
 func (x *FenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[4]
+	mi := &file_tenure_v1_replica_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +472,7 @@ func (x *FenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceResponse.ProtoReflect.Descriptor instead.
 func (*FenceResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{4}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FenceResponse) GetReplicaId() string {
@@ -448,7 +540,7 @@ type TruncateRequest struct {
 
 func (x *TruncateRequest) Reset() {
 	*x = TruncateRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[5]
+	mi := &file_tenure_v1_replica_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +552,7 @@ func (x *TruncateRequest) String() string {
 func (*TruncateRequest) ProtoMessage() {}
 
 func (x *TruncateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[5]
+	mi := &file_tenure_v1_replica_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +565,7 @@ func (x *TruncateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateRequest.ProtoReflect.Descriptor instead.
 func (*TruncateRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{5}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TruncateRequest) GetRangeId() string {
@@ -513,7 +605,7 @@ type TruncateResponse struct {
 
 func (x *TruncateResponse) Reset() {
 	*x = TruncateResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[6]
+	mi := &file_tenure_v1_replica_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +617,7 @@ func (x *TruncateResponse) String() string {
 func (*TruncateResponse) ProtoMessage() {}
 
 func (x *TruncateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[6]
+	mi := &file_tenure_v1_replica_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +630,7 @@ func (x *TruncateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateResponse.ProtoReflect.Descriptor instead.
 func (*TruncateResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{6}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TruncateResponse) GetLogEnd() uint64 {
@@ -588,7 +680,7 @@ type AdoptRequest struct {
 
 func (x *AdoptRequest) Reset() {
 	*x = AdoptRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[7]
+	mi := &file_tenure_v1_replica_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +692,7 @@ func (x *AdoptRequest) String() string {
 func (*AdoptRequest) ProtoMessage() {}
 
 func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[7]
+	mi := &file_tenure_v1_replica_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +705,7 @@ func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{7}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AdoptRequest) GetRangeId() string {
@@ -680,7 +772,7 @@ type AdoptResponse struct {
 
 func (x *AdoptResponse) Reset() {
 	*x = AdoptResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[8]
+	mi := &file_tenure_v1_replica_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +784,7 @@ func (x *AdoptResponse) String() string {
 func (*AdoptResponse) ProtoMessage() {}
 
 func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[8]
+	mi := &file_tenure_v1_replica_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +797,7 @@ func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptResponse.ProtoReflect.Descriptor instead.
 func (*AdoptResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{8}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AdoptResponse) GetLogEnd() uint64 {
@@ -743,7 +835,7 @@ type ReplicaError struct {
 
 func (x *ReplicaError) Reset() {
 	*x = ReplicaError{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[9]
+	mi := &file_tenure_v1_replica_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +847,7 @@ func (x *ReplicaError) String() string {
 func (*ReplicaError) ProtoMessage() {}
 
 func (x *ReplicaError) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[9]
+	mi := &file_tenure_v1_replica_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +860,7 @@ func (x *ReplicaError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaError.ProtoReflect.Descriptor instead.
 func (*ReplicaError) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{9}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReplicaError) GetCode() uint32 {
@@ -797,7 +889,7 @@ type FenceRangesRequest struct {
 
 func (x *FenceRangesRequest) Reset() {
 	*x = FenceRangesRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[10]
+	mi := &file_tenure_v1_replica_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +901,7 @@ func (x *FenceRangesRequest) String() string {
 func (*FenceRangesRequest) ProtoMessage() {}
 
 func (x *FenceRangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[10]
+	mi := &file_tenure_v1_replica_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +914,7 @@ func (x *FenceRangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRangesRequest.ProtoReflect.Descriptor instead.
 func (*FenceRangesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{10}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FenceRangesRequest) GetFences() []*FenceRequest {
@@ -847,7 +939,7 @@ type FenceRangeResult struct {
 
 func (x *FenceRangeResult) Reset() {
 	*x = FenceRangeResult{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[11]
+	mi := &file_tenure_v1_replica_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +951,7 @@ func (x *FenceRangeResult) String() string {
 func (*FenceRangeResult) ProtoMessage() {}
 
 func (x *FenceRangeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[11]
+	mi := &file_tenure_v1_replica_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +964,7 @@ func (x *FenceRangeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRangeResult.ProtoReflect.Descriptor instead.
 func (*FenceRangeResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{11}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FenceRangeResult) GetRangeId() string {
@@ -907,7 +999,7 @@ type FenceRangesResponse struct {
 
 func (x *FenceRangesResponse) Reset() {
 	*x = FenceRangesResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[12]
+	mi := &file_tenure_v1_replica_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1011,7 @@ func (x *FenceRangesResponse) String() string {
 func (*FenceRangesResponse) ProtoMessage() {}
 
 func (x *FenceRangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[12]
+	mi := &file_tenure_v1_replica_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1024,7 @@ func (x *FenceRangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRangesResponse.ProtoReflect.Descriptor instead.
 func (*FenceRangesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{12}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FenceRangesResponse) GetResults() []*FenceRangeResult {
@@ -954,7 +1046,7 @@ type AdoptRangesRequest struct {
 
 func (x *AdoptRangesRequest) Reset() {
 	*x = AdoptRangesRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[13]
+	mi := &file_tenure_v1_replica_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1058,7 @@ func (x *AdoptRangesRequest) String() string {
 func (*AdoptRangesRequest) ProtoMessage() {}
 
 func (x *AdoptRangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[13]
+	mi := &file_tenure_v1_replica_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1071,7 @@ func (x *AdoptRangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRangesRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRangesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{13}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AdoptRangesRequest) GetAdopts() []*AdoptRequest {
@@ -1004,7 +1096,7 @@ type AdoptRangeResult struct {
 
 func (x *AdoptRangeResult) Reset() {
 	*x = AdoptRangeResult{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[14]
+	mi := &file_tenure_v1_replica_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1108,7 @@ func (x *AdoptRangeResult) String() string {
 func (*AdoptRangeResult) ProtoMessage() {}
 
 func (x *AdoptRangeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[14]
+	mi := &file_tenure_v1_replica_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1121,7 @@ func (x *AdoptRangeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRangeResult.ProtoReflect.Descriptor instead.
 func (*AdoptRangeResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{14}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AdoptRangeResult) GetRangeId() string {
@@ -1064,7 +1156,7 @@ type AdoptRangesResponse struct {
 
 func (x *AdoptRangesResponse) Reset() {
 	*x = AdoptRangesResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[15]
+	mi := &file_tenure_v1_replica_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1168,7 @@ func (x *AdoptRangesResponse) String() string {
 func (*AdoptRangesResponse) ProtoMessage() {}
 
 func (x *AdoptRangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[15]
+	mi := &file_tenure_v1_replica_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1181,7 @@ func (x *AdoptRangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRangesResponse.ProtoReflect.Descriptor instead.
 func (*AdoptRangesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{15}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AdoptRangesResponse) GetResults() []*AdoptRangeResult {
@@ -1110,7 +1202,7 @@ type ReplicaServiceGetStatusRequest struct {
 
 func (x *ReplicaServiceGetStatusRequest) Reset() {
 	*x = ReplicaServiceGetStatusRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[16]
+	mi := &file_tenure_v1_replica_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1214,7 @@ func (x *ReplicaServiceGetStatusRequest) String() string {
 func (*ReplicaServiceGetStatusRequest) ProtoMessage() {}
 
 func (x *ReplicaServiceGetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[16]
+	mi := &file_tenure_v1_replica_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1227,7 @@ func (x *ReplicaServiceGetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaServiceGetStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaServiceGetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{16}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicaServiceGetStatusRequest) GetRangeId() string {
@@ -1162,7 +1254,7 @@ type FollowerProgress struct {
 
 func (x *FollowerProgress) Reset() {
 	*x = FollowerProgress{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[17]
+	mi := &file_tenure_v1_replica_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1266,7 @@ func (x *FollowerProgress) String() string {
 func (*FollowerProgress) ProtoMessage() {}
 
 func (x *FollowerProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[17]
+	mi := &file_tenure_v1_replica_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1279,7 @@ func (x *FollowerProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowerProgress.ProtoReflect.Descriptor instead.
 func (*FollowerProgress) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{17}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FollowerProgress) GetReplicaId() string {
@@ -1252,7 +1344,7 @@ type RangeStatus struct {
 
 func (x *RangeStatus) Reset() {
 	*x = RangeStatus{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[18]
+	mi := &file_tenure_v1_replica_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1356,7 @@ func (x *RangeStatus) String() string {
 func (*RangeStatus) ProtoMessage() {}
 
 func (x *RangeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[18]
+	mi := &file_tenure_v1_replica_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1369,7 @@ func (x *RangeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeStatus.ProtoReflect.Descriptor instead.
 func (*RangeStatus) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{18}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RangeStatus) GetRangeId() string {
@@ -1377,7 +1469,7 @@ type ReplicaServiceGetStatusResponse struct {
 
 func (x *ReplicaServiceGetStatusResponse) Reset() {
 	*x = ReplicaServiceGetStatusResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[19]
+	mi := &file_tenure_v1_replica_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1481,7 @@ func (x *ReplicaServiceGetStatusResponse) String() string {
 func (*ReplicaServiceGetStatusResponse) ProtoMessage() {}
 
 func (x *ReplicaServiceGetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[19]
+	mi := &file_tenure_v1_replica_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1494,7 @@ func (x *ReplicaServiceGetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaServiceGetStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaServiceGetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{19}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReplicaServiceGetStatusResponse) GetReplicaId() string {
@@ -1430,7 +1522,7 @@ type GetEpochHistoryRequest struct {
 
 func (x *GetEpochHistoryRequest) Reset() {
 	*x = GetEpochHistoryRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[20]
+	mi := &file_tenure_v1_replica_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1534,7 @@ func (x *GetEpochHistoryRequest) String() string {
 func (*GetEpochHistoryRequest) ProtoMessage() {}
 
 func (x *GetEpochHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[20]
+	mi := &file_tenure_v1_replica_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1547,7 @@ func (x *GetEpochHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEpochHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetEpochHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{20}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetEpochHistoryRequest) GetRangeId() string {
@@ -1480,7 +1572,7 @@ type GetEpochHistoryResponse struct {
 
 func (x *GetEpochHistoryResponse) Reset() {
 	*x = GetEpochHistoryResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[21]
+	mi := &file_tenure_v1_replica_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1584,7 @@ func (x *GetEpochHistoryResponse) String() string {
 func (*GetEpochHistoryResponse) ProtoMessage() {}
 
 func (x *GetEpochHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[21]
+	mi := &file_tenure_v1_replica_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1597,7 @@ func (x *GetEpochHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEpochHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetEpochHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{21}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetEpochHistoryResponse) GetHistory() []*EpochStart {
@@ -1533,7 +1625,11 @@ var File_tenure_v1_replica_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\n" +
-	"\x17tenure/v1/replica.proto\x12\ttenure.v1\x1a\x16tenure/v1/common.proto\"\xec\x01\n" +
+	"\x17tenure/v1/replica.proto\x12\ttenure.v1\x1a\x16tenure/v1/common.proto\"C\n" +
+	"\x12FetchStreamRequest\x12-\n" +
+	"\x05fetch\x18\x01 \x01(\v2\x17.tenure.v1.FetchRequestR\x05fetch\"E\n" +
+	"\x13FetchStreamResponse\x12.\n" +
+	"\x05fetch\x18\x01 \x01(\v2\x18.tenure.v1.FetchResponseR\x05fetch\"\xec\x01\n" +
 	"\fFetchRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
@@ -1638,9 +1734,10 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x17GetEpochHistoryResponse\x12/\n" +
 	"\ahistory\x18\x01 \x03(\v2\x15.tenure.v1.EpochStartR\ahistory\x12\x17\n" +
 	"\alog_end\x18\x02 \x01(\x04R\x06logEnd\x12&\n" +
-	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark2\xe3\x04\n" +
+	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark2\xb5\x05\n" +
 	"\x0eReplicaService\x12:\n" +
-	"\x05Fetch\x12\x17.tenure.v1.FetchRequest\x1a\x18.tenure.v1.FetchResponse\x12:\n" +
+	"\x05Fetch\x12\x17.tenure.v1.FetchRequest\x1a\x18.tenure.v1.FetchResponse\x12P\n" +
+	"\vFetchStream\x12\x1d.tenure.v1.FetchStreamRequest\x1a\x1e.tenure.v1.FetchStreamResponse(\x010\x01\x12:\n" +
 	"\x05Fence\x12\x17.tenure.v1.FenceRequest\x1a\x18.tenure.v1.FenceResponse\x12C\n" +
 	"\bTruncate\x12\x1a.tenure.v1.TruncateRequest\x1a\x1b.tenure.v1.TruncateResponse\x12:\n" +
 	"\x05Adopt\x12\x17.tenure.v1.AdoptRequest\x1a\x18.tenure.v1.AdoptResponse\x12L\n" +
@@ -1661,77 +1758,83 @@ func file_tenure_v1_replica_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_replica_proto_rawDescData
 }
 
-var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_tenure_v1_replica_proto_goTypes = []any{
-	(*FetchRequest)(nil),                    // 0: tenure.v1.FetchRequest
-	(*DivergingEpoch)(nil),                  // 1: tenure.v1.DivergingEpoch
-	(*FetchResponse)(nil),                   // 2: tenure.v1.FetchResponse
-	(*FenceRequest)(nil),                    // 3: tenure.v1.FenceRequest
-	(*FenceResponse)(nil),                   // 4: tenure.v1.FenceResponse
-	(*TruncateRequest)(nil),                 // 5: tenure.v1.TruncateRequest
-	(*TruncateResponse)(nil),                // 6: tenure.v1.TruncateResponse
-	(*AdoptRequest)(nil),                    // 7: tenure.v1.AdoptRequest
-	(*AdoptResponse)(nil),                   // 8: tenure.v1.AdoptResponse
-	(*ReplicaError)(nil),                    // 9: tenure.v1.ReplicaError
-	(*FenceRangesRequest)(nil),              // 10: tenure.v1.FenceRangesRequest
-	(*FenceRangeResult)(nil),                // 11: tenure.v1.FenceRangeResult
-	(*FenceRangesResponse)(nil),             // 12: tenure.v1.FenceRangesResponse
-	(*AdoptRangesRequest)(nil),              // 13: tenure.v1.AdoptRangesRequest
-	(*AdoptRangeResult)(nil),                // 14: tenure.v1.AdoptRangeResult
-	(*AdoptRangesResponse)(nil),             // 15: tenure.v1.AdoptRangesResponse
-	(*ReplicaServiceGetStatusRequest)(nil),  // 16: tenure.v1.ReplicaServiceGetStatusRequest
-	(*FollowerProgress)(nil),                // 17: tenure.v1.FollowerProgress
-	(*RangeStatus)(nil),                     // 18: tenure.v1.RangeStatus
-	(*ReplicaServiceGetStatusResponse)(nil), // 19: tenure.v1.ReplicaServiceGetStatusResponse
-	(*GetEpochHistoryRequest)(nil),          // 20: tenure.v1.GetEpochHistoryRequest
-	(*GetEpochHistoryResponse)(nil),         // 21: tenure.v1.GetEpochHistoryResponse
-	(*Record)(nil),                          // 22: tenure.v1.Record
-	(*EpochStart)(nil),                      // 23: tenure.v1.EpochStart
-	(Role)(0),                               // 24: tenure.v1.Role
-	(*Replica)(nil),                         // 25: tenure.v1.Replica
+	(*FetchStreamRequest)(nil),              // 0: tenure.v1.FetchStreamRequest
+	(*FetchStreamResponse)(nil),             // 1: tenure.v1.FetchStreamResponse
+	(*FetchRequest)(nil),                    // 2: tenure.v1.FetchRequest
+	(*DivergingEpoch)(nil),                  // 3: tenure.v1.DivergingEpoch
+	(*FetchResponse)(nil),                   // 4: tenure.v1.FetchResponse
+	(*FenceRequest)(nil),                    // 5: tenure.v1.FenceRequest
+	(*FenceResponse)(nil),                   // 6: tenure.v1.FenceResponse
+	(*TruncateRequest)(nil),                 // 7: tenure.v1.TruncateRequest
+	(*TruncateResponse)(nil),                // 8: tenure.v1.TruncateResponse
+	(*AdoptRequest)(nil),                    // 9: tenure.v1.AdoptRequest
+	(*AdoptResponse)(nil),                   // 10: tenure.v1.AdoptResponse
+	(*ReplicaError)(nil),                    // 11: tenure.v1.ReplicaError
+	(*FenceRangesRequest)(nil),              // 12: tenure.v1.FenceRangesRequest
+	(*FenceRangeResult)(nil),                // 13: tenure.v1.FenceRangeResult
+	(*FenceRangesResponse)(nil),             // 14: tenure.v1.FenceRangesResponse
+	(*AdoptRangesRequest)(nil),              // 15: tenure.v1.AdoptRangesRequest
+	(*AdoptRangeResult)(nil),                // 16: tenure.v1.AdoptRangeResult
+	(*AdoptRangesResponse)(nil),             // 17: tenure.v1.AdoptRangesResponse
+	(*ReplicaServiceGetStatusRequest)(nil),  // 18: tenure.v1.ReplicaServiceGetStatusRequest
+	(*FollowerProgress)(nil),                // 19: tenure.v1.FollowerProgress
+	(*RangeStatus)(nil),                     // 20: tenure.v1.RangeStatus
+	(*ReplicaServiceGetStatusResponse)(nil), // 21: tenure.v1.ReplicaServiceGetStatusResponse
+	(*GetEpochHistoryRequest)(nil),          // 22: tenure.v1.GetEpochHistoryRequest
+	(*GetEpochHistoryResponse)(nil),         // 23: tenure.v1.GetEpochHistoryResponse
+	(*Record)(nil),                          // 24: tenure.v1.Record
+	(*EpochStart)(nil),                      // 25: tenure.v1.EpochStart
+	(Role)(0),                               // 26: tenure.v1.Role
+	(*Replica)(nil),                         // 27: tenure.v1.Replica
 }
 var file_tenure_v1_replica_proto_depIdxs = []int32{
-	22, // 0: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
-	1,  // 1: tenure.v1.FetchResponse.diverging:type_name -> tenure.v1.DivergingEpoch
-	23, // 2: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
-	24, // 3: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
-	23, // 4: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
-	24, // 5: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
-	25, // 6: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
-	23, // 7: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
-	3,  // 8: tenure.v1.FenceRangesRequest.fences:type_name -> tenure.v1.FenceRequest
-	4,  // 9: tenure.v1.FenceRangeResult.fence:type_name -> tenure.v1.FenceResponse
-	9,  // 10: tenure.v1.FenceRangeResult.error:type_name -> tenure.v1.ReplicaError
-	11, // 11: tenure.v1.FenceRangesResponse.results:type_name -> tenure.v1.FenceRangeResult
-	7,  // 12: tenure.v1.AdoptRangesRequest.adopts:type_name -> tenure.v1.AdoptRequest
-	8,  // 13: tenure.v1.AdoptRangeResult.adopt:type_name -> tenure.v1.AdoptResponse
-	9,  // 14: tenure.v1.AdoptRangeResult.error:type_name -> tenure.v1.ReplicaError
-	14, // 15: tenure.v1.AdoptRangesResponse.results:type_name -> tenure.v1.AdoptRangeResult
-	24, // 16: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
-	17, // 17: tenure.v1.RangeStatus.followers:type_name -> tenure.v1.FollowerProgress
-	18, // 18: tenure.v1.ReplicaServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangeStatus
-	23, // 19: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
-	0,  // 20: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
-	3,  // 21: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
-	5,  // 22: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
-	7,  // 23: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
-	10, // 24: tenure.v1.ReplicaService.FenceRanges:input_type -> tenure.v1.FenceRangesRequest
-	13, // 25: tenure.v1.ReplicaService.AdoptRanges:input_type -> tenure.v1.AdoptRangesRequest
-	16, // 26: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
-	20, // 27: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
-	2,  // 28: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
-	4,  // 29: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
-	6,  // 30: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
-	8,  // 31: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
-	12, // 32: tenure.v1.ReplicaService.FenceRanges:output_type -> tenure.v1.FenceRangesResponse
-	15, // 33: tenure.v1.ReplicaService.AdoptRanges:output_type -> tenure.v1.AdoptRangesResponse
-	19, // 34: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
-	21, // 35: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
-	28, // [28:36] is the sub-list for method output_type
-	20, // [20:28] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	2,  // 0: tenure.v1.FetchStreamRequest.fetch:type_name -> tenure.v1.FetchRequest
+	4,  // 1: tenure.v1.FetchStreamResponse.fetch:type_name -> tenure.v1.FetchResponse
+	24, // 2: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
+	3,  // 3: tenure.v1.FetchResponse.diverging:type_name -> tenure.v1.DivergingEpoch
+	25, // 4: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
+	26, // 5: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
+	25, // 6: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
+	26, // 7: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
+	27, // 8: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
+	25, // 9: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
+	5,  // 10: tenure.v1.FenceRangesRequest.fences:type_name -> tenure.v1.FenceRequest
+	6,  // 11: tenure.v1.FenceRangeResult.fence:type_name -> tenure.v1.FenceResponse
+	11, // 12: tenure.v1.FenceRangeResult.error:type_name -> tenure.v1.ReplicaError
+	13, // 13: tenure.v1.FenceRangesResponse.results:type_name -> tenure.v1.FenceRangeResult
+	9,  // 14: tenure.v1.AdoptRangesRequest.adopts:type_name -> tenure.v1.AdoptRequest
+	10, // 15: tenure.v1.AdoptRangeResult.adopt:type_name -> tenure.v1.AdoptResponse
+	11, // 16: tenure.v1.AdoptRangeResult.error:type_name -> tenure.v1.ReplicaError
+	16, // 17: tenure.v1.AdoptRangesResponse.results:type_name -> tenure.v1.AdoptRangeResult
+	26, // 18: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
+	19, // 19: tenure.v1.RangeStatus.followers:type_name -> tenure.v1.FollowerProgress
+	20, // 20: tenure.v1.ReplicaServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangeStatus
+	25, // 21: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
+	2,  // 22: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
+	0,  // 23: tenure.v1.ReplicaService.FetchStream:input_type -> tenure.v1.FetchStreamRequest
+	5,  // 24: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
+	7,  // 25: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
+	9,  // 26: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
+	12, // 27: tenure.v1.ReplicaService.FenceRanges:input_type -> tenure.v1.FenceRangesRequest
+	15, // 28: tenure.v1.ReplicaService.AdoptRanges:input_type -> tenure.v1.AdoptRangesRequest
+	18, // 29: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
+	22, // 30: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
+	4,  // 31: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
+	1,  // 32: tenure.v1.ReplicaService.FetchStream:output_type -> tenure.v1.FetchStreamResponse
+	6,  // 33: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
+	8,  // 34: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
+	10, // 35: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
+	14, // 36: tenure.v1.ReplicaService.FenceRanges:output_type -> tenure.v1.FenceRangesResponse
+	17, // 37: tenure.v1.ReplicaService.AdoptRanges:output_type -> tenure.v1.AdoptRangesResponse
+	21, // 38: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
+	23, // 39: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
+	31, // [31:40] is the sub-list for method output_type
+	22, // [22:31] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_replica_proto_init() }
@@ -1746,7 +1849,7 @@ func file_tenure_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_replica_proto_rawDesc), len(file_tenure_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

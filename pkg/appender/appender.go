@@ -1,0 +1,124 @@
+// Package appender appends to a range's leader through LogService's
+// AppendStream: a producer keeps streams open and each append is one stream
+// message each way, instead of one unary call (request setup, headers and a
+// handler goroutine per append). tenurectl bench and the benchmarks use it;
+// so can any Go service that produces to tenure.
+package appender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+)
+
+// Appender appends to one replica (a range's leader) over a pool of
+// AppendStreams. It is safe for concurrent use: each call in flight holds a
+// stream of its own (a stream carries one append at a time), and a stream
+// goes back to the pool when its append is answered.
+type Appender struct {
+	client tenurev1connect.LogServiceClient
+
+	mu     sync.Mutex
+	idle   []*stream
+	closed bool
+}
+
+type stream struct {
+	s      *connect.BidiStreamForClient[tenurev1.AppendStreamRequest, tenurev1.AppendStreamResponse]
+	cancel context.CancelFunc
+}
+
+// New returns an Appender that appends through client.
+func New(client tenurev1connect.LogServiceClient) *Appender {
+	return &Appender{client: client}
+}
+
+// errClosed is returned by Append after Close.
+var errClosed = errors.New("appender: closed")
+
+// Append appends records to rangeID and returns the acknowledgement: the
+// records are committed (on a quorum) when it returns without error. On an
+// error the stream it used is dropped, and the outcome is what Append's is
+// for the same error: a refusal (InvalidArgument, NotFound, a
+// FailedPrecondition naming another leader) wrote nothing; anything else,
+// including ctx ending, is unknown.
+func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte) (*tenurev1.AppendResponse, error) {
+	st, err := a.take()
+	if err != nil {
+		return nil, err
+	}
+	// The stream outlives the call; the call's context ends only this call,
+	// and the stream with it (its state is then unknown).
+	stop := context.AfterFunc(ctx, st.cancel)
+	err = st.s.Send(&tenurev1.AppendStreamRequest{Append: &tenurev1.AppendRequest{RangeId: rangeID, Records: records}})
+	var m *tenurev1.AppendStreamResponse
+	if err == nil || errors.Is(err, io.EOF) {
+		// A Send on a stream the server ended fails with io.EOF; the
+		// server's reason is what Receive returns.
+		m, err = st.s.Receive()
+	}
+	if !stop() {
+		err = fmt.Errorf("append: %w (stream ended: %v)", context.Cause(ctx), err)
+	}
+	if err == nil && m.GetAppend() == nil {
+		err = errors.New("append: the answer carries no acknowledgement")
+	}
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	a.put(st)
+	return m.GetAppend(), nil
+}
+
+// take returns an idle stream or opens one.
+func (a *Appender) take() (*stream, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, errClosed
+	}
+	if n := len(a.idle); n > 0 {
+		st := a.idle[n-1]
+		a.idle = a.idle[:n-1]
+		return st, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &stream{s: a.client.AppendStream(ctx), cancel: cancel}, nil
+}
+
+// put returns a stream to the pool, or closes it if the Appender closed.
+func (a *Appender) put(st *stream) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		st.close()
+		return
+	}
+	a.idle = append(a.idle, st)
+}
+
+func (st *stream) close() {
+	st.cancel()
+	_ = st.s.CloseRequest()
+	_ = st.s.CloseResponse()
+}
+
+// Close closes the idle streams; calls in flight close theirs when they
+// end. Append fails after Close.
+func (a *Appender) Close() {
+	a.mu.Lock()
+	idle := a.idle
+	a.idle, a.closed = nil, true
+	a.mu.Unlock()
+	for _, st := range idle {
+		st.close()
+	}
+}
