@@ -256,7 +256,14 @@ func (s *Store) writeInline() {
 	ends, err := s.commitBatch(b, false)
 	s.qmu.Lock()
 	s.writerBusy = false
-	s.work.Signal() // writes queued meanwhile are the writer's
+	// Wake the writer only if it has something to do (writes queued
+	// meanwhile, due HWMs, a close or a failure: what it waits on). Woken
+	// for nothing it costs a wake-up per inline commit, and it may take the
+	// caller's next write from under its writeInline, which then goes the
+	// slow way, through the writer and the syncer.
+	if len(s.queue) > 0 || s.hwmDue || s.closing || s.failed != nil {
+		s.work.Signal()
+	}
 	if err != nil || len(ends) == 0 {
 		s.qmu.Unlock()
 		return
