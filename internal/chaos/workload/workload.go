@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tenurelog/tenure/internal/chaos/check"
+	"github.com/tenurelog/tenure/pkg/appender"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -122,13 +123,29 @@ func (w *Workload) Run(ctx context.Context) {
 	wg.Wait()
 }
 
+// client appends and reads. Odd-numbered clients append on AppendStreams
+// (pkg/appender, one per replica, kept across appends as a producer keeps
+// its connection), the others with unary Append calls, so the checkers
+// judge both paths.
 func (w *Workload) client(ctx context.Context, c int) {
 	rng := rand.New(rand.NewPCG(w.cfg.Seed, uint64(c)))
+	var streams map[string]*appender.Appender
+	if c%2 == 1 {
+		streams = map[string]*appender.Appender{}
+		for id, lc := range w.clients {
+			streams[id] = appender.New(lc)
+		}
+		defer func() {
+			for _, a := range streams {
+				a.Close()
+			}
+		}()
+	}
 	for n := 0; ctx.Err() == nil; n++ {
 		if n%w.cfg.ReadEvery == w.cfg.ReadEvery-1 {
 			w.read(ctx, c, &w.leader, rng)
 		} else {
-			w.append(ctx, c, fmt.Sprintf("%s-c%d-%d", w.cfg.Prefix, c, n))
+			w.append(ctx, c, fmt.Sprintf("%s-c%d-%d", w.cfg.Prefix, c, n), streams)
 		}
 		w.pace(ctx)
 	}
@@ -160,7 +177,7 @@ func (w *Workload) AppendOne(ctx context.Context, within time.Duration) error {
 	var last error
 	for ctx.Err() == nil {
 		v := fmt.Sprintf("%s-final-%d", w.cfg.Prefix, w.seq.Add(1))
-		if last = w.append(ctx, -1, v); last == nil {
+		if last = w.append(ctx, -1, v, nil); last == nil {
 			return nil
 		}
 		select {
@@ -171,21 +188,32 @@ func (w *Workload) AppendOne(ctx context.Context, within time.Duration) error {
 	return fmt.Errorf("workload: no append acknowledged within %v: %w", within, last)
 }
 
-// append appends one value to the believed leader and records the outcome.
-func (w *Workload) append(ctx context.Context, c int, value string) error {
+// append appends one value to the believed leader and records the outcome:
+// on the client's stream to it if streams holds one, else with Append.
+func (w *Workload) append(ctx context.Context, c int, value string, streams map[string]*appender.Appender) error {
 	id := w.findLeader(ctx, &w.leader)
 	if id == "" {
 		return errors.New("no leader found")
 	}
 	op := check.Op{Client: c, Range: w.cfg.Range, Kind: check.Append, Value: []byte(value), Call: time.Now()}
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
-	resp, err := w.clients[id].Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: w.cfg.Range, Records: [][]byte{[]byte(value)}}))
+	records := [][]byte{[]byte(value)}
+	var ack *tenurev1.AppendResponse
+	var err error
+	if a := streams[id]; a != nil {
+		ack, err = a.Append(cctx, w.cfg.Range, records)
+	} else {
+		var resp *connect.Response[tenurev1.AppendResponse]
+		if resp, err = w.clients[id].Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: w.cfg.Range, Records: records})); err == nil {
+			ack = resp.Msg
+		}
+	}
 	cancel()
 	op.Return = time.Now()
 	op.Outcome = Classify(err)
 	if err == nil {
-		op.Offset, op.Epoch = resp.Msg.GetBaseOffset(), resp.Msg.GetEpoch()
-		w.seenHWM(resp.Msg.GetHighWaterMark())
+		op.Offset, op.Epoch = ack.GetBaseOffset(), ack.GetEpoch()
+		w.seenHWM(ack.GetHighWaterMark())
 		w.ok.Add(1)
 	} else {
 		op.Err = fmt.Sprintf("%s: %v", id, err)
