@@ -186,29 +186,21 @@ func (e *echoEnv) call(v uint64) (uint64, error) {
 // answers it after Resume: the zombie leader that, before per-message
 // gates, kept answering its followers' fetches on their open streams.
 func TestNetworkPauseHoldsOpenStream(t *testing.T) {
-	t.Run("server", func(t *testing.T) {
-		e := startEcho(t)
-		s := e.open(t)
-		s.roundTrip(t, 1)
-		e.n.Pause("b")
-		ch := s.ask(2)
-		requireHeld(t, ch, "paused server")
-		e.n.Resume("b")
-		requireAnswer(t, ch, 2, "resumed server")
-		s.roundTrip(t, 3)
-	})
-	t.Run("client", func(t *testing.T) {
-		// A paused client neither sends on nor reads from its open streams.
-		e := startEcho(t)
-		s := e.open(t)
-		s.roundTrip(t, 1)
-		e.n.Pause("a")
-		ch := s.ask(2)
-		requireHeld(t, ch, "paused client")
-		e.n.Resume("a")
-		requireAnswer(t, ch, 2, "resumed client")
-		s.roundTrip(t, 3)
-	})
+	// The echo stream runs from client node "a" to server node "b". A paused
+	// client neither sends on nor reads from its open streams.
+	for _, tc := range []struct{ name, node string }{{"server", "b"}, {"client", "a"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startEcho(t)
+			s := e.open(t)
+			s.roundTrip(t, 1)
+			e.n.Pause(tc.node)
+			ch := s.ask(2)
+			requireHeld(t, ch, "paused "+tc.name)
+			e.n.Resume(tc.node)
+			requireAnswer(t, ch, 2, "resumed "+tc.name)
+			s.roundTrip(t, 3)
+		})
+	}
 }
 
 // A cut breaks a stream opened before it, and refuses new ones until Heal.
