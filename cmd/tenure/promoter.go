@@ -29,8 +29,9 @@ func runPromoter(ctx context.Context, args []string) error {
 	prefix := fs.String("prefix", "/tenure/", "etcd key prefix; must match the lease service's")
 	probe := fs.Duration("probe-interval", 100*time.Millisecond, "how often each replica is probed; a leader refusing connections or missing --probe-misses probes is promoted away before its lease expires")
 	misses := fs.Int("probe-misses", 3, "consecutive missed probes that make a leader suspect")
+	status := fs.Duration("status-interval", time.Second, "how often a probe reads a replica's full status (every range it hosts) instead of only checking that it answers; the full status finds leaders that no longer lead at their epoch and members to reconcile")
 	fenceTimeout := fs.Duration("fence-timeout", time.Second, "how long a promotion waits for fence answers; replicas not answering by then do not count")
-	parallel := fs.Int("max-parallel", 1024, "at most this many promotions run at once; their calls to each replica and the lease service are batched, at most 2 batches in flight per server and kind")
+	parallel := fs.Int("max-parallel", 1024, "at most this many promotions run at once; their calls to each replica and the lease service are batched, at most 2 batches in flight per replica and kind, 8 to the lease service")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes. Flags (env TENURE_<FLAG> as fallback):\n")
@@ -55,7 +56,7 @@ func runPromoter(ctx context.Context, args []string) error {
 	defer cli.Close()
 	p, err := promoter.New(promoter.Config{
 		ID: *id, Etcd: cli, Prefix: *prefix, LeaseURL: *leaseURL, Logger: log,
-		ProbeInterval: *probe, ProbeMisses: *misses, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
+		ProbeInterval: *probe, ProbeMisses: *misses, StatusInterval: *status, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
 	})
 	if err != nil {
 		return err
