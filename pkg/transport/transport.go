@@ -62,16 +62,17 @@ func ClientOptions(extra ...connect.ClientOption) []connect.ClientOption {
 
 // NewHTTPClient returns an HTTP client that speaks HTTP/2 without TLS to
 // tenure servers (net/http's Protocols, no x/net/h2c). Calls are bounded by
-// their contexts; the dial timeout bounds a connect to a dead peer.
+// their contexts; the dial timeout bounds a connect to a dead peer. Streamed
+// messages go out one DATA frame each (envelopeTransport).
 func NewHTTPClient() *http.Client {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{
+	return &http.Client{Transport: envelopeTransport{&http.Transport{
 		Protocols:           &p,
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     90 * time.Second,
-	}}
+	}}}
 }
 
 // Server is a running Connect server.
