@@ -300,7 +300,11 @@ func shortErr(err error) string {
 	if isDialError(err) {
 		return "unreachable"
 	}
-	s := connectMessage(err)
+	return shortText(connectMessage(err))
+}
+
+// shortText cuts s to one table cell: at most 80 bytes.
+func shortText(s string) string {
 	if len(s) > 80 {
 		s = s[:77] + "..."
 	}

@@ -22,7 +22,9 @@ Show every range (or one): its epoch and leader as the lease service has
 them, and for each member replica what it says itself: role, the epoch it
 acts under, log end, high-water mark, and how far it lags the leader (from
 the leader's view of its fetches). A replica that does not answer is shown
-as unreachable.
+as unreachable. A replica that stopped serving the range (a safety
+violation, or a failure of its own store) is noted HALTED, with the reason;
+it serves the range again only after a restart.
 `
 
 // rangeStatus is one range as status reports it.
@@ -123,6 +125,11 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 					note += ", held by " + orDash(h) + " (not yet handed to the leader)"
 				}
 			}
+			// A halted replica serves nothing for the range until restarted:
+			// that, and why, matters more than anything else to say.
+			if h := st.GetHalted(); h != "" {
+				note = "HALTED: " + shortText(h)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", first[0], first[1], first[2], m.replica.GetId(), roleName(st.GetRole()), epoch, st.GetLogEnd(), st.GetHighWaterMark(), lag, note)
 		}
 	}
@@ -156,6 +163,7 @@ type replicaStatusJSON struct {
 	HighWaterMark uint64  `json:"high_water_mark"`
 	LeaseValid    bool    `json:"lease_valid"`
 	Lag           *uint64 `json:"lag"`
+	Halted        string  `json:"halted,omitempty"`
 }
 
 func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
@@ -176,6 +184,7 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 				st := m.status
 				rj.Reachable, rj.Role, rj.Epoch, rj.FencedEpoch = true, roleName(st.GetRole()), st.GetEpoch(), st.GetFencedEpoch()
 				rj.LogEnd, rj.HighWaterMark, rj.LeaseValid = st.GetLogEnd(), st.GetHighWaterMark(), st.GetLeaseValid()
+				rj.Halted = st.GetHalted()
 				if n, ok := lagOf(m, leader); ok && m.replica.GetId() != sj.Leader {
 					rj.Lag = &n
 				}

@@ -209,8 +209,16 @@ func TestFollowerRefusesDivergenceBelowHWM(t *testing.T) {
 	if err := r3.r.Halted(rangeID); !strings.Contains(err.Error(), "below our HWM") {
 		t.Fatalf("r3 halted with %v, want a divergence below its HWM", err)
 	}
-	if st := c.status(r3); st.GetLogEnd() != 4 || st.GetHighWaterMark() != 4 {
+	st := c.status(r3)
+	if st.GetLogEnd() != 4 || st.GetHighWaterMark() != 4 {
 		t.Fatalf("r3 log end %d HWM %d after refusing: want 4, 4 (nothing truncated)", st.GetLogEnd(), st.GetHighWaterMark())
+	}
+	// GetStatus says so, with the reason, for the operator.
+	if !strings.Contains(st.GetHalted(), "below our HWM") {
+		t.Fatalf("r3 status halted = %q, want the violation", st.GetHalted())
+	}
+	if h := c.status(r2).GetHalted(); h != "" {
+		t.Fatalf("r2 (serving) status halted = %q, want empty", h)
 	}
 	// It serves nothing that acts on the log until restarted.
 	_, err := r3.rc.Truncate(ctxT(t), connect.NewRequest(&tenurev1.TruncateRequest{RangeId: rangeID, Epoch: 2, TargetOffset: 4}))

@@ -58,6 +58,9 @@ func (h *hosted) status() *tenurev1.RangeStatus {
 		st.Followers = l.followers(logEnd)
 		st.LeaseValid = h.leaseValid(l.epoch)
 	}
+	if h.halted != nil {
+		st.Halted = h.halted.Error()
+	}
 	return st
 }
 

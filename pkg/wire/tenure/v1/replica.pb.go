@@ -1337,7 +1337,13 @@ type RangeStatus struct {
 	LastEpoch uint64 `protobuf:"varint,11,opt,name=last_epoch,json=lastEpoch,proto3" json:"last_epoch,omitempty"`
 	// Whether a leader currently holds a live lease (always true when the
 	// replica runs without a lease service).
-	LeaseValid    bool `protobuf:"varint,12,opt,name=lease_valid,json=leaseValid,proto3" json:"lease_valid,omitempty"`
+	LeaseValid bool `protobuf:"varint,12,opt,name=lease_valid,json=leaseValid,proto3" json:"lease_valid,omitempty"`
+	// Why the replica stopped serving the range, empty while it serves: a
+	// safety violation (say, a leader that would truncate committed records)
+	// or a failure of its local store. A halted range answers Fence and
+	// nothing that acts on the log until the replica restarts; role and
+	// epochs show where it stopped.
+	Halted        string `protobuf:"bytes,13,opt,name=halted,proto3" json:"halted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1454,6 +1460,13 @@ func (x *RangeStatus) GetLeaseValid() bool {
 		return x.LeaseValid
 	}
 	return false
+}
+
+func (x *RangeStatus) GetHalted() string {
+	if x != nil {
+		return x.Halted
+	}
+	return ""
 }
 
 // ReplicaServiceGetStatusResponse lists hosted ranges.
@@ -1708,7 +1721,7 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12!\n" +
 	"\ffetch_offset\x18\x02 \x01(\x04R\vfetchOffset\x12\x10\n" +
 	"\x03lag\x18\x03 \x01(\x04R\x03lag\x12+\n" +
-	"\x12last_fetch_unix_ms\x18\x04 \x01(\x03R\x0flastFetchUnixMs\"\xa3\x03\n" +
+	"\x12last_fetch_unix_ms\x18\x04 \x01(\x03R\x0flastFetchUnixMs\"\xbb\x03\n" +
 	"\vRangeStatus\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12#\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12!\n" +
@@ -1724,7 +1737,8 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\n" +
 	"last_epoch\x18\v \x01(\x04R\tlastEpoch\x12\x1f\n" +
 	"\vlease_valid\x18\f \x01(\bR\n" +
-	"leaseValid\"p\n" +
+	"leaseValid\x12\x16\n" +
+	"\x06halted\x18\r \x01(\tR\x06halted\"p\n" +
 	"\x1fReplicaServiceGetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12.\n" +
