@@ -2,6 +2,7 @@ package promoter
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -59,6 +60,10 @@ type Input struct {
 	// Preferred optionally names a replica to lead among equally complete
 	// candidates ("" for none). It never outranks a more complete log.
 	Preferred string
+	// RangeID, when set, spreads leaderships among equally complete
+	// candidates that are not preferred (tieRank); unset, the lowest id
+	// leads among them.
+	RangeID string
 	// Answers holds at most one answer per replica. A replica with no answer
 	// is treated like one that answered with an error.
 	Answers []Answer
@@ -183,7 +188,7 @@ func Decide(in Input) (Plan, error) {
 	}
 
 	bound := committedBound(states)
-	cand := chooseCandidate(known, in.Preferred)
+	cand := chooseCandidate(known, in.Preferred, in.RangeID)
 
 	// Step 4. The candidate is the most complete log, so it must hold every
 	// committed record; if it ends below the bound some replica's HWM
@@ -262,10 +267,10 @@ func committedBound(states []replicaState) uint64 {
 
 // chooseCandidate returns the most complete of known (non-empty, all fenced
 // with a known history).
-func chooseCandidate(known []replicaState, preferred string) replicaState {
+func chooseCandidate(known []replicaState, preferred, rangeID string) replicaState {
 	best := known[0]
 	for _, s := range known[1:] {
-		if moreComplete(s, best, preferred) {
+		if moreComplete(s, best, preferred, rangeID) {
 			best = s
 		}
 	}
@@ -273,7 +278,7 @@ func chooseCandidate(known []replicaState, preferred string) replicaState {
 }
 
 // moreComplete reports whether a should lead rather than b.
-func moreComplete(a, b replicaState, preferred string) bool {
+func moreComplete(a, b replicaState, preferred, rangeID string) bool {
 	// The last epoch first (Raft §5.4.1): a log that saw a later leadership
 	// has whatever that leader committed, while a longer log with an older
 	// last epoch can be a deposed leader's tail of records that never reached
@@ -286,12 +291,32 @@ func moreComplete(a, b replicaState, preferred string) bool {
 	if a.logEnd != b.logEnd {
 		return a.logEnd > b.logEnd
 	}
-	// Equally complete (identical logs): the operator's preference, then the
-	// lowest id, so the same answers always give the same leader.
+	// Equally complete (identical logs): the operator's preference, then
+	// the highest tieRank (the lowest id without a range id), so the same
+	// answers always give the same leader.
 	if (a.id == preferred) != (b.id == preferred) {
 		return a.id == preferred
 	}
+	if rangeID != "" {
+		if ra, rb := tieRank(rangeID, a.id), tieRank(rangeID, b.id); ra != rb {
+			return ra > rb
+		}
+	}
 	return a.id < b.id
+}
+
+// tieRank orders equally complete candidates for one range: a hash of the
+// range and the replica (rendezvous hashing). By lowest id alone, every
+// range a failed replica led would move to the same survivor, which would
+// then lead twice its share (all of them, in a mass failover of a
+// three-replica cluster); ranked per range, they spread evenly over the
+// survivors, and each range still always picks the same one.
+func tieRank(rangeID, replicaID string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(rangeID))
+	h.Write([]byte{0})
+	h.Write([]byte(replicaID))
+	return h.Sum64()
 }
 
 // reconcileTarget is the log end r must be cut back to so that its log is a

@@ -135,7 +135,7 @@ func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observed
 	}
 
 	// 3-5. The decision is a pure function of the answers.
-	in := Input{Epoch: epoch, Preferred: preferred, Answers: answers}
+	in := Input{Epoch: epoch, Preferred: preferred, RangeID: rangeID, Answers: answers}
 	for _, r := range m.replicas {
 		in.Replicas = append(in.Replicas, r.GetId())
 	}
