@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+BenchmarkJetStream/one-in-flight-2   1   1.62 MB/s   0.5857 p50-ms   0.9554 p99-ms   5.002 p99.9-ms   1000 records/s
+--- BENCH: BenchmarkJetStream/one-in-flight-2
+BenchmarkTenure/one-in-flight-2      1   2.57 MB/s   0.3823 p50-ms   0.6829 p99-ms   1.527 p99.9-ms   2000 records/s
+PASS
+goos: linux
+--- FAIL: BenchmarkJetStream/one-in-flight
+BenchmarkTenure/one-in-flight-2      1   2.57 MB/s   0.3000 p50-ms   0.6000 p99-ms   1.527 p99.9-ms   2500 records/s
+goos: linux
+BenchmarkJetStream/one-in-flight-2   1   1.62 MB/s   0.5000 p50-ms   0.9000 p99-ms   5.002 p99.9-ms   1250 records/s
+BenchmarkTenure/one-in-flight-2      1   2.57 MB/s   0.2000 p50-ms   0.5000 p99-ms   1.527 p99.9-ms   3000 records/s
+`
+
+func TestSummary(t *testing.T) {
+	runs, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second run lost JetStream (it failed); the third has both.
+	if len(runs) != 3 {
+		t.Fatalf("%d runs, want 3: %v", len(runs), runs)
+	}
+	var out strings.Builder
+	summarize(&out, runs)
+	want := []string{
+		"one-in-flight  JetStream    records/s 1000/1250 median 1125",
+		"one-in-flight  Tenure       records/s 2000/2500/3000 median 2500  p50 0.300 ms  p99 0.60 ms  vs JetStream 2.00/2.40 median 2.20x",
+	}
+	for _, w := range want {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("summary lacks %q:\n%s", w, out.String())
+		}
+	}
+}
+
+func TestParseRejectsGarbledValues(t *testing.T) {
+	if _, err := parse(strings.NewReader("BenchmarkTenure/x-2 1 abc records/s\n")); err == nil {
+		t.Fatal("a garbled value parsed")
+	}
+	if _, err := parse(strings.NewReader("nothing here\n")); err == nil {
+		t.Fatal("no results parsed without an error")
+	}
+}
