@@ -349,12 +349,14 @@ func (p *Promoter) newLeaseBatchers() *leaseBatchers {
 	}
 }
 
-// batchers returns the coalescers of a replica address.
-func (p *Promoter) batchers(addr string) *replicaBatchers {
-	c := p.replica(addr)
+// batchers returns the coalescers of replica r, at its address, each call
+// naming r (transport.ForReplica).
+func (p *Promoter) batchers(r *tenurev1.Replica) *replicaBatchers {
+	c := p.replicaFor(r)
+	key := replicaKey(r)
 	p.clientsMu.Lock()
 	defer p.clientsMu.Unlock()
-	if b, ok := p.replicaBatch[addr]; ok {
+	if b, ok := p.replicaBatch[key]; ok {
 		return b
 	}
 	b := &replicaBatchers{
@@ -401,7 +403,7 @@ func (p *Promoter) batchers(addr string) *replicaBatchers {
 					}), nil
 			}),
 	}
-	p.replicaBatch[addr] = b
+	p.replicaBatch[key] = b
 	return b
 }
 

@@ -47,7 +47,7 @@ func TestMassFailoverOlderServers(t *testing.T) {
 		t.Error("the grant coalescer never fell back to GrantEpoch")
 	}
 	for _, tr := range c.replicas {
-		b := p.batchers("http://" + tr.listen)
+		b := p.batchers(&tenurev1.Replica{Id: tr.id, Address: "http://" + tr.listen})
 		if !b.fence.isUnbatched() {
 			t.Errorf("the fence coalescer of %s never fell back to Fence", tr.id)
 		}
@@ -112,7 +112,7 @@ func startOlder(cfg replica.Config, listen string) (*replica.Replica, *transport
 func TestCoalescerNeverBatchesARangeTwice(t *testing.T) {
 	c := newCluster(t, 1)
 	p := c.newPromoter("p1", false)
-	fence := p.batchers("http://" + c.byID["r1"].listen).fence
+	fence := p.batchers(&tenurev1.Replica{Id: "r1", Address: "http://" + c.byID["r1"].listen}).fence
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const ranges, repeats = 30, 3

@@ -242,7 +242,7 @@ func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch uint64, 
 		defer p.end(key)
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
 		defer cancel()
-		_, err := p.batchers(r.GetAddress()).fence.call(cctx, &tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID})
+		_, err := p.batchers(r).fence.call(cctx, &tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID})
 		if err == nil {
 			err = p.adoptFollower(cctx, rangeID, epoch, r, leader, members)
 		}

@@ -327,7 +327,7 @@ func (m *promotion) fence(ctx context.Context, r *tenurev1.Replica, epoch uint64
 		attribute.String("tenure.replica", r.GetId()), attribute.Int64("tenure.epoch", int64(epoch))))
 	defer span.End()
 	a := Answer{ReplicaID: r.GetId()}
-	msg, err := m.p.batchers(r.GetAddress()).fence.call(ctx, &tenurev1.FenceRequest{
+	msg, err := m.p.batchers(r).fence.call(ctx, &tenurev1.FenceRequest{
 		RangeId: m.rangeID, Epoch: epoch, FencerId: m.p.cfg.ID,
 	})
 	if err != nil {
@@ -422,7 +422,7 @@ func (m *promotion) truncateAll(ctx context.Context, epoch uint64, plan Plan) er
 			defer span.End()
 			ctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
 			defer cancel()
-			resp, err := m.p.replica(m.byID[t.ReplicaID].GetAddress()).Truncate(ctx, connect.NewRequest(&tenurev1.TruncateRequest{
+			resp, err := m.p.replicaFor(m.byID[t.ReplicaID]).Truncate(ctx, connect.NewRequest(&tenurev1.TruncateRequest{
 				RangeId: m.rangeID, Epoch: epoch, TargetOffset: t.To,
 			}))
 			if err != nil {
@@ -451,7 +451,7 @@ func (m *promotion) adoptLeader(ctx context.Context, epoch uint64, plan Plan) er
 	ctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
 	defer cancel()
 	leader := m.byID[plan.Candidate]
-	_, err := m.p.batchers(leader.GetAddress()).adopt.call(ctx, &tenurev1.AdoptRequest{
+	_, err := m.p.batchers(leader).adopt.call(ctx, &tenurev1.AdoptRequest{
 		RangeId: m.rangeID, Epoch: epoch, Role: tenurev1.Role_ROLE_LEADER,
 		LeaderId: leader.GetId(), LeaderAddress: leader.GetAddress(),
 		Replicas: m.replicas, CommittedBound: plan.CommittedBound,
@@ -487,7 +487,7 @@ func (p *Promoter) adoptFollower(ctx context.Context, rangeID string, epoch uint
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
 	defer cancel()
-	_, err := p.batchers(r.GetAddress()).adopt.call(ctx, &tenurev1.AdoptRequest{
+	_, err := p.batchers(r).adopt.call(ctx, &tenurev1.AdoptRequest{
 		RangeId: rangeID, Epoch: epoch, Role: tenurev1.Role_ROLE_FOLLOWER,
 		LeaderId: leader.GetId(), LeaderAddress: leader.GetAddress(), Replicas: replicas,
 	})

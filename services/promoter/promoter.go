@@ -142,8 +142,8 @@ type Promoter struct {
 	lease tenurev1connect.LeaseServiceClient
 
 	clientsMu sync.Mutex
-	clients   map[string]tenurev1connect.ReplicaServiceClient // by address
-	// replicaBatch batches fences and adoptions per replica address, and
+	clients   map[string]tenurev1connect.ReplicaServiceClient // by address, or replicaKey
+	// replicaBatch batches fences and adoptions per replica (replicaKey), and
 	// leaseBatch grants and binds (batch.go).
 	replicaBatch map[string]*replicaBatchers
 	leaseBatch   *leaseBatchers
@@ -194,12 +194,26 @@ func New(cfg Config) (*Promoter, error) {
 }
 
 func (p *Promoter) replica(addr string) tenurev1connect.ReplicaServiceClient {
+	return p.client(addr, addr)
+}
+
+// replicaFor returns the client for calls meant for replica r: each names
+// r, so that whatever else answers at r's address refuses rather than
+// being counted as r (transport.ReplicaIDHeader).
+func (p *Promoter) replicaFor(r *tenurev1.Replica) tenurev1connect.ReplicaServiceClient {
+	return p.client(replicaKey(r), r.GetAddress(), transport.ForReplica(r.GetId()))
+}
+
+// replicaKey keys the clients and batchers of replica r: its id and address.
+func replicaKey(r *tenurev1.Replica) string { return r.GetId() + " " + r.GetAddress() }
+
+func (p *Promoter) client(key, addr string, opts ...connect.ClientOption) tenurev1connect.ReplicaServiceClient {
 	p.clientsMu.Lock()
 	defer p.clientsMu.Unlock()
-	c, ok := p.clients[addr]
+	c, ok := p.clients[key]
 	if !ok {
-		c = tenurev1connect.NewReplicaServiceClient(p.cfg.HTTPClient, addr, transport.ClientOptions()...)
-		p.clients[addr] = c
+		c = tenurev1connect.NewReplicaServiceClient(p.cfg.HTTPClient, addr, transport.ClientOptions(opts...)...)
+		p.clients[key] = c
 	}
 	return c
 }

@@ -70,7 +70,7 @@ func (h *hosted) startFollowerLocked() {
 		epoch:         h.st.Epoch,
 		leaderID:      h.st.LeaderID,
 		leaderAddress: h.st.LeaderAddress,
-		client:        tenurev1connect.NewReplicaServiceClient(h.s.httpClient(), h.st.LeaderAddress, transport.ClientOptions()...),
+		client:        tenurev1connect.NewReplicaServiceClient(h.s.httpClient(), h.st.LeaderAddress, transport.ClientOptions(transport.ForReplica(h.st.LeaderID))...),
 		ctx:           ctx,
 		cancel:        cancel,
 	}

@@ -97,7 +97,7 @@ func (h *hosted) newLeader(je journaledEpoch, replicas []*tenurev1.Replica) *lea
 	for _, r := range replicas {
 		if r.GetId() != h.s.cfg.ID {
 			l.progress[r.GetId()] = &progress{}
-			l.peers[r.GetId()] = tenurev1connect.NewReplicaServiceClient(h.s.httpClient(), r.GetAddress(), transport.ClientOptions()...)
+			l.peers[r.GetId()] = tenurev1connect.NewReplicaServiceClient(h.s.httpClient(), r.GetAddress(), transport.ClientOptions(transport.ForReplica(r.GetId()))...)
 		}
 	}
 	return l

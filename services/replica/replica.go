@@ -207,9 +207,11 @@ func (s *Replica) Handlers() []transport.Registration {
 	noGzip := connect.WithCompressMinBytes(math.MaxInt)
 	lp, lh := tenurev1connect.NewLogServiceHandler(s, transport.HandlerOptions(noGzip)...)
 	rp, rh := tenurev1connect.NewReplicaServiceHandler(s, transport.HandlerOptions(noGzip)...)
+	// A request meant for another replica (its address reached this one)
+	// is refused before it can fence or change anything here.
 	return []transport.Registration{
-		{Name: tenurev1connect.LogServiceName, Path: lp, Handler: withStoppableStreams(lh, tenurev1connect.LogServiceAppendStreamProcedure)},
-		{Name: tenurev1connect.ReplicaServiceName, Path: rp, Handler: withStoppableStreams(rh, tenurev1connect.ReplicaServiceFetchStreamProcedure)},
+		{Name: tenurev1connect.LogServiceName, Path: lp, Handler: transport.RequireReplica(s.cfg.ID, withStoppableStreams(lh, tenurev1connect.LogServiceAppendStreamProcedure))},
+		{Name: tenurev1connect.ReplicaServiceName, Path: rp, Handler: transport.RequireReplica(s.cfg.ID, withStoppableStreams(rh, tenurev1connect.ReplicaServiceFetchStreamProcedure))},
 	}
 }
 
