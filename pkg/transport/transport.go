@@ -72,8 +72,21 @@ func NewHTTPClient() *http.Client {
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     90 * time.Second,
+		// A connection to a peer that stopped answering (a frozen
+		// container, a partition that drops packets) would otherwise carry
+		// every later call to that address, each hanging to its deadline,
+		// for as long as the kernel keeps the TCP connection open. After
+		// pingAfter without a frame it is pinged, and closed when the ping
+		// goes unanswered for pingTimeout: the next call dials again, and
+		// resolves the name again (see ReplicaIDHeader for why that
+		// matters). Long polls are unaffected: a live peer answers pings.
+		HTTP2: &http.HTTP2Config{SendPingTimeout: pingAfter, PingTimeout: pingTimeout},
 	}}}
 }
+
+// pingAfter and pingTimeout bound how long a connection to a silent peer
+// is kept (NewHTTPClient). Variables so a test need not wait 10 s.
+var pingAfter, pingTimeout = 5 * time.Second, 5 * time.Second
 
 // Server is a running Connect server.
 type Server struct {
