@@ -1,9 +1,6 @@
 package transport_test
 
 import (
-	"context"
-	"errors"
-	"io"
 	"net"
 	"net/http"
 	"testing"
@@ -26,24 +23,8 @@ func BenchmarkRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/bench.Echo/Unary", connect.NewUnaryHandler("/bench.Echo/Unary",
-		func(_ context.Context, r *connect.Request[tenurev1.FetchRequest]) (*connect.Response[tenurev1.FetchResponse], error) {
-			return connect.NewResponse(&tenurev1.FetchResponse{HighWaterMark: r.Msg.GetFetchOffset()}), nil
-		}, transport.HandlerOptions()...))
-	mux.Handle("/bench.Echo/Stream", connect.NewBidiStreamHandler("/bench.Echo/Stream",
-		func(_ context.Context, s *connect.BidiStream[tenurev1.FetchRequest, tenurev1.FetchResponse]) error {
-			for {
-				m, err := s.Receive()
-				if errors.Is(err, io.EOF) {
-					return nil
-				} else if err != nil {
-					return err
-				}
-				if err := s.Send(&tenurev1.FetchResponse{HighWaterMark: m.GetFetchOffset()}); err != nil {
-					return err
-				}
-			}
-		}, transport.HandlerOptions()...))
+	mux.Handle("/bench.Echo/Unary", connect.NewUnaryHandler("/bench.Echo/Unary", echoUnary, transport.HandlerOptions()...))
+	mux.Handle("/bench.Echo/Stream", connect.NewBidiStreamHandler("/bench.Echo/Stream", echoStream, transport.HandlerOptions()...))
 	srv := transport.ServeListener(ln, transport.Registration{Name: "bench.Echo", Path: "/bench.Echo/", Handler: mux})
 	b.Cleanup(func() { _ = srv.Close() })
 	hc := transport.NewHTTPClient()

@@ -2,8 +2,6 @@ package transport_test
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -24,26 +22,11 @@ import (
 func TestRequireReplica(t *testing.T) {
 	var served atomic.Int64
 	mux := http.NewServeMux()
-	mux.Handle("/t.Echo/Unary", connect.NewUnaryHandler("/t.Echo/Unary",
-		func(_ context.Context, r *connect.Request[tenurev1.FetchRequest]) (*connect.Response[tenurev1.FetchResponse], error) {
-			served.Add(1)
-			return connect.NewResponse(&tenurev1.FetchResponse{HighWaterMark: r.Msg.GetFetchOffset()}), nil
-		}, transport.HandlerOptions()...))
-	mux.Handle("/t.Echo/Stream", connect.NewBidiStreamHandler("/t.Echo/Stream",
-		func(_ context.Context, s *connect.BidiStream[tenurev1.FetchRequest, tenurev1.FetchResponse]) error {
-			served.Add(1)
-			for {
-				m, err := s.Receive()
-				if errors.Is(err, io.EOF) {
-					return nil
-				} else if err != nil {
-					return err
-				}
-				if err := s.Send(&tenurev1.FetchResponse{HighWaterMark: m.GetFetchOffset()}); err != nil {
-					return err
-				}
-			}
-		}, transport.HandlerOptions()...))
+	count := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1); h.ServeHTTP(w, r) })
+	}
+	mux.Handle("/t.Echo/Unary", count(connect.NewUnaryHandler("/t.Echo/Unary", echoUnary, transport.HandlerOptions()...)))
+	mux.Handle("/t.Echo/Stream", count(connect.NewBidiStreamHandler("/t.Echo/Stream", echoStream, transport.HandlerOptions()...)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
