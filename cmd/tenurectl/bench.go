@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tenurelog/tenure/pkg/appender"
+	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
@@ -150,7 +151,11 @@ progress:
 	elapsed := time.Since(start)
 	n := acked.Load()
 	if firstErr != nil {
-		return fmt.Errorf("append to leader %s failed after %d acknowledged records: %v; the failed batch's outcome is unknown", leader.GetId(), n, firstErr)
+		outcome := "the failed batch's outcome is unknown"
+		if transport.NotHandled(firstErr) {
+			outcome = "the failed batch was not written (the leader stopped before handling it)"
+		}
+		return fmt.Errorf("append to leader %s failed after %d acknowledged records: %v; %s", leader.GetId(), n, firstErr, outcome)
 	}
 	if ctx.Err() != nil {
 		fmt.Fprintf(e.stderr, "bench: interrupted after %d acknowledged records\n", n)

@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
@@ -47,9 +48,26 @@ var errClosed = errors.New("appender: closed")
 // records are committed (on a quorum) when it returns without error. On an
 // error the stream it used is dropped, and the outcome is what Append's is
 // for the same error: a refusal (InvalidArgument, NotFound, a
-// FailedPrecondition naming another leader) wrote nothing; anything else,
+// FailedPrecondition naming another leader) wrote nothing, and so did an
+// error for which transport.NotHandled reports true; anything else,
 // including ctx ending, is unknown.
+//
+// A stream the server stopped (a graceful restart drains every open stream,
+// idle ones included) answers the append sent on it with an error saying it
+// was never handled. Append then drops the pooled streams, which the same
+// server stopped too, and sends the append once more on a new stream:
+// nothing was written, so the retry cannot write it twice.
 func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte) (*tenurev1.AppendResponse, error) {
+	ack, err := a.appendOnce(ctx, rangeID, records)
+	if err != nil && transport.NotHandled(err) && ctx.Err() == nil {
+		a.dropIdle()
+		ack, err = a.appendOnce(ctx, rangeID, records)
+	}
+	return ack, err
+}
+
+// appendOnce sends the append on one stream and waits for its answer.
+func (a *Appender) appendOnce(ctx context.Context, rangeID string, records [][]byte) (*tenurev1.AppendResponse, error) {
 	st, err := a.take()
 	if err != nil {
 		return nil, err
@@ -111,14 +129,22 @@ func (st *stream) close() {
 	_ = st.s.CloseResponse()
 }
 
-// Close closes the idle streams; calls in flight close theirs when they
-// end. Append fails after Close.
-func (a *Appender) Close() {
+// dropIdle closes the idle streams: the next append opens a new one.
+func (a *Appender) dropIdle() {
 	a.mu.Lock()
 	idle := a.idle
-	a.idle, a.closed = nil, true
+	a.idle = nil
 	a.mu.Unlock()
 	for _, st := range idle {
 		st.close()
 	}
+}
+
+// Close closes the idle streams; calls in flight close theirs when they
+// end. Append fails after Close.
+func (a *Appender) Close() {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.dropIdle()
 }

@@ -52,6 +52,13 @@ func (s *Replica) FetchStream(ctx context.Context, st *connect.BidiStream[tenure
 // server begins to stop or the replica closes: after the request in hand is
 // answered, never in the middle of one.
 //
+// That Unavailable carries transport.NotHandledHeader: every request the
+// loop handled was answered, so a request the client got no answer for was
+// never handled, and a client may send it again without applying it twice.
+// So when the stop meets a request in hand that failed (or whose answer
+// could not be sent), the stream ends with that request's own error
+// instead: it was handled, and its outcome is what its error says.
+//
 // The requests are received, handled and answered on a goroutine of their
 // own, while this one watches for the server stopping: an idle stream (a
 // producer with nothing to append, a follower between polls) would
@@ -69,21 +76,30 @@ func serveStream[Req, Res any](ctx context.Context, s *Replica, recv func() (*Re
 		mu      sync.Mutex
 		stopped bool
 	)
-	ended := make(chan error, 1) // buffered: the loop may end after we stopped listening
+	// loopEnd is how the loop ended: err, and whether err is the outcome of
+	// a request the loop handled (handle failed, or its answer was not
+	// sent) rather than of receiving the next one.
+	type loopEnd struct {
+		err    error
+		inHand bool
+	}
+	ended := make(chan loopEnd, 1) // buffered: the loop may end after we stopped listening
 	go func() {
-		ended <- func() error {
+		ended <- func() loopEnd {
 			for {
 				m, err := recv()
 				if errors.Is(err, io.EOF) {
-					return nil // the client closed its side
+					return loopEnd{} // the client closed its side
 				}
 				if err != nil {
-					return err
+					return loopEnd{err: err}
 				}
 				mu.Lock()
 				if stopped {
+					// Received after the stop: dropped unhandled, as
+					// NotHandledHeader promises.
 					mu.Unlock()
-					return nil
+					return loopEnd{}
 				}
 				res, err := handle(ctx, m)
 				if err != nil {
@@ -93,19 +109,19 @@ func serveStream[Req, Res any](ctx context.Context, s *Replica, recv func() (*Re
 				}
 				mu.Unlock()
 				if err != nil {
-					return err
+					return loopEnd{err: err, inHand: true}
 				}
 			}
 		}()
 	}()
 	var why error
 	select {
-	case err := <-ended:
-		return err
+	case e := <-ended:
+		return e.err
 	case <-transport.Draining(ctx):
-		why = connect.NewError(connect.CodeUnavailable, errors.New("replica is stopping; open a new stream"))
+		why = transport.NotHandledError(connect.CodeUnavailable, errors.New("replica is stopping; open a new stream"))
 	case <-s.ctx.Done():
-		why = connect.NewError(connect.CodeUnavailable, errors.New("replica is closed"))
+		why = transport.NotHandledError(connect.CodeUnavailable, errors.New("replica is closed"))
 	case <-ctx.Done():
 		why = ctx.Err()
 	}
@@ -115,7 +131,11 @@ func serveStream[Req, Res any](ctx context.Context, s *Replica, recv func() (*Re
 	stopped = true
 	mu.Unlock()
 	stopReceiving(ctx)
-	<-ended
+	if e := <-ended; e.inHand {
+		// The request in hand was handled and failed: the client must
+		// learn that outcome, not that its request was never handled.
+		return e.err
+	}
 	return why
 }
 

@@ -2,6 +2,9 @@ package replica_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +12,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tenurelog/tenure/pkg/appender"
+	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
 
 // Appends on AppendStream follow Append's rules: one acknowledgement per
@@ -97,6 +102,15 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 	if _, err := a.Append(ctx, rangeID, values("before", 3)); err != nil {
 		t.Fatal(err)
 	}
+	// And one stream of our own, idle after one append.
+	st := r1.lc.AppendStream(ctx)
+	defer func() { _ = st.CloseResponse() }()
+	if err := st.Send(&tenurev1.AppendStreamRequest{Append: &tenurev1.AppendRequest{RangeId: rangeID, Records: values("own", 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Receive(); err != nil {
+		t.Fatal(err)
+	}
 	c.waitCaughtUp(r1, r2, r3)
 
 	// Far below the bound, FetchWait (300 ms here) is the longest a stream
@@ -108,10 +122,127 @@ func TestShutdownEndsOpenStreams(t *testing.T) {
 		t.Fatalf("graceful shutdown with open streams: %v (streams held it for %v)", err, bound)
 	}
 	r1.srv = nil
-	// The idle stream ended with Unavailable: the producer learns to go
-	// elsewhere on its next append.
-	_, err := a.Append(ctx, rangeID, values("after", 1))
+	// The idle stream ended with Unavailable, marked as never handled: the
+	// append sent on it now wrote nothing, and the producer may send it
+	// again.
+	err := st.Send(&tenurev1.AppendStreamRequest{Append: &tenurev1.AppendRequest{RangeId: rangeID, Records: values("after", 1)}})
+	if err == nil || errors.Is(err, io.EOF) {
+		_, err = st.Receive()
+	}
+	if code := connect.CodeOf(err); code != connect.CodeUnavailable || !transport.NotHandled(err) {
+		t.Fatalf("append on a stream the server ended = %v (not handled: %v), want unavailable, marked not handled", err, transport.NotHandled(err))
+	}
+	// The appender resends such an append on a new stream, which finds
+	// the server gone: Unavailable, with nothing written either way.
+	_, err = a.Append(ctx, rangeID, values("after", 1))
 	if code := connect.CodeOf(err); code != connect.CodeUnavailable {
 		t.Fatalf("append on a stream the server ended = %v, want unavailable", err)
 	}
+	if end := c.storeLog(r1); len(end) != 5 {
+		t.Fatalf("log holds %d records after the stop, want 5 (epoch start, 3 before, 1 own)", len(end))
+	}
+}
+
+// A producer's pooled streams do not survive a graceful restart of the
+// leader, but its appends do: the first append after the restart meets the
+// drained stream's "never handled" end and is sent again on a new stream,
+// where it commits once.
+func TestAppenderResendsAnAppendADrainedStreamNeverHandled(t *testing.T) {
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, r1, r2, r3)
+	ctx := ctxT(t)
+	// A client of its own, kept across the restart (the cluster's are
+	// replaced at every start).
+	hc := transport.NewHTTPClient()
+	defer hc.CloseIdleConnections()
+	a := appender.New(tenurev1connect.NewLogServiceClient(hc, r1.url, transport.ClientOptions()...))
+	defer a.Close()
+	if _, err := a.Append(ctx, rangeID, values("before", 2)); err != nil {
+		t.Fatal(err)
+	}
+
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := r1.srv.Shutdown(sctx); err != nil {
+		t.Fatal(err)
+	}
+	r1.srv = nil
+	c.restart(r1)
+	// A restarted leader acknowledges nothing until told again that it
+	// leads.
+	c.elect(2, r1, r2, r3)
+
+	ack, err := a.Append(ctx, rangeID, values("after", 1))
+	if err != nil {
+		t.Fatalf("first append after the restart = %v, want it resent on a new stream and acknowledged", err)
+	}
+	if ack.GetEpoch() != 2 {
+		t.Fatalf("append acknowledged at epoch %d, want 2", ack.GetEpoch())
+	}
+	c.waitCaughtUp(r1, r2, r3)
+	var after int
+	for _, rec := range c.readAll(r1) {
+		if string(rec.GetValue()) == string(values("after", 1)[0]) {
+			after++
+		}
+	}
+	if after != 1 {
+		t.Fatalf("the resent append is in the log %d times, want once", after)
+	}
+}
+
+// When the server starts stopping while a request is in hand and that
+// request then fails, the stream ends with the request's own error: it was
+// handled (here: written, then its leader fenced), so the stream must not
+// claim it never was, or a producer would resend it and write it twice.
+func TestStreamStopKeepsTheErrorOfTheRequestInHand(t *testing.T) {
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, r1, r2, r3)
+	c.mustAppend(r1, values("a", 2)...)
+	c.waitCaughtUp(r1, r2, r3)
+	ctx := ctxT(t)
+
+	// No follower can fetch, so the append below is written and waits in
+	// hand for a commit that never comes.
+	r2.gate.block()
+	r3.gate.block()
+	end := c.status(r1).GetLogEnd()
+	st := r1.lc.AppendStream(ctx)
+	defer func() { _ = st.CloseResponse() }()
+	if err := st.Send(&tenurev1.AppendStreamRequest{Append: &tenurev1.AppendRequest{RangeId: rangeID, Records: values("in-hand", 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the append in hand written", func() bool { return c.status(r1).GetLogEnd() == end+1 })
+
+	// Begin a graceful stop; it waits for the request in hand.
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		stopped <- r1.srv.Shutdown(sctx)
+	}()
+	// The listener closes as the stop begins; then give the stream's
+	// watcher a moment to see the drain before the request fails.
+	waitUntil(t, 5*time.Second, "the listener closed", func() bool {
+		conn, err := net.DialTimeout("tcp", r1.listen, time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err != nil
+	})
+	time.Sleep(200 * time.Millisecond)
+	// A promotion fences the leader in place; the append in hand fails.
+	if _, err := r1.r.Fence(ctx, connect.NewRequest(&tenurev1.FenceRequest{RangeId: rangeID, Epoch: 2, FencerId: "driver"})); err != nil {
+		t.Fatal(err)
+	}
+	_, err := st.Receive()
+	if code := connect.CodeOf(err); code != connect.CodeFailedPrecondition || transport.NotHandled(err) {
+		t.Fatalf("append in hand when its leader was fenced during a stop = %v (not handled: %v), want the fence's FailedPrecondition, not marked never handled", err, transport.NotHandled(err))
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("graceful stop: %v", err)
+	}
+	r1.srv = nil
 }

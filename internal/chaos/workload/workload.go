@@ -313,15 +313,22 @@ func (w *Workload) findLeader(ctx context.Context, belief *atomic.Pointer[string
 
 // Classify says what a client knows of an operation from its error. Only
 // refusals that happen before anything is written are Failed: a request the
-// transport never sent, a connection refused, and the replica's own
-// "not the leader" answers, which it gives before writing. Everything else,
-// a timeout, a lost connection, a leader fenced while the append waited to
-// commit, is Unknown: the record may be on followers and commit later.
+// transport never sent, a connection refused, a stream end marked never
+// handled (transport.NotHandled), and the replica's own "not the leader"
+// answers, which it gives before writing. Everything else, a timeout, a
+// lost connection, a leader fenced while the append waited to commit, is
+// Unknown: the record may be on followers and commit later.
 func Classify(err error) check.Outcome {
 	if err == nil {
 		return check.OK
 	}
 	if errors.Is(err, ErrNotSent) {
+		return check.Failed
+	}
+	if transport.NotHandled(err) {
+		// A stream the replica stopped (draining, closing) answered this
+		// append instead of handling it; the checker's failed-applied
+		// column holds the replica to that.
 		return check.Failed
 	}
 	msg := err.Error()

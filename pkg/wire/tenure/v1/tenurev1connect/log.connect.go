@@ -57,7 +57,10 @@ type LogServiceClient interface {
 	// handles one append at a time per stream (open more streams for more in
 	// flight). An append that fails ends the stream with Append's error for it;
 	// an append sent after the last answered one and not answered before the
-	// stream ended has an unknown outcome. A per-message stream costs about
+	// stream ended has an unknown outcome, unless the stream's error carries
+	// the metadata "Tenure-Not-Handled: 1": the server stopped the stream
+	// (draining, closing) and handled none of them, so they may be sent again
+	// without being written twice. A per-message stream costs about
 	// half a unary call's CPU (no request setup, headers or handler goroutine
 	// per append), which is what bounds many synchronous producers.
 	AppendStream(context.Context) *connect.BidiStreamForClient[v1.AppendStreamRequest, v1.AppendStreamResponse]
@@ -152,7 +155,10 @@ type LogServiceHandler interface {
 	// handles one append at a time per stream (open more streams for more in
 	// flight). An append that fails ends the stream with Append's error for it;
 	// an append sent after the last answered one and not answered before the
-	// stream ended has an unknown outcome. A per-message stream costs about
+	// stream ended has an unknown outcome, unless the stream's error carries
+	// the metadata "Tenure-Not-Handled: 1": the server stopped the stream
+	// (draining, closing) and handled none of them, so they may be sent again
+	// without being written twice. A per-message stream costs about
 	// half a unary call's CPU (no request setup, headers or handler goroutine
 	// per append), which is what bounds many synchronous producers.
 	AppendStream(context.Context, *connect.BidiStream[v1.AppendStreamRequest, v1.AppendStreamResponse]) error
