@@ -3,6 +3,7 @@ package promoter
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,12 +68,15 @@ func TestKillLeaderPromotesNewLeader(t *testing.T) {
 	})
 }
 
-// No quorum: with two of three replicas down nothing is promoted, and the
-// promotion succeeds once a quorum is back.
+// No quorum: with two of three replicas down nothing is promoted, no epoch
+// is spent while they refuse connections, and the promotion succeeds once a
+// quorum is back.
 func TestNoQuorumThenRecovery(t *testing.T) {
 	c := newCluster(t, 3)
 	c.createRange("r", "r1")
-	p := c.newPromoter("p1", true)
+	// Retries at most 100ms apart: without the quorum check each would
+	// grant an epoch.
+	p := c.newPromoter("p1", true, func(cfg *Config) { cfg.RetryMax = 100 * time.Millisecond })
 	_, e1 := c.leader("r", 1, 20*time.Second)
 	a, err := c.appendOne("r", "committed", 10*time.Second)
 	if err != nil {
@@ -102,14 +106,49 @@ func TestNoQuorumThenRecovery(t *testing.T) {
 		t.Fatalf("r3 leads at epoch %d without a quorum", st.GetEpoch())
 	}
 
+	// Once the probes see both refuse connections, the promoter stops
+	// granting epochs: it retries without fencing anyone.
+	waitFor(t, "the promoter holding back for want of answering replicas", 20*time.Second, func() bool {
+		resp, _ := handler{p}.GetStatus(context.Background(), connect.NewRequest(&tenurev1.PromoterServiceGetStatusRequest{}))
+		for _, r := range resp.Msg.GetRanges() {
+			if r.GetRangeId() == "r" && strings.Contains(r.GetLastError(), "refuse connections (r1, r2)") {
+				return true
+			}
+		}
+		return false
+	})
+	held := c.rangeEpoch("r")
+	time.Sleep(time.Second) // ten retries' worth
+	if now := c.rangeEpoch("r"); now != held {
+		t.Fatalf("epoch moved from %d to %d while two of three replicas refused connections", held, now)
+	}
+
 	c.start(c.byID["r2"])
-	leader, _ := c.leader("r", e1+1, 20*time.Second)
+	leader, e2 := c.leader("r", e1+1, 20*time.Second)
 	if leader == "r1" {
 		t.Fatalf("leader = r1, which is down")
+	}
+	// The retries of the failed attempts end with the success: none
+	// promotes again from the new epoch, deposing the new leader.
+	time.Sleep(time.Second)
+	if now := c.rangeEpoch("r"); now != e2 {
+		t.Fatalf("epoch moved from %d to %d after the promotion succeeded", e2, now)
 	}
 	b, err := c.appendOne("r", "after", 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.checkAcked("r", []acked{a, b})
+}
+
+// rangeEpoch is rangeID's epoch in the lease service.
+func (c *cluster) rangeEpoch(rangeID string) uint64 {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.lease.Client.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: rangeID}))
+	if err != nil {
+		c.t.Fatalf("GetRange(%s): %v", rangeID, err)
+	}
+	return resp.Msg.GetRange().GetEpoch()
 }

@@ -22,6 +22,11 @@ type probeState struct {
 	busy bool
 	// lastFull is when the last full status of the address was read.
 	lastFull time.Time
+	// refused is set while the last probe of the address was refused
+	// (Unavailable: connection refused or reset, the server closing): no
+	// process serves there. Slow answers do not set it; see
+	// quorumAnswering.
+	refused bool
 }
 
 // probeLoop probes every replica address every ProbeInterval. It promotes a
@@ -114,6 +119,7 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 		p.mu.Unlock()
 		return
 	}
+	ps.refused = connect.CodeOf(err) == connect.CodeUnavailable
 	if err == nil && !full {
 		ps.misses = 0
 		p.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -129,7 +130,7 @@ func (p *Promoter) Promote(ctx context.Context, rangeID, preferred, reason strin
 	}
 	defer func() { <-p.sem }()
 	tr, err := p.promote(ctx, rangeID, -1, preferred, reason)
-	p.finished(rangeID, tr, err)
+	p.finished(rangeID, tr, err, false)
 	return tr, err
 }
 
@@ -170,28 +171,81 @@ func (p *Promoter) schedule(ctx context.Context, rangeID string, observedEpoch u
 			rs.state = "promoting"
 		}
 		p.mu.Unlock()
-		tr, err := p.promoteRecorded(ctx, rangeID, int64(observedEpoch), "", reason, false)
-		if retry := p.finished(rangeID, tr, err); retry > 0 && ctx.Err() == nil {
+		var tr *tenurev1.Transition
+		err := p.quorumAnswering(rangeID)
+		if err == nil {
+			tr, err = p.promoteRecorded(ctx, rangeID, int64(observedEpoch), "", reason, false)
+		}
+		if retry, at := p.finished(rangeID, tr, err, true); retry > 0 && ctx.Err() == nil {
 			time.AfterFunc(retry, func() {
 				if ctx.Err() != nil {
 					return
 				}
 				p.mu.Lock()
 				rs := p.ranges[rangeID]
+				// Only the retry of the range's latest outcome runs. Every
+				// trigger that fails starts a retry (a probe finds the dead
+				// leader every interval), and one that outlived a later
+				// success would promote again from the healthy epoch,
+				// deposing the leader just made: TestNoQuorumThenRecovery
+				// caught one.
+				current := rs != nil && rs.retryAt.Equal(at)
 				var e uint64
-				if rs != nil {
+				if current {
 					e = rs.epoch
 				}
 				p.mu.Unlock()
-				p.schedule(ctx, rangeID, e, reason+" (retry)")
+				if current {
+					p.schedule(ctx, rangeID, e, reason+" (retry)")
+				}
 			})
 		}
 	}()
 }
 
+// quorumAnswering refuses an automatic promotion of rangeID while so many of
+// its replicas refuse connections that no quorum could be fenced: the
+// promotion would be granted an epoch, fence the survivors at it, and fail.
+// While a majority is down the retries would do that every few seconds for
+// every range it led, each an epoch grant in etcd and a failed "promote"
+// trace crowding the useful ones out of Jaeger; the chaos suite's majority
+// crashes ended at epochs 15-32 after two faults. (Raft's PreVote avoids the
+// same churn of terms.)
+//
+// Only refused connections count as down (probeState.refused): a replica
+// that answers slowly or not at all may still answer a fence, and the
+// survivors of a mass failover answer probes late while they are busiest,
+// which must not hold their promotions back. A replica never probed counts
+// as answering. Operator promotions (Promote) are not held back: the
+// operator asked, and gets the fence round's own answer.
+func (p *Promoter) quorumAnswering(rangeID string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs := p.ranges[rangeID]
+	if rs == nil || len(rs.replicas) == 0 {
+		return nil // nothing known yet: the promotion reads the members itself
+	}
+	var down []string
+	for _, r := range rs.replicas {
+		if ps := p.probes[r.GetAddress()]; ps != nil && ps.refused {
+			down = append(down, r.GetId())
+		}
+	}
+	need := wire.Quorum(len(rs.replicas))
+	if len(rs.replicas)-len(down) >= need {
+		return nil
+	}
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+		"range %s: %d of %d replicas refuse connections (%s) and a promotion needs %d to answer; no epoch is granted until enough are back",
+		rangeID, len(down), len(rs.replicas), strings.Join(down, ", "), need))
+}
+
 // finished records a promotion's outcome and returns how long to wait
-// before retrying (0: no retry).
-func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error) time.Duration {
+// before retrying (0: no retry) and the retry time it recorded, which
+// identifies the retry as the one for this outcome. An operator's promotion
+// (auto false) is not retried: its failure is recorded, and a retry of an
+// automatic one that is pending stays the one that runs.
+func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error, auto bool) (time.Duration, time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	rs := p.ranges[rangeID]
@@ -203,27 +257,30 @@ func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error) 
 	if err == nil {
 		rs.epoch, rs.leaderID, rs.changed = tr.GetEpoch(), tr.GetLeaderId(), now
 		rs.state, rs.lastErr, rs.attempts, rs.retryAt = "healthy", "", 0, time.Time{}
-		return 0
+		return 0, time.Time{}
 	}
 	if connect.CodeOf(err) == connect.CodeAborted {
 		// Someone else moved the range on; the next refresh or lease event
-		// tells us where it is.
-		rs.lastErr = err.Error()
-		return 0
+		// tells us where it is. No retry of an earlier outcome is wanted.
+		rs.lastErr, rs.retryAt = err.Error(), time.Time{}
+		return 0, time.Time{}
 	}
-	rs.attempts++
 	rs.lastErr = err.Error()
 	rs.state = "unavailable"
 	if tr != nil && tr.GetEpoch() > rs.epoch {
 		rs.epoch, rs.leaderID, rs.changed = tr.GetEpoch(), "", now
 	}
+	if !auto {
+		return 0, time.Time{}
+	}
+	rs.attempts++
 	// Exponential backoff from 50ms, capped, with jitter so that many
 	// ranges failing together do not retry in lockstep.
 	d := 50 * time.Millisecond << min(rs.attempts-1, 10)
 	d = jitter(min(d, p.cfg.RetryMax))
 	rs.retryAt = now.Add(d)
 	p.log.Warn("promotion failed; will retry", "range", rangeID, "attempt", rs.attempts, "retry_in", d, "err", err)
-	return d
+	return d, rs.retryAt
 }
 
 // refreshLoop re-reads every range from the lease service: membership,
