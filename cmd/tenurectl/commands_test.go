@@ -27,6 +27,8 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"promote and transitions", testPromoteTransitions},
 		{"bench", testBench},
 		{"epochs with a diverged replica", testEpochsDivergence},
+		// Last: it takes two replicas down, which every range feels.
+		{"status while a majority is down", testStatusMajorityDown},
 	} {
 		t.Run(part.name, func(st *testing.T) {
 			// The cluster's helpers fail the part that is running.
@@ -423,4 +425,42 @@ func TestCommandErrorsWithoutACluster(t *testing.T) {
 	if code != exitFail || !strings.Contains(errOut.String(), "cannot reach the promoter at http://127.0.0.1:1") {
 		t.Errorf("transitions with no promoter: status %d, stderr:\n%s", code, errOut.String())
 	}
+}
+
+// With two of three replicas down no promotion can succeed; status says
+// why, from the promoter, instead of leaving "no leader" unexplained.
+func testStatusMajorityDown(t *testing.T, c *testCluster) {
+	leader := c.createRange("quorum-range", "r1")
+	// A follower first, then the leader: the other way round, the promoter
+	// could promote the survivors between the two stops.
+	down := []*testReplica{c.byID[c.others(leader)[0]], c.byID[leader]}
+	for _, tr := range down {
+		c.stop(tr)
+	}
+	var out string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last status:\n%s", out)
+		}
+	}()
+	waitFor(t, "status to show why the range has no leader", 20*time.Second, func() bool {
+		_, out, _ = c.ctl("", "status", "quorum-range")
+		return strings.Contains(out, "refuse connections")
+	})
+	wantLines(t, "status with a majority down", out,
+		"RANGE EPOCH LEADER", "quorum-range", "RANGE STATE FAILED ATTEMPTS NEXT RETRY LAST ERROR",
+		"quorum-range unavailable")
+	if !strings.Contains(out, "2 of 3 replicas refuse connections") || !strings.Contains(out, down[0].id) || !strings.Contains(out, down[1].id) {
+		t.Errorf("status does not name both replicas down:\n%s", out)
+	}
+
+	for _, tr := range down {
+		c.start(tr)
+	}
+	waitFor(t, "a leader again, and the promoter content", 20*time.Second, func() bool {
+		code, out, _ := c.ctl("", "status", "quorum-range", "--json")
+		var st []statusJSON
+		return code == exitOK && json.Unmarshal([]byte(out), &st) == nil && len(st) == 1 && st[0].Leader != "" &&
+			st[0].Promotion != nil && st[0].Promotion.State == "healthy"
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -25,12 +26,51 @@ the leader's view of its fetches). A replica that does not answer is shown
 as unreachable. A replica that stopped serving the range (a safety
 violation, or a failure of its own store) is noted HALTED, with the reason;
 it serves the range again only after a restart.
+
+Below the table, the elected promoter's view of every range it is not
+content with: promoting, or failing and retrying (how many attempts, when
+the next one is, and why the last failed, e.g. too few replicas answering
+for a quorum). Nothing is printed there when every range is healthy; a
+promoter that cannot be reached, or is not the elected one, is said so.
 `
 
 // rangeStatus is one range as status reports it.
 type rangeStatus struct {
 	info    *tenurev1.RangeInfo
 	members []memberStatus
+	// promotion is the elected promoter's state of the range; nil when
+	// the promoter was not asked, not reachable, not elected, or does not
+	// track the range.
+	promotion *tenurev1.RangePromotionState
+}
+
+// promoterView is what the promoter at --promoter said about itself.
+type promoterView struct {
+	id, leaderID string
+	elected      bool
+	err          error // the promoter could not be asked
+}
+
+// promotions asks the promoter for its view, bounded by rpcTimeout. A failure
+// is reported in the view, not returned: status shows the replicas anyway.
+func (c *clients) promotions(ctx context.Context) (promoterView, map[string]*tenurev1.RangePromotionState) {
+	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	resp, err := c.promoter.GetStatus(cctx, connect.NewRequest(&tenurev1.PromoterServiceGetStatusRequest{}))
+	if err != nil {
+		return promoterView{err: c.promoterErr(err)}, nil
+	}
+	m := resp.Msg
+	v := promoterView{id: m.GetPromoterId(), leaderID: m.GetLeaderPromoterId(), elected: m.GetElected()}
+	if !v.elected {
+		// A standby's range states are stale: not shown.
+		return v, nil
+	}
+	states := make(map[string]*tenurev1.RangePromotionState, len(m.GetRanges()))
+	for _, st := range m.GetRanges() {
+		states[st.GetRangeId()] = st
+	}
+	return v, states
 }
 
 func runStatus(ctx context.Context, e *env, args []string) error {
@@ -60,6 +100,10 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	fanout.Run(len(ranges), 16, func(i int) {
 		out[i] = rangeStatus{info: ranges[i], members: c.memberStatuses(ctx, ranges[i])}
 	})
+	view, states := c.promotions(ctx)
+	for i := range out {
+		out[i].promotion = states[out[i].info.GetRangeId()]
+	}
 	if *o.json {
 		return writeStatusJSON(e.stdout, out)
 	}
@@ -67,7 +111,44 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "no ranges; 'tenurectl range create' makes one")
 		return nil
 	}
-	return writeStatusTable(e.stdout, out)
+	if err := writeStatusTable(e.stdout, out); err != nil {
+		return err
+	}
+	return writePromotions(e.stdout, view, out)
+}
+
+// writePromotions prints, below the status table, the promoter's view of
+// the ranges it is not content with, or why there is no view.
+func writePromotions(w io.Writer, v promoterView, rs []rangeStatus) error {
+	switch {
+	case v.err != nil:
+		_, err := fmt.Fprintf(w, "\npromoter: %v\nno promotion state; failovers need an elected promoter\n", v.err)
+		return err
+	case !v.elected:
+		_, err := fmt.Fprintf(w, "\npromoter %s is a standby (elected: %s); ask the elected one for promotion state\n", v.id, orDash(v.leaderID))
+		return err
+	}
+	var unhappy []rangeStatus
+	for _, r := range rs {
+		if st := r.promotion.GetState(); st != "" && st != "healthy" {
+			unhappy = append(unhappy, r)
+		}
+	}
+	if len(unhappy) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\npromoter %s:\n", v.id)
+	tw := table.New(w, 2)
+	fmt.Fprintf(tw, "RANGE\tSTATE\tFAILED ATTEMPTS\tNEXT RETRY\tLAST ERROR\n")
+	for _, r := range unhappy {
+		p := r.promotion
+		next := "-"
+		if ms := p.GetNextRetryUnixMs(); ms > 0 {
+			next = "in " + time.Until(time.UnixMilli(ms)).Round(100*time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.info.GetRangeId(), p.GetState(), p.GetAttempts(), next, orDash(p.GetLastError()))
+	}
+	return tw.Flush()
 }
 
 // lagOf is how far member s lags the leader: the leader's own count of the
@@ -137,11 +218,20 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 }
 
 type statusJSON struct {
-	Range    string              `json:"range"`
-	Epoch    uint64              `json:"epoch"`
-	Leader   string              `json:"leader"`
-	Lease    leaseJSON           `json:"lease"`
-	Replicas []replicaStatusJSON `json:"replicas"`
+	Range     string              `json:"range"`
+	Epoch     uint64              `json:"epoch"`
+	Leader    string              `json:"leader"`
+	Lease     leaseJSON           `json:"lease"`
+	Replicas  []replicaStatusJSON `json:"replicas"`
+	Promotion *promotionJSON      `json:"promotion,omitempty"`
+}
+
+// promotionJSON is the elected promoter's state of a range.
+type promotionJSON struct {
+	State           string `json:"state"`
+	Attempts        uint32 `json:"attempts"`
+	LastError       string `json:"last_error,omitempty"`
+	NextRetryUnixMs int64  `json:"next_retry_unix_ms,omitempty"`
 }
 
 type leaseJSON struct {
@@ -190,6 +280,9 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 				}
 			}
 			sj.Replicas = append(sj.Replicas, rj)
+		}
+		if p := r.promotion; p != nil {
+			sj.Promotion = &promotionJSON{State: p.GetState(), Attempts: p.GetAttempts(), LastError: p.GetLastError(), NextRetryUnixMs: p.GetNextRetryUnixMs()}
 		}
 		out = append(out, sj)
 	}

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
@@ -56,5 +58,59 @@ func TestStatusShowsHaltedReplica(t *testing.T) {
 	}
 	if h := got[0].Replicas[0].Halted; h != "" || strings.Contains(out.String(), `"halted": ""`) {
 		t.Errorf("r1 JSON halted = %q, want the field left out", h)
+	}
+}
+
+func TestStatusShowsPromotionsNotHealthy(t *testing.T) {
+	rs := haltedRange()
+	rs = append(rs, rangeStatus{info: &tenurev1.RangeInfo{RangeId: "events", Epoch: 7}})
+	rs[0].promotion = &tenurev1.RangePromotionState{RangeId: "orders", Epoch: 3, LeaderId: "r1", State: "healthy"}
+	rs[1].promotion = &tenurev1.RangePromotionState{RangeId: "events", Epoch: 7, State: "unavailable", Attempts: 12,
+		LastError:       "unavailable: range events: 2 of 3 replicas refuse connections (r1, r2) and a promotion needs 2 to answer; no epoch is granted until enough are back",
+		NextRetryUnixMs: time.Now().Add(90 * time.Second).UnixMilli()}
+
+	var out bytes.Buffer
+	if err := writePromotions(&out, promoterView{id: "p1", elected: true}, rs); err != nil {
+		t.Fatal(err)
+	}
+	got := normalize(out.String())
+	if !strings.Contains(got, "promoter p1: RANGE STATE FAILED ATTEMPTS NEXT RETRY LAST ERROR events unavailable 12 in 1m") ||
+		!strings.Contains(got, "refuse connections (r1, r2) and a promotion needs 2 to answer; no epoch is granted until enough are back") {
+		t.Errorf("promotions = %q, want the unavailable range with its attempts, next retry and whole last error", out.String())
+	}
+	if strings.Contains(got, "orders") {
+		t.Errorf("promotions = %q, want the healthy range left out", out.String())
+	}
+
+	// Every range healthy: nothing at all.
+	out.Reset()
+	if err := writePromotions(&out, promoterView{id: "p1", elected: true}, rs[:1]); err != nil || out.Len() != 0 {
+		t.Errorf("promotions of healthy ranges = %q, %v; want nothing", out.String(), err)
+	}
+	// No view: said so, not silently.
+	out.Reset()
+	_ = writePromotions(&out, promoterView{id: "p2", leaderID: "p1"}, rs)
+	if !strings.Contains(out.String(), "promoter p2 is a standby (elected: p1)") {
+		t.Errorf("standby promoter = %q", out.String())
+	}
+	out.Reset()
+	_ = writePromotions(&out, promoterView{err: errors.New("cannot reach the promoter at http://127.0.0.1:1")}, rs)
+	if !strings.Contains(out.String(), "cannot reach the promoter") || !strings.Contains(out.String(), "failovers need an elected promoter") {
+		t.Errorf("unreachable promoter = %q", out.String())
+	}
+
+	out.Reset()
+	if err := writeStatusJSON(&out, rs); err != nil {
+		t.Fatal(err)
+	}
+	var js []statusJSON
+	if err := json.Unmarshal(out.Bytes(), &js); err != nil {
+		t.Fatal(err)
+	}
+	if p := js[1].Promotion; p == nil || p.State != "unavailable" || p.Attempts != 12 || !strings.Contains(p.LastError, "refuse connections") || p.NextRetryUnixMs == 0 {
+		t.Errorf("events JSON promotion = %+v", p)
+	}
+	if p := js[0].Promotion; p == nil || p.State != "healthy" || p.LastError != "" {
+		t.Errorf("orders JSON promotion = %+v", p)
 	}
 }
