@@ -1,9 +1,12 @@
 package promoter
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,7 +79,11 @@ func TestNoQuorumThenRecovery(t *testing.T) {
 	c.createRange("r", "r1")
 	// Retries at most 100ms apart: without the quorum check each would
 	// grant an epoch.
-	p := c.newPromoter("p1", true, func(cfg *Config) { cfg.RetryMax = 100 * time.Millisecond })
+	var logs lockedBuffer
+	p := c.newPromoter("p1", true, func(cfg *Config) {
+		cfg.RetryMax = 100 * time.Millisecond
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
 	_, e1 := c.leader("r", 1, 20*time.Second)
 	a, err := c.appendOne("r", "committed", 10*time.Second)
 	if err != nil {
@@ -122,6 +129,10 @@ func TestNoQuorumThenRecovery(t *testing.T) {
 	if now := c.rangeEpoch("r"); now != held {
 		t.Fatalf("epoch moved from %d to %d while two of three replicas refused connections", held, now)
 	}
+	// Said once, not once per retry (the probes trigger one every 100ms).
+	if n := strings.Count(logs.String(), "refuse connections"); n != 1 {
+		t.Errorf("the held promotion was logged at warning level %d times, want once; logs:\n%s", n, logs.String())
+	}
 
 	c.start(c.byID["r2"])
 	leader, e2 := c.leader("r", e1+1, 20*time.Second)
@@ -151,4 +162,22 @@ func (c *cluster) rangeEpoch(rangeID string) uint64 {
 		c.t.Fatalf("GetRange(%s): %v", rangeID, err)
 	}
 	return resp.Msg.GetRange().GetEpoch()
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

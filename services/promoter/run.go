@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -265,6 +266,10 @@ func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error, 
 		rs.lastErr, rs.retryAt = err.Error(), time.Time{}
 		return 0, time.Time{}
 	}
+	// The same failure again (a majority down fails every trigger alike,
+	// one per probe interval) is logged at debug level: once is news.
+	// (lastErr is cleared by a success.)
+	repeat := rs.lastErr == err.Error()
 	rs.lastErr = err.Error()
 	rs.state = "unavailable"
 	if tr != nil && tr.GetEpoch() > rs.epoch {
@@ -279,7 +284,11 @@ func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error, 
 	d := 50 * time.Millisecond << min(rs.attempts-1, 10)
 	d = jitter(min(d, p.cfg.RetryMax))
 	rs.retryAt = now.Add(d)
-	p.log.Warn("promotion failed; will retry", "range", rangeID, "attempt", rs.attempts, "retry_in", d, "err", err)
+	level := slog.LevelWarn
+	if repeat {
+		level = slog.LevelDebug
+	}
+	p.log.Log(context.Background(), level, "promotion failed; will retry", "range", rangeID, "attempt", rs.attempts, "retry_in", d, "err", err)
 	return d, rs.retryAt
 }
 
