@@ -207,11 +207,11 @@ func (p *Promoter) schedule(ctx context.Context, rangeID string, observedEpoch u
 // quorumAnswering refuses an automatic promotion of rangeID while so many of
 // its replicas refuse connections that no quorum could be fenced: the
 // promotion would be granted an epoch, fence the survivors at it, and fail.
-// While a majority is down the retries would do that every few seconds for
-// every range it led, each an epoch grant in etcd and a failed "promote"
-// trace crowding the useful ones out of Jaeger; the chaos suite's majority
-// crashes ended at epochs 15-32 after two faults. (Raft's PreVote avoids the
-// same churn of terms.)
+// While a majority was down, the probes' triggers and the retries did that
+// for every range it led, many times a second: each an epoch grant in etcd
+// and a failed "promote" trace crowding the useful ones out of Jaeger; the
+// chaos suite's majority crashes ended at epochs 15-32 after two faults.
+// (Raft's PreVote avoids the same churn of terms.)
 //
 // Only refused connections count as down (probeState.refused): a replica
 // that answers slowly or not at all may still answer a fence, and the
