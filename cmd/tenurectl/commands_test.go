@@ -449,7 +449,7 @@ func testStatusMajorityDown(t *testing.T, c *testCluster) {
 	})
 	wantLines(t, "status with a majority down", out,
 		"RANGE EPOCH LEADER", "quorum-range", "RANGE STATE FAILED ATTEMPTS NEXT RETRY LAST ERROR",
-		"quorum-range unavailable")
+		"quorum-range no-quorum")
 	if !strings.Contains(out, "2 of 3 replicas refuse connections") || !strings.Contains(out, down[0].id) || !strings.Contains(out, down[1].id) {
 		t.Errorf("status does not name both replicas down:\n%s", out)
 	}

@@ -28,9 +28,10 @@ violation, or a failure of its own store) is noted HALTED, with the reason;
 it serves the range again only after a restart.
 
 Below the table, the elected promoter's view of every range it is not
-content with: promoting, or failing and retrying (how many attempts, when
-the next one is, and why the last failed, e.g. too few replicas answering
-for a quorum). Nothing is printed there when every range is healthy; a
+content with: promoting; failing and retrying (how many attempts failed,
+when the next one is, and why the last failed); or no-quorum, waiting
+without promoting while too many replicas refuse connections for a
+quorum. Nothing is printed there when every range is healthy; a
 promoter that cannot be reached, or is not the elected one, is said so.
 `
 

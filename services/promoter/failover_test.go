@@ -94,13 +94,8 @@ func TestNoQuorumThenRecovery(t *testing.T) {
 
 	// The promoter keeps trying and keeps failing for want of a quorum.
 	waitFor(t, "a failed promotion attempt for want of a quorum", 20*time.Second, func() bool {
-		resp, _ := handler{p}.GetStatus(context.Background(), connect.NewRequest(&tenurev1.PromoterServiceGetStatusRequest{}))
-		for _, r := range resp.Msg.GetRanges() {
-			if r.GetRangeId() == "r" && r.GetAttempts() > 0 && r.GetState() == "unavailable" {
-				return true
-			}
-		}
-		return false
+		st := promotionOf(p, "r")
+		return st.GetAttempts() > 0 && st.GetState() == "unavailable" || st.GetState() == "no-quorum"
 	})
 	// r3 alone never leads: it is one of three.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -116,18 +111,17 @@ func TestNoQuorumThenRecovery(t *testing.T) {
 	// Once the probes see both refuse connections, the promoter stops
 	// granting epochs: it retries without fencing anyone.
 	waitFor(t, "the promoter holding back for want of answering replicas", 20*time.Second, func() bool {
-		resp, _ := handler{p}.GetStatus(context.Background(), connect.NewRequest(&tenurev1.PromoterServiceGetStatusRequest{}))
-		for _, r := range resp.Msg.GetRanges() {
-			if r.GetRangeId() == "r" && strings.Contains(r.GetLastError(), "refuse connections (r1, r2)") {
-				return true
-			}
-		}
-		return false
+		st := promotionOf(p, "r")
+		return st.GetState() == "no-quorum" && strings.Contains(st.GetLastError(), "refuse connections (r1, r2)")
 	})
-	held := c.rangeEpoch("r")
+	held, tried := c.rangeEpoch("r"), promotionOf(p, "r").GetAttempts()
 	time.Sleep(time.Second) // ten retries' worth
 	if now := c.rangeEpoch("r"); now != held {
 		t.Fatalf("epoch moved from %d to %d while two of three replicas refused connections", held, now)
+	}
+	// Nothing was tried meanwhile, and status does not count it as tried.
+	if st := promotionOf(p, "r"); st.GetAttempts() != tried || st.GetState() != "no-quorum" {
+		t.Errorf("after a second held: state %q, attempts %d; want no-quorum and still %d", st.GetState(), st.GetAttempts(), tried)
 	}
 	// Said once, not once per retry (the probes trigger one every 100ms).
 	if n := strings.Count(logs.String(), "refuse connections"); n != 1 {
@@ -180,4 +174,15 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// promotionOf is p's state of rangeID as its GetStatus reports it.
+func promotionOf(p *Promoter, rangeID string) *tenurev1.RangePromotionState {
+	resp, _ := handler{p}.GetStatus(context.Background(), connect.NewRequest(&tenurev1.PromoterServiceGetStatusRequest{}))
+	for _, r := range resp.Msg.GetRanges() {
+		if r.GetRangeId() == rangeID {
+			return r
+		}
+	}
+	return nil
 }

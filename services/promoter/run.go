@@ -237,9 +237,13 @@ func (p *Promoter) quorumAnswering(rangeID string) error {
 		return nil
 	}
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
-		"range %s: %d of %d replicas refuse connections (%s) and a promotion needs %d to answer; no epoch is granted until enough are back",
-		rangeID, len(down), len(rs.replicas), strings.Join(down, ", "), need))
+		"range %s: %d of %d replicas refuse connections (%s) and a promotion needs %d to answer; %w",
+		rangeID, len(down), len(rs.replicas), strings.Join(down, ", "), need, errHeld))
 }
+
+// errHeld marks a promotion quorumAnswering held back: nothing was tried,
+// so it is no failed attempt (the range's state says "no-quorum").
+var errHeld = errors.New("no epoch is granted until enough are back")
 
 // finished records a promotion's outcome and returns how long to wait
 // before retrying (0: no retry) and the retry time it recorded, which
@@ -270,18 +274,27 @@ func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error, 
 	// one per probe interval) is logged at debug level: once is news.
 	// (lastErr is cleared by a success.)
 	repeat := rs.lastErr == err.Error()
+	held := errors.Is(err, errHeld)
 	rs.lastErr = err.Error()
 	rs.state = "unavailable"
+	if held {
+		rs.state = "no-quorum"
+	}
 	if tr != nil && tr.GetEpoch() > rs.epoch {
 		rs.epoch, rs.leaderID, rs.changed = tr.GetEpoch(), "", now
 	}
 	if !auto {
 		return 0, time.Time{}
 	}
-	rs.attempts++
+	if !held {
+		// Only promotions that were tried count: a held one is re-checked
+		// at every probe's trigger, ten a second, and would drown the
+		// count of real failures.
+		rs.attempts++
+	}
 	// Exponential backoff from 50ms, capped, with jitter so that many
 	// ranges failing together do not retry in lockstep.
-	d := 50 * time.Millisecond << min(rs.attempts-1, 10)
+	d := 50 * time.Millisecond << min(max(rs.attempts, 1)-1, 10)
 	d = jitter(min(d, p.cfg.RetryMax))
 	rs.retryAt = now.Add(d)
 	level := slog.LevelWarn

@@ -661,11 +661,14 @@ type RangePromotionState struct {
 	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// The leader it last promoted or saw.
 	LeaderId string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
-	// "healthy", "promoting", "unavailable" (no quorum, retrying), ...
+	// "healthy", "promoting", "unavailable" (a promotion failed; retrying),
+	// "no-quorum" (too many replicas refuse connections for a promotion to
+	// succeed: waiting for them, without granting epochs), ...
 	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
 	// The last failure reason, if any.
 	LastError string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	// Consecutive failed attempts.
+	// Consecutive promotions tried that failed (a wait in "no-quorum" tries
+	// none).
 	Attempts uint32 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	// Next retry, Unix milliseconds (0 = none scheduled).
 	NextRetryUnixMs int64 `protobuf:"varint,7,opt,name=next_retry_unix_ms,json=nextRetryUnixMs,proto3" json:"next_retry_unix_ms,omitempty"`
