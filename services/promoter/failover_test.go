@@ -139,6 +139,15 @@ func TestNoQuorumThenRecovery(t *testing.T) {
 	if now := c.rangeEpoch("r"); now != e2 {
 		t.Fatalf("epoch moved from %d to %d after the promotion succeeded", e2, now)
 	}
+	// The transition record says it was a retry once, however many there
+	// were.
+	trs, err := p.transitions(context.Background(), "r", 1)
+	if err != nil || len(trs) != 1 {
+		t.Fatalf("transitions = %v, %v", trs, err)
+	}
+	if r := trs[0].GetReason(); strings.Count(r, "(retry)") > 1 {
+		t.Errorf("transition reason = %q, want at most one retry mark", r)
+	}
 	b, err := c.appendOne("r", "after", 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -185,4 +194,16 @@ func promotionOf(p *Promoter, rangeID string) *tenurev1.RangePromotionState {
 		}
 	}
 	return nil
+}
+
+// A retry's reason is marked once however often it is retried: it lands in
+// the transition record.
+func TestRetryReasonMarksOnce(t *testing.T) {
+	r := "leader unreachable: connection refused"
+	for range 25 {
+		r = retryReason(r)
+	}
+	if want := "leader unreachable: connection refused (retry)"; r != want {
+		t.Fatalf("reason after 25 retries = %q, want %q", r, want)
+	}
 }

@@ -24,7 +24,10 @@ type rangeState struct {
 	state    string
 	lastErr  string
 	attempts uint32
-	retryAt  time.Time
+	// holds counts consecutive promotions held for want of a quorum
+	// (quorumAnswering): not attempts, but their retries back off too.
+	holds   uint32
+	retryAt time.Time
 	// changed is when epoch or leader last changed; a probe answer taken
 	// before it describes an older world and is ignored.
 	changed time.Time
@@ -197,11 +200,23 @@ func (p *Promoter) schedule(ctx context.Context, rangeID string, observedEpoch u
 				}
 				p.mu.Unlock()
 				if current {
-					p.schedule(ctx, rangeID, e, reason+" (retry)")
+					p.schedule(ctx, rangeID, e, retryReason(reason))
 				}
 			})
 		}
 	}()
+}
+
+// retryReason is the reason a retry of a promotion for reason gives: the
+// reason, marked as a retry once. It lands in the transition record, and a
+// mark per retry grew without bound while a majority stayed down (25 marks
+// after a 2.6 s outage in compose chaos).
+func retryReason(reason string) string {
+	const mark = " (retry)"
+	if strings.HasSuffix(reason, mark) {
+		return reason
+	}
+	return reason + mark
 }
 
 // quorumAnswering refuses an automatic promotion of rangeID while so many of
@@ -261,7 +276,7 @@ func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error, 
 	now := time.Now()
 	if err == nil {
 		rs.epoch, rs.leaderID, rs.changed = tr.GetEpoch(), tr.GetLeaderId(), now
-		rs.state, rs.lastErr, rs.attempts, rs.retryAt = "healthy", "", 0, time.Time{}
+		rs.state, rs.lastErr, rs.attempts, rs.holds, rs.retryAt = "healthy", "", 0, 0, time.Time{}
 		return 0, time.Time{}
 	}
 	if connect.CodeOf(err) == connect.CodeAborted {
@@ -286,15 +301,17 @@ func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error, 
 	if !auto {
 		return 0, time.Time{}
 	}
-	if !held {
-		// Only promotions that were tried count: a held one is re-checked
-		// at every probe's trigger, ten a second, and would drown the
-		// count of real failures.
-		rs.attempts++
+	// Only promotions that were tried count as attempts: a held one is
+	// re-checked at every probe's trigger, ten a second, and would drown
+	// the count of real failures. Both back off.
+	n := &rs.attempts
+	if held {
+		n = &rs.holds
 	}
+	*n++
 	// Exponential backoff from 50ms, capped, with jitter so that many
 	// ranges failing together do not retry in lockstep.
-	d := 50 * time.Millisecond << min(max(rs.attempts, 1)-1, 10)
+	d := 50 * time.Millisecond << min(*n-1, 10)
 	d = jitter(min(d, p.cfg.RetryMax))
 	rs.retryAt = now.Add(d)
 	level := slog.LevelWarn
