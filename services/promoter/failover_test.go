@@ -1,17 +1,16 @@
 package promoter
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/testlog"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -79,7 +78,7 @@ func TestNoQuorumThenRecovery(t *testing.T) {
 	c.createRange("r", "r1")
 	// Retries at most 100ms apart: without the quorum check each would
 	// grant an epoch.
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	p := c.newPromoter("p1", true, func(cfg *Config) {
 		cfg.RetryMax = 100 * time.Millisecond
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -165,24 +164,6 @@ func (c *cluster) rangeEpoch(rangeID string) uint64 {
 		c.t.Fatalf("GetRange(%s): %v", rangeID, err)
 	}
 	return resp.Msg.GetRange().GetEpoch()
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // promotionOf is p's state of rangeID as its GetStatus reports it.

@@ -19,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenurelog/tenure/internal/testlog"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -58,7 +59,7 @@ type node struct {
 type cluster struct {
 	t     testing.TB
 	nodes []*node
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 	// fetchWait is the followers' long poll.
 	fetchWait time.Duration
 	// base holds every node's data directories.
@@ -80,7 +81,7 @@ func (c *cluster) freshDir(id string) string {
 // newCluster starts n replicas r1..rn.
 func newCluster(t testing.TB, n int) *cluster {
 	t.Helper()
-	c := &cluster{t: t, logs: &syncBuffer{}, fetchWait: 300 * time.Millisecond}
+	c := &cluster{t: t, logs: &testlog.Buffer{}, fetchWait: 300 * time.Millisecond}
 	// The data directories' removal is registered first so it runs last:
 	// cleanups run in reverse, and Badger must close before its files go.
 	c.base = t.TempDir()
@@ -519,22 +520,4 @@ func (a *gatedAnswers) Read(p []byte) (int, error) {
 func (g *gate) allows(m *tenurev1.FetchRequest) bool {
 	f := g.filter()
 	return f == nil || f(m)
-}
-
-// syncBuffer collects the replicas' logs; printed when a test fails.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
