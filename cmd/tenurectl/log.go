@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
@@ -293,7 +294,9 @@ func (cs *consumer) follow(ctx context.Context, c *clients) error {
 					return nil
 				}
 			}
-			err = stream.Err()
+			// A leader that crashed or was cut off ends the stream
+			// mid-body: say it was lost, not "internal: protocol error".
+			err = transport.LostStream(stream.Err())
 			stream.Close()
 		}
 		if ctx.Err() != nil {

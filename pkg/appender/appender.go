@@ -50,7 +50,8 @@ var errClosed = errors.New("appender: closed")
 // for the same error: a refusal (InvalidArgument, NotFound, a
 // FailedPrecondition naming another leader) wrote nothing, and so did an
 // error for which transport.NotHandled reports true; anything else,
-// including ctx ending, is unknown.
+// including ctx ending and a connection lost mid-append (Unavailable, see
+// transport.LostStream), is unknown.
 //
 // A stream the server stopped (a graceful restart drains every open stream,
 // idle ones included) answers the append sent on it with an error saying it
@@ -82,6 +83,9 @@ func (a *Appender) appendOnce(ctx context.Context, rangeID string, records [][]b
 		// server's reason is what Receive returns.
 		m, err = st.s.Receive()
 	}
+	// A leader that crashed or was cut off ends the body mid-stream; that
+	// is Unavailable (outcome unknown), not the Internal connect-go says.
+	err = transport.LostStream(err)
 	if !stop() {
 		err = fmt.Errorf("append: %w (stream ended: %v)", context.Cause(ctx), err)
 	}

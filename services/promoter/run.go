@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
@@ -475,7 +476,9 @@ func (p *Promoter) watch(ctx context.Context, pos *watchPos) error {
 			p.onLeaseEvent(ctx, ev)
 		}
 	}
-	return stream.Err()
+	// A lease service that crashed or was cut off ends the stream mid-body:
+	// log a lost connection, not "internal: protocol error".
+	return transport.LostStream(stream.Err())
 }
 
 func (p *Promoter) onLeaseEvent(ctx context.Context, ev *tenurev1.WatchLeasesResponse) {

@@ -194,6 +194,9 @@ func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*te
 		// returns.
 		m, err = f.stream.Receive()
 	}
+	// A leader that crashed or was cut off ends the body mid-stream:
+	// say so (Unavailable), not "internal: protocol error".
+	err = transport.LostStream(err)
 	if !timer.Stop() && err != nil {
 		err = fmt.Errorf("no answer within %v: %w", timeout, err)
 	}

@@ -249,3 +249,47 @@ func TestStreamStopKeepsTheErrorOfTheRequestInHand(t *testing.T) {
 	}
 	r1.srv = nil
 }
+
+// A leader that crashes while an append waits to commit drops the
+// connection under the stream. The producer must hear Unavailable (the
+// outcome is unknown: the record was written and may commit under the next
+// leader), not the Internal "protocol error" connect-go reports for a body
+// that ends mid-stream, which reads as a server bug and is not retried.
+func TestAppenderReportsALostConnectionAsUnavailable(t *testing.T) {
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, r1, r2, r3)
+	c.mustAppend(r1, values("a", 2)...)
+	c.waitCaughtUp(r1, r2, r3)
+	ctx := ctxT(t)
+
+	a := appender.New(r1.lc)
+	defer a.Close()
+	// Warm the pool: the append below goes on an open stream, so the crash
+	// ends a stream mid-body rather than failing a new request.
+	if _, err := a.Append(ctx, rangeID, values("warm", 1)); err != nil {
+		t.Fatal(err)
+	}
+	// No follower can fetch, so the append is written and waits for a
+	// commit that never comes.
+	r2.gate.block()
+	r3.gate.block()
+	end := c.status(r1).GetLogEnd()
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Append(ctx, rangeID, values("in-flight", 1))
+		done <- err
+	}()
+	waitUntil(t, 5*time.Second, "the append written on the leader", func() bool { return c.status(r1).GetLogEnd() == end+1 })
+	c.stop(r1)
+
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the append did not return within 10s of its leader's crash")
+	}
+	if code := connect.CodeOf(err); code != connect.CodeUnavailable || transport.NotHandled(err) {
+		t.Fatalf("append whose leader crashed = %v (code %v, not handled: %v), want Unavailable, not marked never handled", err, code, transport.NotHandled(err))
+	}
+}
