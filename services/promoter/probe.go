@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"syscall"
 	"time"
 
@@ -22,10 +23,9 @@ type probeState struct {
 	busy bool
 	// lastFull is when the last full status of the address was read.
 	lastFull time.Time
-	// refused is set while the last probe of the address was refused
-	// (Unavailable: connection refused or reset, the server closing): no
-	// process serves there. Slow answers do not set it; see
-	// quorumAnswering.
+	// refused is set while the last probe of the address showed that no
+	// process serves there (peerGone). Slow or lost answers do not set
+	// it; see quorumAnswering.
 	refused bool
 }
 
@@ -119,7 +119,7 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 		p.mu.Unlock()
 		return
 	}
-	ps.refused = connect.CodeOf(err) == connect.CodeUnavailable
+	ps.refused = peerGone(err)
 	if err == nil && !full {
 		ps.misses = 0
 		p.mu.Unlock()
@@ -127,9 +127,9 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 	}
 	if err != nil {
 		ps.misses++
-		// Unavailable is a refused or reset connection: the process is gone,
-		// so there is no reason to wait for more misses.
-		down := connect.CodeOf(err) == connect.CodeUnavailable || ps.misses >= p.cfg.ProbeMisses
+		// A process that is gone is gone: no reason to wait for more misses.
+		refused := ps.refused
+		down := refused || ps.misses >= p.cfg.ProbeMisses
 		var suspects []string
 		var epochs []uint64
 		if down {
@@ -140,7 +140,6 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 			}
 		}
 		p.mu.Unlock()
-		refused := connect.CodeOf(err) == connect.CodeUnavailable
 		for i, id := range suspects {
 			// Missed probes alone are weak evidence: a leader busy with a
 			// burst (the survivors of a mass failover) answers late but
@@ -212,6 +211,30 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 		}
 		p.reconcile(ctx, a.rangeID, a.epoch, a.replica, a.leader, a.members)
 	}
+}
+
+// peerGone reports whether a probe's error shows that no process serves
+// the address, which promotes its leaderships at once, without asking the
+// lease service: the connection was refused, the name no longer resolves
+// (a stopped container), the connection was reset or closed under the
+// probe (a process killed mid-call), or the server itself answered
+// Unavailable (closing, or another replica now at the address).
+//
+// Any other Unavailable, a request or answer lost on the way (a flaky or
+// partitioned link, no route to the host), says nothing about the process:
+// it is a missed probe, and misses promote only once the leader's lease is
+// no longer live. Taking every Unavailable as death promoted healthy leaders
+// on every dropped probe: the chaos suite's flaky links ended runs at epochs
+// up to 22, each a fence of every replica and an etcd write.
+func peerGone(err error) bool {
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		return false
+	}
+	if connect.IsWireError(err) {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &dns) && dns.IsNotFound) || connectionLost(err)
 }
 
 // connectionLost reports whether err is the connection to a peer breaking
