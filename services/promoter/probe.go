@@ -3,6 +3,7 @@ package promoter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"syscall"
@@ -130,26 +131,31 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 		// A process that is gone is gone: no reason to wait for more misses.
 		refused := ps.refused
 		down := refused || ps.misses >= p.cfg.ProbeMisses
-		var suspects []string
-		var epochs []uint64
+		type suspect struct {
+			rangeID, leader string
+			epoch           uint64
+		}
+		var suspects []suspect
 		if down {
 			for id, rs := range p.ranges {
 				if rs.leaderID != "" && rs.address(rs.leaderID) == addr && !p.inflight[id] {
-					suspects, epochs = append(suspects, id), append(epochs, rs.epoch)
+					suspects = append(suspects, suspect{id, rs.leaderID, rs.epoch})
 				}
 			}
 		}
 		p.mu.Unlock()
-		for i, id := range suspects {
+		for _, sus := range suspects {
 			// Missed probes alone are weak evidence: a leader busy with a
 			// burst (the survivors of a mass failover) answers late but
 			// still renews its lease. Promote on misses only if the lease
 			// service no longer sees that leader's lease as live; a refused
 			// connection is strong evidence and acts at once.
-			if !refused && p.leaseLive(ctx, id, epochs[i]) {
+			if !refused && p.leaseLive(ctx, sus.rangeID, sus.epoch) {
 				continue
 			}
-			p.schedule(ctx, id, epochs[i], "leader unreachable: "+err.Error())
+			// The reason names the leader: it lands in the transition
+			// record and the trace, where an address alone says little.
+			p.schedule(ctx, sus.rangeID, sus.epoch, "leader "+sus.leader+" unreachable: "+err.Error())
 		}
 		return
 	}
@@ -194,7 +200,7 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 			// The leader must lead at exactly the range's epoch. A restarted
 			// leader comes back not serving; a fenced one lost its epoch.
 			if st == nil || st.GetRole() != tenurev1.Role_ROLE_LEADER || st.GetEpoch() != rs.epoch {
-				actions = append(actions, action{rangeID: id, epoch: rs.epoch, promote: "leader not serving at epoch"})
+				actions = append(actions, action{rangeID: id, epoch: rs.epoch, promote: fmt.Sprintf("leader %s not serving at epoch %d", replicaID, rs.epoch)})
 			}
 			continue
 		}

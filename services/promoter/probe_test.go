@@ -3,6 +3,7 @@ package promoter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -87,7 +88,7 @@ func TestLostProbesDoNotDeposeALeasedLeader(t *testing.T) {
 		}
 		return base.Transport.RoundTrip(req)
 	})}
-	c.newPromoter("p1", true, func(cfg *Config) { cfg.HTTPClient = hc })
+	p := c.newPromoter("p1", true, func(cfg *Config) { cfg.HTTPClient = hc })
 	leader, epoch := c.leader("r", 1, 20*time.Second)
 	waitFor(t, "the leader's lease to be valid", 10*time.Second, func() bool { return c.status(leader, "r").GetLeaseValid() })
 
@@ -106,8 +107,23 @@ func TestLostProbesDoNotDeposeALeasedLeader(t *testing.T) {
 	// lease (the probes to its address are still lost; another's are not).
 	drop.Store(nil)
 	c.stop(c.byID[leader])
-	if l, e := c.leader("r", epoch+1, 20*time.Second); l == leader {
+	l, e := c.leader("r", epoch+1, 20*time.Second)
+	if l == leader {
 		t.Fatalf("the killed leader %s still leads at epoch %d", l, e)
+	}
+	// The transition record names the leader that was lost, not only its
+	// address.
+	var reason string
+	waitFor(t, "the transition record of epoch "+fmt.Sprint(e), 10*time.Second, func() bool {
+		trs, err := p.transitions(context.Background(), "r", 1)
+		if err != nil || len(trs) == 0 || trs[0].GetEpoch() != e {
+			return false
+		}
+		reason = trs[0].GetReason()
+		return true
+	})
+	if want := "leader " + leader + " unreachable: "; !strings.HasPrefix(reason, want) {
+		t.Errorf("reason of the failover = %q, want it to start with %q", reason, want)
 	}
 }
 
