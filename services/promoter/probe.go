@@ -31,9 +31,10 @@ type probeState struct {
 }
 
 // probeLoop probes every replica address every ProbeInterval. It promotes a
-// range whose leader refuses connections, misses ProbeMisses probes in a
-// row, or no longer leads at the range's epoch (a restarted leader does not
-// serve until told again), and reconciles members that are not following
+// range whose leader is gone (peerGone: refused connections and the like),
+// misses ProbeMisses probes in a row while its lease is no longer live, or
+// no longer leads at the range's epoch (a restarted leader does not serve
+// until told again), and reconciles members that are not following
 // the current leader at the current epoch. Fencing keeps all of this safe:
 // a wrong suspicion costs an epoch, never a record.
 //

@@ -66,8 +66,8 @@ type Config struct {
 	// process is found faster anyway: its connections are refused.
 	ProbeTimeout time.Duration
 	// ProbeMisses is how many consecutive failed probes of a leader trigger a
-	// promotion before its lease expires (default 3). A refused connection
-	// triggers one at once.
+	// promotion once the lease service no longer sees its lease live
+	// (default 3). A refused connection triggers one at once.
 	ProbeMisses int
 	// MaxParallel bounds concurrent promotions (default 1024). It bounds the
 	// promoter's own work (goroutines, plans in memory), not the calls the
