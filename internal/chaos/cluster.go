@@ -197,6 +197,27 @@ func (c *Cluster) startPromoter(id string) {
 	c.promoters = append(c.promoters, &promoterNode{id: id, p: p, stop: sync.OnceFunc(func() { cancel(); <-done })})
 }
 
+// handover asks the elected promoter (as an operator would, over the
+// fault network) to promote the range now. A failure is part of the run:
+// it is logged, and the promoter's own loop carries on.
+func (c *Cluster) handover(reason string) {
+	for _, q := range c.promoters {
+		if !q.p.Elected() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tr, err := q.p.Promote(ctx, rangeID, "", reason)
+		if err != nil {
+			c.log.Warn("chaos: handover failed", "promoter", q.id, "err", err)
+			return
+		}
+		c.log.Info("chaos: handover", "promoter", q.id, "epoch", tr.GetEpoch(), "leader", tr.GetLeaderId())
+		return
+	}
+	c.log.Warn("chaos: no elected promoter to ask for a handover")
+}
+
 func (c *Cluster) stopAll() {
 	for _, p := range c.promoters {
 		p.stop()

@@ -13,7 +13,7 @@
 //	kill       the leader loses power (journals and WAL keep what was synced) and restarts
 //	pause      the leader stops handling anything past its lease, then resumes (the zombie)
 //	partition  the leader is cut from replicas, lease service and promoters; clients may still reach it
-//	flaky      every link drops and delays requests for a while
+//	flaky      every link drops and delays requests for a while; meanwhile an operator asks for a handover
 //	majority   a majority of replicas crash together and restart one after the other
 //	promoter   the elected promoter and the leader die together
 //	cascade    the leader dies; its successor dies as it comes back, so the
@@ -164,7 +164,14 @@ func (c *Cluster) inject(kind Kind, rng *rand.Rand) {
 		c.net.Heal()
 	case "flaky":
 		c.net.Flaky(0.05+0.25*rng.Float64(), time.Duration(rng.Int64N(int64(60*time.Millisecond))))
-		hold(2*time.Second, 4*time.Second)
+		hold(time.Second, 2*time.Second)
+		// Lost requests alone no longer depose a leader that renews its
+		// lease (a lost probe is a miss), so promote on purpose: an
+		// operator's handover over the flaky links has every promotion
+		// step (grant, fence, truncate, adopt, bind) lose requests and
+		// answers, and retries of it race the range's own recovery.
+		c.handover("chaos: planned handover over flaky links")
+		hold(time.Second, 2*time.Second)
 		c.net.Heal()
 	case "majority":
 		// A majority (two of three, three of five), the leader among them
