@@ -85,7 +85,7 @@ func (f *follower) run() {
 	defer f.closeStream()
 	log := f.h.log.With("epoch", f.epoch, "leader", f.leaderID)
 	var bo backoff
-	lastErr := ""
+	fails := failureLog{every: fetchFailureLogEvery}
 	for f.ctx.Err() == nil {
 		// A leader address refusing connections is probed by one of this
 		// replica's fetch loops at a time (see refusals).
@@ -104,7 +104,9 @@ func (f *follower) run() {
 		switch {
 		case err == nil:
 			bo.reset()
-			lastErr = ""
+			if d := fails.succeeded(time.Now()); d > 0 {
+				log.Info("fetching again", "after", d.Round(time.Millisecond))
+			}
 			continue
 		case errors.Is(err, errSafety), errors.As(err, &se):
 			f.h.halt(err)
@@ -112,11 +114,11 @@ func (f *follower) run() {
 		case errors.Is(err, errStaleAnswer):
 			continue
 		}
-		// Log a failure when it changes, not on every retry: a follower
-		// adopted before its leader retries until the leader serves.
-		if msg := err.Error(); msg != lastErr {
-			log.Info("fetch failed; retrying with backoff", "err", err)
-			lastErr = msg
+		// Not every retry is logged: a follower adopted before its leader
+		// retries until the leader serves, and a flaky link fails one
+		// fetch in a few, each with its own offset in the message.
+		if ok, n := fails.failed(time.Now()); ok {
+			log.Info("fetch failed; retrying with backoff", "err", err, "unlogged_failures", n)
 		}
 		if !sleepCtx(f.ctx, bo.next()) {
 			return
@@ -307,6 +309,46 @@ func (f *follower) raiseHWM(to uint64) error {
 }
 
 // backoff is a bounded exponential backoff with jitter.
+// fetchFailureLogEvery is how often at most a fetch loop logs a failure.
+const fetchFailureLogEvery = 5 * time.Second
+
+// failureLog rate-limits a loop's failure log: the first failure after a
+// quiet spell is logged at once, later ones at most once per every, each
+// with the count of failures not logged since the last one. A run of
+// failures that lasted at least every is closed by one line on success.
+type failureLog struct {
+	every    time.Duration
+	last     time.Time // when a failure was last logged
+	unlogged int       // failures since then
+	since    time.Time // when the current run of failures began; zero: none
+}
+
+// failed records a failure at now and says whether to log it, and how many
+// failures were not logged before it.
+func (l *failureLog) failed(now time.Time) (bool, int) {
+	if l.since.IsZero() {
+		l.since = now
+	}
+	if !l.last.IsZero() && now.Sub(l.last) < l.every {
+		l.unlogged++
+		return false, 0
+	}
+	n := l.unlogged
+	l.last, l.unlogged = now, 0
+	return true, n
+}
+
+// succeeded ends a run of failures at now. It returns how long the run
+// lasted if that was at least every (worth a line), else 0.
+func (l *failureLog) succeeded(now time.Time) time.Duration {
+	var d time.Duration
+	if !l.since.IsZero() && now.Sub(l.since) >= l.every {
+		d = now.Sub(l.since)
+	}
+	l.since = time.Time{}
+	return d
+}
+
 type backoff struct{ cur time.Duration }
 
 func (b *backoff) reset() { b.cur = 0 }
