@@ -25,7 +25,11 @@ acts under, log end, high-water mark, and how far it lags the leader (from
 the leader's view of its fetches). A replica that does not answer is shown
 as unreachable. A replica that stopped serving the range (a safety
 violation, or a failure of its own store) is noted HALTED, with the reason;
-it serves the range again only after a restart.
+it serves the range again only after a restart. A follower its leader has
+waited 3 seconds or more for (no fetch of it held or answered since) is
+noted "not fetching": it cannot reach the leader, or is stuck. Idle, its
+lag stays 0, so nothing else shows it; a range whose followers all stopped
+fetching commits nothing although its leader looks healthy.
 
 Below the table, the elected promoter's view of every range it is not
 content with: promoting; failing and retrying (how many attempts failed,
@@ -159,15 +163,48 @@ func lagOf(s memberStatus, leader *memberStatus) (uint64, bool) {
 	if leader == nil || s.status == nil {
 		return 0, false
 	}
-	for _, f := range leader.status.GetFollowers() {
-		if f.GetReplicaId() == s.replica.GetId() {
-			return f.GetLag(), true
-		}
+	if f := progressOf(s, leader); f != nil {
+		return f.GetLag(), true
 	}
 	if end := leader.status.GetLogEnd(); end >= s.status.GetLogEnd() {
 		return end - s.status.GetLogEnd(), true
 	}
 	return 0, false
+}
+
+// progressOf is the leader's record of follower s, or nil.
+func progressOf(s memberStatus, leader *memberStatus) *tenurev1.FollowerProgress {
+	if leader == nil || leader.status == nil {
+		return nil
+	}
+	for _, f := range leader.status.GetFollowers() {
+		if f.GetReplicaId() == s.replica.GetId() {
+			return f
+		}
+	}
+	return nil
+}
+
+// notFetchingAfter is how long a leader may wait for a follower's next
+// fetch before status says the follower is not fetching. A follower
+// fetches again as soon as it has written an answer (milliseconds), so
+// seconds mean it cannot reach the leader: its lag alone does not say
+// that while the range is idle, and a range whose followers all stopped
+// commits nothing although its leader looks healthy.
+const notFetchingAfter = 3 * time.Second
+
+// notFetching is the note for follower m when its leader has waited at
+// least notFetchingAfter for its next fetch, else "".
+func notFetching(m memberStatus, leader *memberStatus, leaderID string) string {
+	f := progressOf(m, leader)
+	if f == nil || m.replica.GetId() == leaderID {
+		return ""
+	}
+	d := time.Duration(f.GetFetchWaitingMs()) * time.Millisecond
+	if d < notFetchingAfter {
+		return ""
+	}
+	return fmt.Sprintf("not fetching: %s has waited %s for its next fetch", leaderID, d.Round(100*time.Millisecond))
 }
 
 func writeStatusTable(w io.Writer, rs []rangeStatus) error {
@@ -186,7 +223,11 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 				first = [3]string{r.info.GetRangeId(), strconv.FormatUint(r.info.GetEpoch(), 10), leaderID}
 			}
 			if m.status == nil {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t%s\n", first[0], first[1], first[2], m.replica.GetId(), "unreachable", shortErr(m.err))
+				note := shortErr(m.err)
+				if nf := notFetching(m, leader, leaderID); nf != "" {
+					note += "; " + nf
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t%s\n", first[0], first[1], first[2], m.replica.GetId(), "unreachable", note)
 				continue
 			}
 			st := m.status
@@ -200,6 +241,9 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 			}
 			if st.GetRole() == tenurev1.Role_ROLE_LEADER && !st.GetLeaseValid() {
 				note = "lease not valid: not serving"
+			}
+			if nf := notFetching(m, leader, leaderID); nf != "" {
+				note = nf
 			}
 			if m.replica.GetId() == leaderID {
 				note = "lease " + leaseState(r.info.GetLease())
@@ -254,7 +298,11 @@ type replicaStatusJSON struct {
 	HighWaterMark uint64  `json:"high_water_mark"`
 	LeaseValid    bool    `json:"lease_valid"`
 	Lag           *uint64 `json:"lag"`
-	Halted        string  `json:"halted,omitempty"`
+	// FetchWaitingMs is how long the leader has waited for this
+	// follower's next fetch (FollowerProgress.fetch_waiting_ms); only for
+	// followers the leader reports.
+	FetchWaitingMs *uint64 `json:"fetch_waiting_ms,omitempty"`
+	Halted         string  `json:"halted,omitempty"`
 }
 
 func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
@@ -279,6 +327,10 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 				if n, ok := lagOf(m, leader); ok && m.replica.GetId() != sj.Leader {
 					rj.Lag = &n
 				}
+			}
+			if f := progressOf(m, leader); f != nil && m.replica.GetId() != sj.Leader {
+				ms := f.GetFetchWaitingMs()
+				rj.FetchWaitingMs = &ms
 			}
 			sj.Replicas = append(sj.Replicas, rj)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +113,50 @@ func TestStatusShowsPromotionsNotHealthy(t *testing.T) {
 	}
 	if p := js[0].Promotion; p == nil || p.State != "healthy" || p.LastError != "" {
 		t.Errorf("orders JSON promotion = %+v", p)
+	}
+}
+
+// A follower the leader has waited seconds for is said to be not fetching:
+// idle, its lag is 0, and nothing else would show it.
+func TestStatusShowsAFollowerNotFetching(t *testing.T) {
+	rs := []rangeStatus{{
+		info: &tenurev1.RangeInfo{RangeId: "orders", Epoch: 3},
+		members: []memberStatus{
+			{replica: &tenurev1.Replica{Id: "r1"}, status: &tenurev1.RangeStatus{RangeId: "orders", Role: tenurev1.Role_ROLE_LEADER, Epoch: 3, FencedEpoch: 3, LogEnd: 9, HighWaterMark: 9, LeaseValid: true,
+				Followers: []*tenurev1.FollowerProgress{{ReplicaId: "r2", FetchOffset: 9, FetchWaitingMs: 6340}, {ReplicaId: "r3", FetchOffset: 9, FetchWaitingMs: 20}}}},
+			{replica: &tenurev1.Replica{Id: "r2"}, status: &tenurev1.RangeStatus{RangeId: "orders", Role: tenurev1.Role_ROLE_FOLLOWER, Epoch: 3, FencedEpoch: 3, LogEnd: 9, HighWaterMark: 9}},
+			{replica: &tenurev1.Replica{Id: "r3"}, status: &tenurev1.RangeStatus{RangeId: "orders", Role: tenurev1.Role_ROLE_FOLLOWER, Epoch: 3, FencedEpoch: 3, LogEnd: 9, HighWaterMark: 9}},
+		},
+	}}
+	var out bytes.Buffer
+	if err := writeStatusTable(&out, rs); err != nil {
+		t.Fatal(err)
+	}
+	// A row by its REPLICA column: the id right before the role.
+	rows := map[string]string{}
+	row := regexp.MustCompile(`\s(r\d)\s+(leader|follower)\s`)
+	for _, l := range strings.Split(out.String(), "\n") {
+		if m := row.FindStringSubmatch(l); m != nil {
+			rows[m[1]] = l
+		}
+	}
+	if !strings.Contains(rows["r2"], "not fetching: r1 has waited 6.3s for its next fetch") {
+		t.Errorf("r2's row = %q, want it said not fetching", rows["r2"])
+	}
+	if strings.Contains(rows["r3"], "not fetching") || strings.Contains(rows["r1"], "not fetching") {
+		t.Errorf("rows r1 %q, r3 %q: want no not-fetching note", rows["r1"], rows["r3"])
+	}
+
+	out.Reset()
+	if err := writeStatusJSON(&out, rs); err != nil {
+		t.Fatal(err)
+	}
+	var got []statusJSON
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("status JSON %q: %v", out.String(), err)
+	}
+	r := got[0].Replicas
+	if r[0].FetchWaitingMs != nil || r[1].FetchWaitingMs == nil || *r[1].FetchWaitingMs != 6340 || r[2].FetchWaitingMs == nil || *r[2].FetchWaitingMs != 20 {
+		t.Errorf("JSON fetch_waiting_ms = %v, %v, %v; want none for the leader, 6340 for r2, 20 for r3", r[0].FetchWaitingMs, r[1].FetchWaitingMs, r[2].FetchWaitingMs)
 	}
 }

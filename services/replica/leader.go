@@ -77,6 +77,12 @@ type progress struct {
 	sentHWM uint64
 	// lastFetch is when the follower last fetched (zero: never).
 	lastFetch time.Time
+	// inHand counts this follower's fetches being held or answered;
+	// answered is when the last of them returned (at first: when the
+	// leadership began). Together they say how long the leader has been
+	// waiting for the follower's next fetch (status).
+	inHand   int
+	answered time.Time
 }
 
 // newLeader builds the leadership of an epoch already journaled. The caller
@@ -94,9 +100,10 @@ func (h *hosted) newLeader(je journaledEpoch, replicas []*tenurev1.Replica) *lea
 		waiters:    map[*commitWaiter]struct{}{},
 		peers:      map[string]tenurev1connect.ReplicaServiceClient{},
 	}
+	now := time.Now()
 	for _, r := range replicas {
 		if r.GetId() != h.s.cfg.ID {
-			l.progress[r.GetId()] = &progress{}
+			l.progress[r.GetId()] = &progress{answered: now}
 			l.peers[r.GetId()] = tenurev1connect.NewReplicaServiceClient(h.s.httpClient(), r.GetAddress(), transport.ClientOptions(transport.ForReplica(r.GetId()))...)
 		}
 	}
@@ -311,11 +318,30 @@ func (l *leader) noteSent(id string, hwm uint64) {
 	}
 }
 
+// fetchInHand marks a fetch of follower id as held or being answered until
+// the returned func is called, when it was answered.
+func (l *leader) fetchInHand(id string) (answered func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.progress[id]
+	if p == nil {
+		return func() {}
+	}
+	p.inHand++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		p.inHand--
+		p.answered = time.Now()
+	}
+}
+
 // followers reports each follower's progress for status. logEnd is the
 // leader's log end, for the lag.
 func (l *leader) followers(logEnd uint64) []*tenurev1.FollowerProgress {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := time.Now()
 	out := make([]*tenurev1.FollowerProgress, 0, len(l.progress))
 	for _, r := range l.replicas {
 		p := l.progress[r.GetId()]
@@ -325,6 +351,9 @@ func (l *leader) followers(logEnd uint64) []*tenurev1.FollowerProgress {
 		fp := &tenurev1.FollowerProgress{ReplicaId: r.GetId(), FetchOffset: p.offset, Lag: logEnd - min(p.offset, logEnd)}
 		if !p.lastFetch.IsZero() {
 			fp.LastFetchUnixMs = p.lastFetch.UnixMilli()
+		}
+		if p.inHand == 0 {
+			fp.FetchWaitingMs = uint64(max(0, now.Sub(p.answered).Milliseconds()))
 		}
 		out = append(out, fp)
 	}

@@ -154,3 +154,33 @@ func TestFenceFailsWaitingAppends(t *testing.T) {
 	_, err := c.append(ctxT(t), r1, []byte("after"))
 	wantCode(t, "append after the fence", err, connect.CodeFailedPrecondition)
 }
+
+// A leader's status says how long it has waited for each follower's next
+// fetch: near 0 for one that fetches (its long poll is held), growing for
+// one that cannot reach the leader, and back near 0 when it can again.
+func TestStatusShowsAFollowerThatStoppedFetching(t *testing.T) {
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, r1, r2, r3)
+	c.mustAppend(r1, values("a", 2)...)
+	c.waitCaughtUp(r1, r2, r3)
+
+	waiting := func(id string) uint64 {
+		for _, f := range c.status(r1).GetFollowers() {
+			if f.GetReplicaId() == id {
+				return f.GetFetchWaitingMs()
+			}
+		}
+		t.Fatalf("leader status has no progress of %s", id)
+		return 0
+	}
+	r2.gate.block()
+	waitUntil(t, 10*time.Second, "r2's fetches waited for 1.5s", func() bool { return waiting("r2") >= 1500 })
+	// r3 still fetches: the leader holds its long poll (300ms) and it
+	// fetches again at once after each answer.
+	if w := waiting("r3"); w >= 1000 {
+		t.Fatalf("leader waited %dms for r3's next fetch, want it fetching (under 1s)", w)
+	}
+	r2.gate.open()
+	waitUntil(t, 10*time.Second, "r2 fetching again", func() bool { return waiting("r2") < 1000 })
+}

@@ -1248,8 +1248,15 @@ type FollowerProgress struct {
 	Lag uint64 `protobuf:"varint,3,opt,name=lag,proto3" json:"lag,omitempty"`
 	// When it last fetched, Unix milliseconds.
 	LastFetchUnixMs int64 `protobuf:"varint,4,opt,name=last_fetch_unix_ms,json=lastFetchUnixMs,proto3" json:"last_fetch_unix_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How long the leader has been waiting for this follower's next fetch,
+	// in milliseconds: the time since the leader last answered it (or, if it
+	// never fetched, since the leadership began), 0 while one of its fetches
+	// is held or being answered. A follower fetches again as soon as it has
+	// written an answer, so this stays near 0; growing, it says the follower
+	// cannot reach the leader (or is stuck), which no fetch offset shows.
+	FetchWaitingMs uint64 `protobuf:"varint,5,opt,name=fetch_waiting_ms,json=fetchWaitingMs,proto3" json:"fetch_waiting_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *FollowerProgress) Reset() {
@@ -1306,6 +1313,13 @@ func (x *FollowerProgress) GetLag() uint64 {
 func (x *FollowerProgress) GetLastFetchUnixMs() int64 {
 	if x != nil {
 		return x.LastFetchUnixMs
+	}
+	return 0
+}
+
+func (x *FollowerProgress) GetFetchWaitingMs() uint64 {
+	if x != nil {
+		return x.FetchWaitingMs
 	}
 	return 0
 }
@@ -1715,13 +1729,14 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x13AdoptRangesResponse\x125\n" +
 	"\aresults\x18\x01 \x03(\v2\x1b.tenure.v1.AdoptRangeResultR\aresults\";\n" +
 	"\x1eReplicaServiceGetStatusRequest\x12\x19\n" +
-	"\brange_id\x18\x01 \x01(\tR\arangeId\"\x93\x01\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\"\xbd\x01\n" +
 	"\x10FollowerProgress\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12!\n" +
 	"\ffetch_offset\x18\x02 \x01(\x04R\vfetchOffset\x12\x10\n" +
 	"\x03lag\x18\x03 \x01(\x04R\x03lag\x12+\n" +
-	"\x12last_fetch_unix_ms\x18\x04 \x01(\x03R\x0flastFetchUnixMs\"\xbb\x03\n" +
+	"\x12last_fetch_unix_ms\x18\x04 \x01(\x03R\x0flastFetchUnixMs\x12(\n" +
+	"\x10fetch_waiting_ms\x18\x05 \x01(\x04R\x0efetchWaitingMs\"\xbb\x03\n" +
 	"\vRangeStatus\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12#\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12!\n" +
