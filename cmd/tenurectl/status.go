@@ -15,6 +15,7 @@ import (
 	"github.com/tenurelog/tenure/internal/fanout"
 	"github.com/tenurelog/tenure/internal/table"
 	"github.com/tenurelog/tenure/pkg/journal"
+	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -28,8 +29,9 @@ violation, or a failure of its own store) is noted HALTED, with the reason;
 it serves the range again only after a restart. A follower its leader has
 waited 3 seconds or more for (no fetch of it held or answered since) is
 noted "not fetching": it cannot reach the leader, or is stuck. Idle, its
-lag stays 0, so nothing else shows it; a range whose followers all stopped
-fetching commits nothing although its leader looks healthy.
+lag stays 0, so nothing else shows it. When too few followers fetch for a
+quorum, the leader's row says COMMITS STALLED: it commits nothing although
+it still renews its lease, and no promotion follows on its own.
 
 Below the table, the elected promoter's view of every range it is not
 content with: promoting; failing and retrying (how many attempts failed,
@@ -207,6 +209,27 @@ func notFetching(m memberStatus, leader *memberStatus, leaderID string) string {
 	return fmt.Sprintf("not fetching: %s has waited %s for its next fetch", leaderID, d.Round(100*time.Millisecond))
 }
 
+// commitsStalled is the leader row's note when too few followers fetch for
+// the leader to commit anything (it counts itself toward the quorum), else
+// "". The lease says nothing of it: the leader still renews its lease.
+func commitsStalled(members []memberStatus, leader *memberStatus, leaderID string) string {
+	if leader == nil || len(leader.status.GetFollowers()) == 0 {
+		return "" // no progress reported: nothing to judge by
+	}
+	fetching := 0
+	for _, m := range members {
+		if f := progressOf(m, leader); f != nil && m.replica.GetId() != leaderID &&
+			time.Duration(f.GetFetchWaitingMs())*time.Millisecond < notFetchingAfter {
+			fetching++
+		}
+	}
+	need := wire.Quorum(len(members)) - 1
+	if fetching >= need {
+		return ""
+	}
+	return fmt.Sprintf("COMMITS STALLED: %d of %d followers fetching, %d needed", fetching, len(members)-1, need)
+}
+
 func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 	tw := table.New(w, 2)
 	fmt.Fprintf(tw, "RANGE\tEPOCH\tLEADER\tREPLICA\tROLE\tEPOCH\tLOG END\tHWM\tLAG\tNOTE\n")
@@ -249,6 +272,9 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 				note = "lease " + leaseState(r.info.GetLease())
 				if h := r.info.GetLease().GetHolderId(); h != leaderID {
 					note += ", held by " + orDash(h) + " (not yet handed to the leader)"
+				}
+				if st := commitsStalled(r.members, leader, leaderID); st != "" {
+					note += "; " + st
 				}
 			}
 			// A halted replica serves nothing for the range until restarted:

@@ -146,6 +146,20 @@ func TestStatusShowsAFollowerNotFetching(t *testing.T) {
 	if strings.Contains(rows["r3"], "not fetching") || strings.Contains(rows["r1"], "not fetching") {
 		t.Errorf("rows r1 %q, r3 %q: want no not-fetching note", rows["r1"], rows["r3"])
 	}
+	// r3 still fetches: with the leader, a quorum of three.
+	if strings.Contains(out.String(), "STALLED") {
+		t.Errorf("status = %q, want no stall with one of two followers fetching", out.String())
+	}
+	// Neither fetches: the leader commits nothing, whatever its lease says.
+	rs[0].members[0].status.Followers[1].FetchWaitingMs = 4000
+	out.Reset()
+	if err := writeStatusTable(&out, rs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "; COMMITS STALLED: 0 of 2 followers fetching, 1 needed") {
+		t.Errorf("status = %q, want the leader's row to say commits stalled", out.String())
+	}
+	rs[0].members[0].status.Followers[1].FetchWaitingMs = 20
 
 	out.Reset()
 	if err := writeStatusJSON(&out, rs); err != nil {
