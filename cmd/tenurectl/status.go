@@ -202,11 +202,17 @@ func notFetching(m memberStatus, leader *memberStatus, leaderID string) string {
 	if f == nil || m.replica.GetId() == leaderID {
 		return ""
 	}
-	d := time.Duration(f.GetFetchWaitingMs()) * time.Millisecond
-	if d < notFetchingAfter {
+	if fetchingNow(f) {
 		return ""
 	}
+	d := time.Duration(f.GetFetchWaitingMs()) * time.Millisecond
 	return fmt.Sprintf("not fetching: %s has waited %s for its next fetch", leaderID, d.Round(100*time.Millisecond))
+}
+
+// fetchingNow reports whether the leader waited less than notFetchingAfter
+// for the follower's next fetch.
+func fetchingNow(f *tenurev1.FollowerProgress) bool {
+	return time.Duration(f.GetFetchWaitingMs())*time.Millisecond < notFetchingAfter
 }
 
 // commitsStalled is the leader row's note when too few followers fetch for
@@ -218,8 +224,7 @@ func commitsStalled(members []memberStatus, leader *memberStatus, leaderID strin
 	}
 	fetching := 0
 	for _, m := range members {
-		if f := progressOf(m, leader); f != nil && m.replica.GetId() != leaderID &&
-			time.Duration(f.GetFetchWaitingMs())*time.Millisecond < notFetchingAfter {
+		if f := progressOf(m, leader); f != nil && m.replica.GetId() != leaderID && fetchingNow(f) {
 			fetching++
 		}
 	}

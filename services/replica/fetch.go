@@ -48,7 +48,8 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 		return nil, outOfRangef("range %q: fetch offset %d is below the log start %d", h.id, m.GetFetchOffset(), start)
 	}
 	// While this fetch is held, the follower is not overdue (status).
-	defer l.fetchInHand(m.GetReplicaId())()
+	l.fetchBegins(m.GetReplicaId())
+	defer l.fetchEnds(m.GetReplicaId())
 	wait := time.NewTimer(time.Duration(m.GetMaxWaitMs()) * time.Millisecond)
 	defer wait.Stop()
 	var linger <-chan time.Time

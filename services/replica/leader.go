@@ -318,19 +318,21 @@ func (l *leader) noteSent(id string, hwm uint64) {
 	}
 }
 
-// fetchInHand marks a fetch of follower id as held or being answered until
-// the returned func is called, when it was answered.
-func (l *leader) fetchInHand(id string) (answered func()) {
+// fetchBegins marks a fetch of follower id as held or being answered, until
+// fetchEnds (no allocation: this is on every fetch).
+func (l *leader) fetchBegins(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	p := l.progress[id]
-	if p == nil {
-		return func() {}
+	if p := l.progress[id]; p != nil {
+		p.inHand++
 	}
-	p.inHand++
-	return func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
+}
+
+// fetchEnds marks a fetch of follower id answered now.
+func (l *leader) fetchEnds(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.progress[id]; p != nil {
 		p.inHand--
 		p.answered = time.Now()
 	}
