@@ -1,7 +1,10 @@
 package transport_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"io"
 	"net/http"
 	"slices"
 	"testing"
@@ -9,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
@@ -145,5 +149,71 @@ func TestCloseTwice(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("second Close did not return")
+	}
+}
+
+// TestResponsesAreNotCompressed checks that handlers built with
+// HandlerOptions answer uncompressed, unary and streamed, although the client
+// accepts gzip: Connect would otherwise deflate every answer, whatever its
+// size (see HandlerOptions).
+func TestResponsesAreNotCompressed(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle(tenurev1connect.NewLogServiceHandler(logServer{}, transport.HandlerOptions()...))
+	mux.Handle("/bench.Echo/Stream", connect.NewBidiStreamHandler("/bench.Echo/Stream", echoStream, transport.HandlerOptions()...))
+	srv, err := transport.Serve("127.0.0.1:0", transport.Registration{Name: tenurev1connect.LogServiceName, Path: "/", Handler: mux})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hc := transport.NewHTTPClient()
+	defer hc.CloseIdleConnections()
+	post := func(path, contentType string, header http.Header, body []byte) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = header
+		req.Header.Set("Content-Type", contentType)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("POST %s: read body: %v", path, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST %s: status %d, body %q", path, resp.StatusCode, b)
+		}
+		return resp, b
+	}
+
+	// Unary: Accept-Encoding set by hand, so net/http does not decompress
+	// (and hide) a gzipped answer.
+	msg, err := proto.Marshal(&tenurev1.AppendRequest{RangeId: "r", Records: [][]byte{bytes.Repeat([]byte("a"), 4096)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, _ := post(tenurev1connect.LogServiceAppendProcedure, "application/proto", http.Header{"Accept-Encoding": {"gzip"}}, msg)
+	if got := resp.Header.Get("Content-Encoding"); got != "" {
+		t.Errorf("unary Append answered with Content-Encoding %q, want none", got)
+	}
+
+	// Streamed: one enveloped request, then the client's side ends.
+	msg, err = proto.Marshal(&tenurev1.FetchRequest{FetchOffset: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg)))
+	// The stream's Connect-Content-Encoding header names gzip either way:
+	// it says what a compressed message would use, and each message's flags
+	// say whether it is.
+	_, body := post("/bench.Echo/Stream", "application/connect+proto", http.Header{"Connect-Accept-Encoding": {"gzip"}}, append(env, msg...))
+	if len(body) < 5 || body[0]&1 != 0 {
+		t.Errorf("stream's first message = %q, want an uncompressed envelope (flags bit 0 clear)", body)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,15 +163,9 @@ func (s *Service) probeMinTTL(ctx context.Context) (int64, error) {
 }
 
 // Registration is the service's entry for transport.Serve, built with
-// transport.HandlerOptions (read limit, interceptors).
-//
-// Responses are never compressed (as the replica's are not): Connect gzips
-// every response whose client accepts gzip, whatever its size, and a mass
-// failover's batched answers (GetRanges, GrantEpochs, BindLeases of 128
-// ranges each) spent ~6% of the failover's CPU in deflate, for a few KiB on
-// a local network. Requests compressed by a client are still accepted.
+// transport.HandlerOptions (read limit, uncompressed responses, interceptors).
 func (s *Service) Registration() transport.Registration {
-	path, h := tenurev1connect.NewLeaseServiceHandler(s, transport.HandlerOptions(connect.WithCompressMinBytes(math.MaxInt))...)
+	path, h := tenurev1connect.NewLeaseServiceHandler(s, transport.HandlerOptions()...)
 	return transport.Registration{Name: tenurev1connect.LeaseServiceName, Path: path, Handler: h}
 }
 
