@@ -70,6 +70,14 @@ func startJetStreamCluster(tb testing.TB, n int) *jsCluster {
 	for i, p := range ports {
 		routes[i] = &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)}
 	}
+	// The store directories are made before the shutdown is registered:
+	// cleanups run last-registered first, and TempDir's removal running
+	// while the servers still write (a deleted stream's files go
+	// asynchronously) failed the whole benchmark with "directory not empty".
+	dirs := make([]string, n)
+	for i := range dirs {
+		dirs[i] = tb.TempDir()
+	}
 	c := &jsCluster{}
 	tb.Cleanup(func() {
 		for _, s := range c.servers {
@@ -88,7 +96,7 @@ func startJetStreamCluster(tb testing.TB, n int) *jsCluster {
 			NoLog:      true,
 			NoSigs:     true,
 			JetStream:  true,
-			StoreDir:   tb.TempDir(),
+			StoreDir:   dirs[i],
 			// Same as `jetstream { sync_interval: always }` (see opts.go,
 			// parseJetStream): fsync every write before it is acknowledged.
 			// With R>1 the server fsyncs the stream's Raft WAL on every
