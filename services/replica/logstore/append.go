@@ -1,7 +1,9 @@
 package logstore
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math"
 
 	"github.com/tenurelog/tenure/pkg/wire"
@@ -261,10 +263,12 @@ func (r *Range) journalNewEpochs(recs []*tenurev1.Record) (changed bool, err err
 	return changed, nil
 }
 
-// prepared is a batch's values copied into stored-record buffers, header
-// not yet filled in, with each value's checksum: the per-byte work of an
-// append, done before taking the range lock.
+// prepared is a batch's values copied into the stored batch (batch.go),
+// record headers not yet filled in, with each value's checksum: the
+// per-byte work of an append, done before taking the range lock. vals are
+// the batch's records, each a slice of batch.
 type prepared struct {
+	batch []byte
 	vals  [][]byte
 	crcs  []uint32
 	bytes int
@@ -273,9 +277,23 @@ type prepared struct {
 func prepare(n int, value func(i int) []byte) prepared {
 	p := prepared{vals: make([][]byte, n), crcs: make([]uint32, n)}
 	for i := range n {
+		p.bytes += len(value(i))
+	}
+	// One allocation for the whole write: its records are stored, and leave
+	// the in-memory tail, together.
+	p.batch = make([]byte, batchBytes(n, p.bytes))
+	p.batch[0] = batchMagic
+	binary.BigEndian.PutUint32(p.batch[1:batchHeaderBytes], uint32(n))
+	pos := batchHeaderBytes
+	for i := range n {
 		v := value(i)
-		p.vals[i], p.crcs[i] = newRecordValue(v)
-		p.bytes += len(v)
+		size := recordHeaderBytes + len(v)
+		binary.BigEndian.PutUint32(p.batch[pos:], uint32(size))
+		pos += batchLengthBytes
+		rec := p.batch[pos : pos+size : pos+size]
+		copy(rec[recordHeaderBytes:], v)
+		p.vals[i], p.crcs[i] = rec, crc32.Checksum(v, castagnoli)
+		pos += size
 	}
 	return p
 }
@@ -287,7 +305,10 @@ func prepare(n int, value func(i int) []byte) prepared {
 // the offset order.
 func (r *Range) enqueueLocked(p prepared, epochAt func(i int) (uint64, byte), wake bool) (*write, error) {
 	n := uint64(len(p.vals))
-	w := &write{r: r, base: r.next, end: r.next + n, keys: make([][]byte, n), vals: p.vals, bytes: p.bytes, done: make(chan struct{})}
+	w := &write{r: r, base: r.next, end: r.next + n, key: logKey(r.id, r.next), batch: p.batch, vals: p.vals, bytes: p.bytes, done: make(chan struct{})}
+	// Each record is sealed under the key of its own offset, so that it
+	// fails its checksum anywhere else (batch.go).
+	recKey := logKey(r.id, w.base)
 	for i := range p.vals {
 		epoch, flags := epochAt(i)
 		// Assert before writing: nothing that decodeRecord would refuse
@@ -295,8 +316,8 @@ func (r *Range) enqueueLocked(p prepared, epochAt func(i int) (uint64, byte), wa
 		if err := checkRecordFields(epoch, flags, len(p.vals[i])-recordHeaderBytes); err != nil {
 			return nil, fmt.Errorf("%w: range %s offset %d: %w", ErrInvalid, r.id, w.base+uint64(i), err)
 		}
-		w.keys[i] = logKey(r.id, w.base+uint64(i))
-		sealRecord(p.vals[i], p.crcs[i], w.keys[i], epoch, flags)
+		binary.BigEndian.PutUint64(recKey[len(recKey)-8:], w.base+uint64(i))
+		sealRecord(p.vals[i], p.crcs[i], recKey, epoch, flags)
 		w.lastEpoch = epoch
 	}
 	if err := r.s.enqueue(w, wake); err != nil {

@@ -1,6 +1,7 @@
 package logstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -394,15 +395,25 @@ func (s *Store) persistedRangeIDs() ([]string, error) {
 	return ids, nil
 }
 
-// readRecord reads and verifies the record of range id at offset.
+// readRecord reads and verifies the record of range id at offset (and the
+// rest of the stored batch holding it).
 func (s *Store) readRecord(id string, offset uint64) (epoch uint64, flags byte, value []byte, err error) {
-	key := logKey(id, offset)
-	b, ok, err := s.get(key)
+	found := false
+	err = s.db.View(func(txn *badger.Txn) error {
+		_, gap, err := scanLog(txn, id, offset, func(sr storedRecord) (bool, error) {
+			epoch, flags, value, found = sr.epoch, sr.flags, bytes.Clone(sr.value), true
+			return false, nil
+		})
+		if err == nil && !found {
+			if gap == "" {
+				gap = fmt.Sprintf("record %d is missing", offset)
+			}
+			err = fmt.Errorf("%w: range %s: %s", ErrCorrupt, id, gap)
+		}
+		return err
+	})
 	if err != nil {
-		return 0, 0, nil, err
+		return 0, 0, nil, fmt.Errorf("logstore: read record %d of %s: %w", offset, id, err)
 	}
-	if !ok {
-		return 0, 0, nil, fmt.Errorf("%w: range %s: record %d is missing", ErrCorrupt, id, offset)
-	}
-	return decodeRecord(key, b)
+	return epoch, flags, value, nil
 }

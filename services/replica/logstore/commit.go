@@ -71,12 +71,14 @@ const (
 )
 
 // write is one Append or AppendRecords on the queue: records [base, end) of
-// range r, encoded.
+// range r, encoded as one stored batch under key (batch.go); vals are its
+// records, slices of batch.
 type write struct {
 	r         *Range
 	base, end uint64
 	lastEpoch uint64 // epoch of the record at end-1
-	keys      [][]byte
+	key       []byte
+	batch     []byte
 	vals      [][]byte
 	bytes     int // value bytes, as reserved
 
@@ -309,7 +311,7 @@ func (s *Store) syncEnds(ends map[*Range]uint64) bool {
 func (s *Store) commitBatch(b batch, handoff bool) (map[*Range]uint64, error) {
 	records, bytes := 0, 0
 	for _, w := range b.writes {
-		records += len(w.keys)
+		records += len(w.vals)
 		bytes += w.bytes
 	}
 	var err error
@@ -422,17 +424,14 @@ func (s *Store) writeFinalMarkers() error {
 // marker and the dirty HWMs, in order, in as few Badger transactions as fit
 // (txnWriter), then appends the same keys to the WAL as one entry.
 func (s *Store) writeBatch(b batch) error {
-	n := len(b.hwms)
-	for _, w := range b.writes {
-		n += len(w.keys) + 1
-	}
+	// A key per write (its stored batch) and at most one synced-end marker
+	// per write, then the HWMs.
+	n := 2*len(b.writes) + len(b.hwms)
 	keys, vals := make([][]byte, 0, n), make([][]byte, 0, n)
 	add := func(k, v []byte) { keys, vals = append(keys, k), append(vals, v) }
 	touched := map[*Range]bool{}
 	for _, w := range b.writes {
-		for i := range w.keys {
-			add(w.keys[i], w.vals[i])
-		}
+		add(w.key, w.batch)
 		touched[w.r] = true
 	}
 	// The synced-end marker says "records below this were durable before

@@ -34,19 +34,25 @@
 // contains '/'):
 //
 //	key                               value
-//	l/<id>/<offset u64 BE>            record
+//	l/<id>/<offset u64 BE>            batch: the records of one write, from offset
 //	s/<id>                            state
 //	h/<id>                            high-water mark       (u64 value)
 //	d/<id>                            synced-end marker     (u64 value)
 //	t/<id>                            truncation target     (u64 value, present only mid-truncation)
 //	w/gen                             oldest WAL generation Open replays (u64 value)
 //
+//	batch:   batch magic u8 (0xB7) | count u32 | (length u32 | record) per
+//	         record, the first record at the key's offset (see batch.go; a
+//	         store written before batches holds a bare record per key, which
+//	         reads as a batch of one)
+//
 //	record:  +-------------+----------+---------------+-----------------+
 //	         | epoch u64   | flags u8 | crc32c u32    | value           |
 //	         +-------------+----------+---------------+-----------------+
 //	         flags bit 0: epoch-start record (value then empty); other bits 0.
-//	         crc32c (Castagnoli) over value, then the key, then epoch and
-//	         flags: a record under any other range or offset fails it.
+//	         crc32c (Castagnoli) over value, then the key of the record's
+//	         own offset (l/<id>/<offset>), then epoch and flags: a record at
+//	         any other range or offset fails it.
 //
 //	u64 value: v u64 | crc32c u32 over the key then v.
 //

@@ -15,7 +15,7 @@ import (
 const (
 	// Key prefixes. Range ids never contain '/' (wire.ValidateRangeID), so
 	// "l/r1/" can never be a prefix of "l/r10/...".
-	prefixLog    = "l/" // l/<range>/<offset u64 BE> -> record
+	prefixLog    = "l/" // l/<range>/<offset u64 BE> -> stored batch from offset (batch.go)
 	prefixState  = "s/" // s/<range> -> State
 	prefixHWM    = "h/" // h/<range> -> high-water mark
 	prefixSynced = "d/" // d/<range> -> synced-end marker
@@ -70,16 +70,6 @@ func keyString(key []byte) string {
 		return fmt.Sprintf("%s%d", key[:len(key)-8], binary.BigEndian.Uint64(key[len(key)-8:]))
 	}
 	return fmt.Sprintf("%q", key)
-}
-
-// newRecordValue copies value into a fresh stored-record buffer and returns
-// it with the checksum of the value alone. The header is filled in later by
-// sealRecord, once the offset is known: the copy and the expensive part of
-// the checksum happen outside the range lock that assigns offsets.
-func newRecordValue(value []byte) (buf []byte, valueCRC uint32) {
-	buf = make([]byte, recordHeaderBytes+len(value))
-	copy(buf[recordHeaderBytes:], value)
-	return buf, crc32.Checksum(value, castagnoli)
 }
 
 // sealRecord writes epoch, flags and the checksum into buf's header. key is

@@ -3,15 +3,19 @@ package logstore
 import (
 	"bytes"
 	"errors"
+	"hash/crc32"
 	"strings"
 	"testing"
 
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
+// sealed is value stored as a record under key (prepare's batches hold
+// such records, one per offset).
 func sealed(key []byte, epoch uint64, flags byte, value []byte) []byte {
-	buf, crc := newRecordValue(value)
-	sealRecord(buf, crc, key, epoch, flags)
+	buf := make([]byte, recordHeaderBytes+len(value))
+	copy(buf[recordHeaderBytes:], value)
+	sealRecord(buf, crc32.Checksum(value, castagnoli), key, epoch, flags)
 	return buf
 }
 

@@ -45,47 +45,35 @@ func (r *Range) Read(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Rec
 	defer done()
 
 	out := make([]*tenurev1.Record, 0, stop-from)
-	prefix := logPrefix(r.id)
 	total := 0
+	full := false // stopped at maxBytes
 	err = r.s.db.View(func(txn *badger.Txn) error {
 		// Records below end were committed before end was published, so this
 		// snapshot, taken after, holds them all.
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		defer it.Close()
-		it.Seek(logKey(r.id, from))
-		for next := from; next < stop; next++ {
-			if !it.Valid() {
-				return fmt.Errorf("%w: range %s: record %d is missing (log ends at %d)", ErrCorrupt, r.id, next, end)
+		next, gap, err := scanLog(txn, r.id, from, func(sr storedRecord) (bool, error) {
+			if sr.offset >= stop {
+				return false, nil
 			}
-			item := it.Item()
-			off, err := parseLogKey(prefix, item.Key())
-			if err != nil {
-				return err
+			if len(out) > 0 && total+len(sr.value) > maxBytes {
+				full = true
+				return false, nil
 			}
-			if off != next {
-				return fmt.Errorf("%w: range %s: record %d is missing (found %d)", ErrCorrupt, r.id, next, off)
+			rec := &tenurev1.Record{Offset: sr.offset, Epoch: sr.epoch, EpochStart: sr.flags&flagEpochStart != 0}
+			if len(sr.value) > 0 {
+				rec.Value = append([]byte(nil), sr.value...)
 			}
-			var rec *tenurev1.Record
-			err = item.Value(func(stored []byte) error {
-				epoch, flags, value, err := decodeRecord(item.Key(), stored)
-				if err != nil {
-					return err
-				}
-				rec = &tenurev1.Record{Offset: off, Epoch: epoch, EpochStart: flags&flagEpochStart != 0}
-				if len(value) > 0 {
-					rec.Value = append([]byte(nil), value...)
-				}
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("logstore: Read on %s at %d: %w", r.id, off, err)
-			}
-			if len(out) > 0 && total+len(rec.Value) > maxBytes {
-				return nil
-			}
-			total += len(rec.Value)
+			total += len(sr.value)
 			out = append(out, rec)
-			it.Next()
+			return true, nil
+		})
+		if err != nil {
+			return fmt.Errorf("logstore: Read on %s at %d: %w", r.id, next, err)
+		}
+		if next < stop && !full {
+			if gap == "" {
+				gap = fmt.Sprintf("record %d is missing", next)
+			}
+			return fmt.Errorf("%w: range %s: %s (log ends at %d)", ErrCorrupt, r.id, gap, end)
 		}
 		return nil
 	})

@@ -146,39 +146,18 @@ func (s *Store) recoverLogEnd(id string, synced uint64) (end, lastEpoch uint64, 
 			return 0, 0, fmt.Errorf("record below the synced marker %d: %w", synced, err)
 		}
 	}
-	end = synced
 	var hole string
-	prefix := logPrefix(id)
 	err = s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		defer it.Close()
-		for it.Seek(logKey(id, synced)); it.Valid(); it.Next() {
-			item := it.Item()
-			off, err := parseLogKey(prefix, item.Key())
-			if err != nil {
-				return err
-			}
-			if off != end {
-				hole = fmt.Sprintf("record %d is missing, %d follows", end, off)
-				return nil
-			}
-			var epoch uint64
-			if err := item.Value(func(b []byte) error {
-				epoch, _, _, err = decodeRecord(item.Key(), b)
-				return err
-			}); err != nil {
-				hole = fmt.Sprintf("record %d is unreadable: %v", off, err)
-				return nil
-			}
+		end, hole, err = scanLog(txn, id, synced, func(sr storedRecord) (bool, error) {
 			// Epochs never decrease along a log, and a lost write cannot
 			// make them: this is damage, not a torn tail.
-			if epoch < lastEpoch {
-				return fmt.Errorf("%w: record %d has epoch %d after epoch %d", ErrCorrupt, off, epoch, lastEpoch)
+			if sr.epoch < lastEpoch {
+				return false, fmt.Errorf("%w: record %d has epoch %d after epoch %d", ErrCorrupt, sr.offset, sr.epoch, lastEpoch)
 			}
-			lastEpoch = epoch
-			end++
-		}
-		return nil
+			lastEpoch = sr.epoch
+			return true, nil
+		})
+		return err
 	})
 	if err != nil {
 		return 0, 0, err
@@ -281,40 +260,30 @@ func (s *Store) rebuildJournal(id string, end uint64, reason string) (*journal.J
 // returns the first offset of each epoch.
 func (s *Store) scanEpochs(id string, end uint64) ([]journal.EpochStart, error) {
 	var entries []journal.EpochStart
-	prefix := logPrefix(id)
 	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		defer it.Close()
-		next := uint64(0)
-		for it.Rewind(); it.Valid() && next < end; it.Next() {
-			item := it.Item()
-			off, err := parseLogKey(prefix, item.Key())
-			if err != nil {
-				return err
-			}
-			if off != next {
-				return fmt.Errorf("%w: record %d is missing", ErrCorrupt, next)
-			}
-			var epoch uint64
-			if err := item.Value(func(b []byte) error {
-				epoch, _, _, err = decodeRecord(item.Key(), b)
-				return err
-			}); err != nil {
-				return err
+		next, gap, err := scanLog(txn, id, 0, func(sr storedRecord) (bool, error) {
+			if sr.offset >= end {
+				return false, nil
 			}
 			switch n := len(entries); {
-			case n > 0 && epoch < entries[n-1].Epoch:
-				return fmt.Errorf("%w: record %d has epoch %d after epoch %d", ErrCorrupt, off, epoch, entries[n-1].Epoch)
-			case n == 0 || epoch > entries[n-1].Epoch:
+			case n > 0 && sr.epoch < entries[n-1].Epoch:
+				return false, fmt.Errorf("%w: record %d has epoch %d after epoch %d", ErrCorrupt, sr.offset, sr.epoch, entries[n-1].Epoch)
+			case n == 0 || sr.epoch > entries[n-1].Epoch:
 				if n == journal.MaxEntries {
-					return fmt.Errorf("the log holds more than %d epochs", journal.MaxEntries)
+					return false, fmt.Errorf("the log holds more than %d epochs", journal.MaxEntries)
 				}
-				entries = append(entries, journal.EpochStart{Epoch: epoch, Start: off})
+				entries = append(entries, journal.EpochStart{Epoch: sr.epoch, Start: sr.offset})
 			}
-			next++
+			return true, nil
+		})
+		if err != nil {
+			return err
 		}
 		if next < end {
-			return fmt.Errorf("%w: record %d is missing (log ends at %d)", ErrCorrupt, next, end)
+			if gap == "" {
+				gap = fmt.Sprintf("record %d is missing", next)
+			}
+			return fmt.Errorf("%w: %s (log ends at %d)", ErrCorrupt, gap, end)
 		}
 		return nil
 	})

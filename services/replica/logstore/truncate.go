@@ -1,6 +1,7 @@
 package logstore
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
@@ -136,23 +137,62 @@ func (r *Range) finishTruncate(to, end, lastEpoch uint64) {
 	r.notifyLocked()
 }
 
-// cutLog deletes range id's record keys at and above to and sets its
-// synced-end marker to synced, in one WriteBatch, not synced. Badger has no
-// range delete, so it iterates keys only (no values are read) and deletes
-// each. It returns how many keys it deleted.
+// cutLog removes range id's records at and above to and sets its
+// synced-end marker to synced, in one WriteBatch, not synced: a stored
+// batch that starts below to and reaches past it is rewritten with its
+// records below to, and every batch starting at or above to is deleted
+// (Badger has no range delete). Each step is idempotent, so a crash
+// anywhere in it is redone by running it again. It returns how many
+// records it removed.
 func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	prefix := logPrefix(id)
 	var n uint64
 	err := s.db.View(func(txn *badger.Txn) error {
+		rit := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		defer rit.Close()
+		if rit.Seek(logKey(id, to)); rit.Valid() {
+			item := rit.Item()
+			base, err := parseLogKey(prefix, item.Key())
+			if err != nil {
+				return err
+			}
+			if base < to {
+				err := item.Value(func(b []byte) error {
+					recs, err := decodeBatch(id, base, item.Key(), b)
+					if err != nil {
+						return err
+					}
+					if end := base + uint64(len(recs)); end > to {
+						n += end - to
+						return wb.Set(item.KeyCopy(nil), batchPrefix(b, int(to-base)))
+					}
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+		}
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(logKey(id, to)); it.Valid(); it.Next() {
-			if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+			item := it.Item()
+			// Only the count is read; a damaged batch still goes.
+			count := uint64(1)
+			if err := item.Value(func(b []byte) error {
+				if len(b) >= batchHeaderBytes && b[0] == batchMagic {
+					count = uint64(binary.BigEndian.Uint32(b[1:batchHeaderBytes]))
+				}
+				return nil
+			}); err != nil {
 				return err
 			}
-			n++
+			if err := wb.Delete(item.KeyCopy(nil)); err != nil {
+				return err
+			}
+			n += count
 		}
 		return nil
 	})
