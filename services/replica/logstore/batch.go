@@ -24,7 +24,8 @@ import (
 // a batch, fails its checksum. Badger's cost per key (a memtable skiplist
 // insert and its WAL entry, a transaction entry, a value-log entry header
 // and checksum) is then paid once per write, not once per record: measured
-// with the bench module's 256-in-flight shape, about +13% records/s.
+// with the bench module's 256-in-flight shape (6 interleaved runs each),
+// 57.6k against 45.8k records/s.
 //
 // Stores written before batches hold one record per key, with the record
 // itself as the value. Its first byte is the most significant byte of its
