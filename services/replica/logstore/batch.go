@@ -151,6 +151,7 @@ func scanLog(txn *badger.Txn, id string, from uint64, fn func(storedRecord) (boo
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	next = from
+	first := true
 	for it.Seek(start); it.Valid(); it.Next() {
 		item := it.Item()
 		base, err := parseLogKey(prefix, item.Key())
@@ -159,6 +160,11 @@ func scanLog(txn *badger.Txn, id string, from uint64, fn func(storedRecord) (boo
 		}
 		if base > next {
 			return next, fmt.Sprintf("record %d is missing, %d follows", next, base), nil
+		}
+		// Only the first batch may start below next (it holds from);
+		// the writer and the cut never leave batches that overlap.
+		if base < next && !first {
+			return next, "", fmt.Errorf("%w: range %s: the batch at %d overlaps records below %d", ErrCorrupt, id, base, next)
 		}
 		var fnErr error
 		err = item.Value(func(b []byte) error {
@@ -194,6 +200,7 @@ func scanLog(txn *badger.Txn, id string, from uint64, fn func(storedRecord) (boo
 		case err != nil:
 			return next, "", err
 		}
+		first = false
 	}
 	return next, "", nil
 }

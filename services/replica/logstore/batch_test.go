@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 // sealedBatch encodes values as the stored batch of range id starting at
@@ -81,5 +83,55 @@ func TestBatchPrefix(t *testing.T) {
 				t.Errorf("batchPrefix(%d) record %d = %q, want %q", keep, i, rec.value, values[i])
 			}
 		}
+	}
+}
+
+// TestScanLog reads a range stored as batches from every offset, and
+// refuses batches that overlap, which neither the writer nor a cut leaves.
+func TestScanLog(t *testing.T) {
+	db, err := badger.Open(badger.DefaultOptions(t.TempDir()).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	put := func(base uint64, n int) {
+		t.Helper()
+		vals := make([][]byte, n)
+		for i := range vals {
+			vals[i] = []byte{byte(base) + byte(i)}
+		}
+		if err := db.Update(func(txn *badger.Txn) error { return txn.Set(logKey("r1", base), sealedBatch("r1", base, 1, vals...)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scan := func(from uint64) (got []uint64, next uint64, gap string, err error) {
+		err = db.View(func(txn *badger.Txn) error {
+			var err error
+			next, gap, err = scanLog(txn, "r1", from, func(r storedRecord) (bool, error) {
+				if r.value[0] != byte(r.offset) {
+					t.Errorf("record %d holds %d", r.offset, r.value[0])
+				}
+				got = append(got, r.offset)
+				return true, nil
+			})
+			return err
+		})
+		return got, next, gap, err
+	}
+	put(0, 3) // 0-2
+	put(3, 4) // 3-6
+	for from := uint64(0); from <= 7; from++ {
+		got, next, gap, err := scan(from)
+		if err != nil || gap != "" || next != 7 || uint64(len(got)) != 7-from {
+			t.Errorf("scan(%d) = %v, next %d, gap %q, %v; want %d records to 7", from, got, next, gap, err, 7-from)
+		}
+	}
+	put(9, 1) // a gap at 7-8
+	if _, next, gap, err := scan(2); err != nil || next != 7 || gap == "" {
+		t.Errorf("scan(2) over a gap = next %d, gap %q, %v; want next 7 and a gap", next, gap, err)
+	}
+	put(5, 2) // 5-6 again, overlapping 3-6
+	if _, _, _, err := scan(0); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("scan(0) over overlapping batches = %v, want ErrCorrupt", err)
 	}
 }
