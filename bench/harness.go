@@ -14,8 +14,10 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"runtime/metrics"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -69,12 +71,24 @@ type Result struct {
 	P50           time.Duration
 	P99           time.Duration
 	P999          time.Duration
+	// CPUPerRecord is the process's CPU time (user and system, every
+	// goroutine: clients, servers and the kernel's work for them) per
+	// acknowledged record, and WakesPerRecord the goroutines the Go
+	// scheduler started running per record. Both count work rather than
+	// waiting, so they move far less than throughput when other load
+	// shares the machine: a change that saves work shows in them even on a
+	// day whose throughput varies 2x from run to run. Process-wide, so
+	// they describe a system only when it runs alone in the process, as
+	// each benchmark here does.
+	CPUPerRecord   time.Duration
+	WakesPerRecord float64
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d records in %v: %.0f records/s, %.2f MB/s, p50 %v, p99 %v, p99.9 %v",
+	return fmt.Sprintf("%d records in %v: %.0f records/s, %.2f MB/s, p50 %v, p99 %v, p99.9 %v, %v CPU and %.1f goroutine wakes per record",
 		r.Records, r.Elapsed.Round(time.Millisecond), r.RecordsPerSec, r.MBPerSec,
-		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.P999.Round(10*time.Microsecond))
+		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.P999.Round(10*time.Microsecond),
+		r.CPUPerRecord.Round(time.Microsecond), r.WakesPerRecord)
 }
 
 // Run drives shape against the appenders newAppender makes (one per client,
@@ -125,6 +139,7 @@ func Run(ctx context.Context, newAppender func(client int) (Appender, error), sh
 	samples := make([]sample, shape.Clients*calls)
 
 	var wg sync.WaitGroup
+	cpu0, wakes0 := processCPU(), schedWakes()
 	start := time.Now()
 	deadline := start.Add(d)
 	drain := time.AfterFunc(d+DrainTimeout, cancel)
@@ -153,6 +168,7 @@ func Run(ctx context.Context, newAppender func(client int) (Appender, error), sh
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu, wakes := processCPU()-cpu0, schedWakes()-wakes0
 
 	var r Result
 	var lat []time.Duration
@@ -183,7 +199,36 @@ func Run(ctx context.Context, newAppender func(client int) (Appender, error), sh
 	r.P50 = Percentile(lat, 0.50)
 	r.P99 = Percentile(lat, 0.99)
 	r.P999 = Percentile(lat, 0.999)
+	if r.Records > 0 {
+		r.CPUPerRecord = cpu / time.Duration(r.Records)
+		r.WakesPerRecord = float64(wakes) / float64(r.Records)
+	}
 	return r, nil
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// schedWakes is how many times a goroutine has been scheduled to run so
+// far: the sample count of the runtime's scheduling-latency histogram, one
+// sample per transition from runnable to running.
+func schedWakes() uint64 {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	var n uint64
+	for _, c := range s[0].Value.Float64Histogram().Counts {
+		n += c
+	}
+	return n
 }
 
 // Percentile returns the nearest-rank p-quantile (0 < p <= 1) of sorted,
@@ -207,6 +252,8 @@ func Report(b *testing.B, r Result) {
 	b.ReportMetric(ms(r.P50), "p50-ms")
 	b.ReportMetric(ms(r.P99), "p99-ms")
 	b.ReportMetric(ms(r.P999), "p99.9-ms")
+	b.ReportMetric(float64(r.CPUPerRecord)/float64(time.Microsecond), "cpu-us/record")
+	b.ReportMetric(r.WakesPerRecord, "wakes/record")
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
