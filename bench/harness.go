@@ -73,22 +73,24 @@ type Result struct {
 	P999          time.Duration
 	// CPUPerRecord is the process's CPU time (user and system, every
 	// goroutine: clients, servers and the kernel's work for them) per
-	// acknowledged record, and WakesPerRecord the goroutines the Go
-	// scheduler started running per record. Both count work rather than
-	// waiting, so they move far less than throughput when other load
+	// acknowledged record, and SchedSamplesPerRecord the runtime's sampled
+	// count of goroutines it started running, per record (schedSamples: a
+	// fixed fraction of the starts, about one in 8 in Go 1.26, so compare
+	// it between runs and systems, not with a count of hand-offs). Both
+	// count work rather than waiting, so they move far less than throughput when other load
 	// shares the machine: a change that saves work shows in them even on a
 	// day whose throughput varies 2x from run to run. Process-wide, so
 	// they describe a system only when it runs alone in the process, as
 	// each benchmark here does.
-	CPUPerRecord   time.Duration
-	WakesPerRecord float64
+	CPUPerRecord          time.Duration
+	SchedSamplesPerRecord float64
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d records in %v: %.0f records/s, %.2f MB/s, p50 %v, p99 %v, p99.9 %v, %v CPU and %.1f goroutine wakes per record",
+	return fmt.Sprintf("%d records in %v: %.0f records/s, %.2f MB/s, p50 %v, p99 %v, p99.9 %v, %v CPU and %.2f scheduler samples per record",
 		r.Records, r.Elapsed.Round(time.Millisecond), r.RecordsPerSec, r.MBPerSec,
 		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.P999.Round(10*time.Microsecond),
-		r.CPUPerRecord.Round(time.Microsecond), r.WakesPerRecord)
+		r.CPUPerRecord.Round(time.Microsecond), r.SchedSamplesPerRecord)
 }
 
 // Run drives shape against the appenders newAppender makes (one per client,
@@ -139,7 +141,7 @@ func Run(ctx context.Context, newAppender func(client int) (Appender, error), sh
 	samples := make([]sample, shape.Clients*calls)
 
 	var wg sync.WaitGroup
-	cpu0, wakes0 := processCPU(), schedWakes()
+	cpu0, sched0 := processCPU(), schedSamples()
 	start := time.Now()
 	deadline := start.Add(d)
 	drain := time.AfterFunc(d+DrainTimeout, cancel)
@@ -168,7 +170,7 @@ func Run(ctx context.Context, newAppender func(client int) (Appender, error), sh
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu, wakes := processCPU()-cpu0, schedWakes()-wakes0
+	cpu, sched := processCPU()-cpu0, schedSamples()-sched0
 
 	var r Result
 	var lat []time.Duration
@@ -201,7 +203,7 @@ func Run(ctx context.Context, newAppender func(client int) (Appender, error), sh
 	r.P999 = Percentile(lat, 0.999)
 	if r.Records > 0 {
 		r.CPUPerRecord = cpu / time.Duration(r.Records)
-		r.WakesPerRecord = float64(wakes) / float64(r.Records)
+		r.SchedSamplesPerRecord = float64(sched) / float64(r.Records)
 	}
 	return r, nil
 }
@@ -215,10 +217,12 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// schedWakes is how many times a goroutine has been scheduled to run so
-// far: the sample count of the runtime's scheduling-latency histogram, one
-// sample per transition from runnable to running.
-func schedWakes() uint64 {
+// schedSamples is the sample count of the runtime's scheduling-latency
+// histogram so far. The runtime times only every gTrackingPeriod-th (8)
+// transition of a goroutine from runnable to running, so this counts a
+// fixed fraction of the goroutine starts: an appender whose every call
+// parks and is woken shows ~0.12 per call.
+func schedSamples() uint64 {
 	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
@@ -253,7 +257,7 @@ func Report(b *testing.B, r Result) {
 	b.ReportMetric(ms(r.P99), "p99-ms")
 	b.ReportMetric(ms(r.P999), "p99.9-ms")
 	b.ReportMetric(float64(r.CPUPerRecord)/float64(time.Microsecond), "cpu-us/record")
-	b.ReportMetric(r.WakesPerRecord, "wakes/record")
+	b.ReportMetric(r.SchedSamplesPerRecord, "sched-samples/record")
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -102,11 +103,43 @@ func TestRunPercentilesWithFakeAppender(t *testing.T) {
 		t.Errorf("elapsed %v shorter than the duration", r.Elapsed)
 	}
 	wantRate := float64(r.Records) / r.Elapsed.Seconds()
-	if r.RecordsPerSec != wantRate || r.MBPerSec != wantRate*RecordBytes/1e6 {
+	// Within rounding: the harness and this line multiply and divide in
+	// different orders, which can differ in the last bit.
+	if math.Abs(r.RecordsPerSec-wantRate) > 1e-9*wantRate || math.Abs(r.MBPerSec-wantRate*RecordBytes/1e6) > 1e-9*wantRate {
 		t.Errorf("rates %v records/s %v MB/s, want %v records/s", r.RecordsPerSec, r.MBPerSec, wantRate)
+	}
+	// Every call parks on its timer and is woken by it, and the runtime
+	// samples one start in 8 (schedSamples): about 0.125 per record, and
+	// well above 0 however the starts fall.
+	if r.SchedSamplesPerRecord < 0.05 {
+		t.Errorf("%.3f scheduler samples per record, want about 1/8 for the wake of each call's timer", r.SchedSamplesPerRecord)
 	}
 	if !a.closed.Load() {
 		t.Error("appender not closed")
+	}
+}
+
+// spinAppender burns at least cpu of the process's CPU time per call.
+type spinAppender struct{ cpu time.Duration }
+
+func (a spinAppender) Append(context.Context, [][]byte) error {
+	for start := processCPU(); processCPU()-start < a.cpu; {
+	}
+	return nil
+}
+
+// The CPU column counts the process's CPU per record: an appender that
+// burns 300 us of it per call is reported at no less than that.
+func TestRunReportsCPUPerRecord(t *testing.T) {
+	a := spinAppender{cpu: 300 * time.Microsecond}
+	shape := Shape{Name: "one-in-flight", Clients: 1, InFlight: 1, Batch: 1}
+	r, err := Run(context.Background(), func(int) (Appender, error) { return a, nil }, shape, RecordBytes, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	if r.Records == 0 || r.CPUPerRecord < a.cpu {
+		t.Fatalf("%d records, %v CPU per record; want at least %v", r.Records, r.CPUPerRecord, a.cpu)
 	}
 }
 

@@ -2,7 +2,7 @@
 // each file of `go test -bench` output (one file per benchmark binary, each
 // holding several whole runs), the records/s of every system and shape per
 // run, their median, the median p50 and p99, the median CPU time and
-// goroutine wakes per record (when the lines carry them), and each system's ratio to
+// scheduler samples per record (when the lines carry them), and each system's ratio to
 // JetStream within the same run, with the median of those ratios. Issue #3's
 // targets are stated as such medians. See bench/README.md, "Run", and
 // bench/interleave.sh, which writes the files.
@@ -29,9 +29,9 @@ type result struct {
 	system, shape      string
 	recordsPerSec, p50 float64
 	p99                float64
-	// cpuUs and wakes are per record; 0 when the line lacks them (output
+	// cpuUs and sched are per record; 0 when the line lacks them (output
 	// of an older harness).
-	cpuUs, wakes float64
+	cpuUs, sched float64
 }
 
 // run is one whole run of a benchmark binary: each system and shape once.
@@ -122,8 +122,8 @@ func parseLine(line string) (result, bool, error) {
 			res.p99 = v
 		case "cpu-us/record":
 			res.cpuUs = v
-		case "wakes/record":
-			res.wakes = v
+		case "sched-samples/record":
+			res.sched = v
 		}
 	}
 	if res.recordsPerSec == 0 {
@@ -148,7 +148,7 @@ func summarize(w io.Writer, runs []run) {
 	slices.Sort(shapes)
 	for _, shape := range shapes {
 		for _, system := range systems {
-			var rps, p50, p99, cpu, wakes, ratios []float64
+			var rps, p50, p99, cpu, sched, ratios []float64
 			for _, r := range runs {
 				res, ok := r[[2]string{system, shape}]
 				if !ok {
@@ -156,7 +156,7 @@ func summarize(w io.Writer, runs []run) {
 				}
 				rps, p50, p99 = append(rps, res.recordsPerSec), append(p50, res.p50), append(p99, res.p99)
 				if res.cpuUs > 0 {
-					cpu, wakes = append(cpu, res.cpuUs), append(wakes, res.wakes)
+					cpu, sched = append(cpu, res.cpuUs), append(sched, res.sched)
 				}
 				if base, ok := r[[2]string{baseline, shape}]; ok && system != baseline && base.recordsPerSec > 0 {
 					ratios = append(ratios, res.recordsPerSec/base.recordsPerSec)
@@ -167,7 +167,7 @@ func summarize(w io.Writer, runs []run) {
 			}
 			fmt.Fprintf(w, "%-14s %-12s records/s %s median %.0f  p50 %.3f ms  p99 %.2f ms", shape, system, join(rps, "%.0f"), median(rps), median(p50), median(p99))
 			if len(cpu) > 0 {
-				fmt.Fprintf(w, "  per record %.0f us CPU, %.1f wakes", median(cpu), median(wakes))
+				fmt.Fprintf(w, "  per record %.0f us CPU, %.2f sched samples", median(cpu), median(sched))
 			}
 			if len(ratios) > 0 {
 				fmt.Fprintf(w, "  vs %s %s median %.2fx", baseline, join(ratios, "%.2f"), median(ratios))

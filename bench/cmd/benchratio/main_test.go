@@ -6,7 +6,7 @@ import (
 )
 
 const sample = `goos: linux
-BenchmarkJetStream/one-in-flight-2   1   1.62 MB/s   0.5857 p50-ms   0.9554 p99-ms   5.002 p99.9-ms   1000 records/s   100 cpu-us/record   10 wakes/record
+BenchmarkJetStream/one-in-flight-2   1   1.62 MB/s   0.5857 p50-ms   0.9554 p99-ms   5.002 p99.9-ms   1000 records/s   100 cpu-us/record   1 sched-samples/record
 --- BENCH: BenchmarkJetStream/one-in-flight-2
 BenchmarkTenure/one-in-flight-2      1   2.57 MB/s   0.3823 p50-ms   0.6829 p99-ms   1.527 p99.9-ms   2000 records/s
 PASS
@@ -14,7 +14,7 @@ goos: linux
 --- FAIL: BenchmarkJetStream/one-in-flight
 BenchmarkTenure/one-in-flight-2      1   2.57 MB/s   0.3000 p50-ms   0.6000 p99-ms   1.527 p99.9-ms   2500 records/s
 goos: linux
-BenchmarkJetStream/one-in-flight-2   1   1.62 MB/s   0.5000 p50-ms   0.9000 p99-ms   5.002 p99.9-ms   1250 records/s   200 cpu-us/record   30 wakes/record
+BenchmarkJetStream/one-in-flight-2   1   1.62 MB/s   0.5000 p50-ms   0.9000 p99-ms   5.002 p99.9-ms   1250 records/s   200 cpu-us/record   3 sched-samples/record
 BenchmarkTenure/one-in-flight-2      1   2.57 MB/s   0.2000 p50-ms   0.5000 p99-ms   1.527 p99.9-ms   3000 records/s
 `
 
@@ -30,8 +30,8 @@ func TestSummary(t *testing.T) {
 	var out strings.Builder
 	summarize(&out, runs)
 	want := []string{
-		// Lines without CPU and wakes (an older harness) print none.
-		"one-in-flight  JetStream    records/s 1000/1250 median 1125  p50 0.543 ms  p99 0.93 ms  per record 150 us CPU, 20.0 wakes\n",
+		// Lines without CPU and scheduler samples (an older harness) print none.
+		"one-in-flight  JetStream    records/s 1000/1250 median 1125  p50 0.543 ms  p99 0.93 ms  per record 150 us CPU, 2.00 sched samples\n",
 		"one-in-flight  Tenure       records/s 2000/2500/3000 median 2500  p50 0.300 ms  p99 0.60 ms  vs JetStream 2.00/2.40 median 2.20x\n",
 	}
 	for _, w := range want {
