@@ -150,6 +150,11 @@ func (c *jsCluster) connect() (*nats.Conn, error) {
 	return nats.Connect(c.urls[0]+","+c.urls[1]+","+c.urls[2], nats.Name("tenure-bench"), nats.RetryOnFailedConnect(false))
 }
 
+// jsAttemptTimeout bounds one request of the harness's setup to the
+// cluster (create a stream, read its info, the warm-up publish), so that
+// the waitFor loops around them retry a request that was lost.
+const jsAttemptTimeout = 3 * time.Second
+
 func (c *jsCluster) createStream(tb testing.TB, name, subject string, replicas int) {
 	tb.Helper()
 	nc, err := c.connect()
@@ -161,10 +166,13 @@ func (c *jsCluster) createStream(tb testing.TB, name, subject string, replicas i
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
-	defer cancel()
-	// The meta leader may still be settling: retry creation within the bound.
+	// The meta leader may still be settling: retry creation within the
+	// bound. Each attempt has a bound of its own: a request the cluster
+	// drops (seen once in ~10 runs, with one context for all attempts)
+	// otherwise waits out the whole 30s instead of being sent again.
 	waitFor(tb, 30*time.Second, "stream "+name+" created", func() error {
+		ctx, cancel := context.WithTimeout(tb.Context(), jsAttemptTimeout)
+		defer cancel()
 		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:      name,
 			Subjects:  []string{subject},
@@ -178,6 +186,8 @@ func (c *jsCluster) createStream(tb testing.TB, name, subject string, replicas i
 	// Wait until the stream has a leader and every replica is current, then
 	// prove the write path works with one acknowledged publish.
 	waitFor(tb, 30*time.Second, "stream "+name+" leader and replicas current", func() error {
+		ctx, cancel := context.WithTimeout(tb.Context(), jsAttemptTimeout)
+		defer cancel()
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			return err
@@ -197,9 +207,7 @@ func (c *jsCluster) createStream(tb testing.TB, name, subject string, replicas i
 				return fmt.Errorf("replica %s not current", p.Name)
 			}
 		}
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-		defer pcancel()
-		_, err = js.Publish(pctx, subject, []byte("warmup"))
+		_, err = js.Publish(ctx, subject, []byte("warmup"))
 		return err
 	})
 }
