@@ -70,12 +70,20 @@ gotest: ## go test -race on every package but the chaos suite (chaos-short runs 
 chaos-short: ## The chaos suite's short budget (2 seeds of every fault kind), as make test runs it.
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) ./internal/chaos
 
+.PHONY: bench-check
+bench-check: ## The bench module (its own go.mod, so ./... above skips it): vet, its tests, and every benchmark once for 300ms.
+	cd bench && $(GO) vet ./...
+	# -benchtime=1x: each benchmark runs its shapes once, for -bench.duration;
+	# a smoke run that proves the harness and both clusters still start,
+	# acknowledge and drain. No result is asserted: speed is not a test.
+	cd bench && $(GO) test -race -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) -bench=. -benchtime=1x -bench.duration=300ms ./...
+
 .PHONY: fuzz
 fuzz: ## A short fuzz run of the journal decoder (FUZZTIME=10s).
 	$(GO) test -run='^$$' -fuzz=FuzzOpen -fuzztime=$(FUZZTIME) ./pkg/journal
 
 .PHONY: test
-test: fmt-check vet lint proto-check gotest chaos-short fuzz ## Everything CI checks, in order, stopping at the first failure.
+test: fmt-check vet lint proto-check gotest bench-check chaos-short fuzz ## Everything CI checks, in order, stopping at the first failure.
 
 .PHONY: bench
 bench: ## Benchmarks (journal Record cost).
