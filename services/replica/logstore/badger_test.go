@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 // syncSealedWALs fsyncs each rotated-away memtable WAL once, never the
@@ -56,6 +57,18 @@ func SetWALSizes(switchAt, zeroAhead int64) (restore func()) {
 	walSwitchBytes, walZeroAheadBytes = switchAt, zeroAhead
 	return func() { walSwitchBytes, walZeroAheadBytes = oldSwitch, oldZero }
 }
+
+// HoldIndex keeps group commits out of Badger until a checkpoint, Close or
+// IndexNow indexes them (index.go); the returned function restores the
+// delay and the size bound.
+func HoldIndex() (restore func()) {
+	oldDelay, oldMax := indexDelay, indexMaxBytes
+	indexDelay, indexMaxBytes = time.Hour, 1<<40
+	return func() { indexDelay, indexMaxBytes = oldDelay, oldMax }
+}
+
+// IndexNow commits every group commit waiting to Badger.
+func (s *Store) IndexNow() error { return s.indexPending() }
 
 // WaitWALCheckpoint waits until no WAL checkpoint is running.
 func (s *Store) WaitWALCheckpoint() {

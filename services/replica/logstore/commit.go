@@ -15,16 +15,19 @@ import (
 // Badger fsyncs once per commit request, and one small synced transaction
 // per append tops out near 400 commits/s on the target box, while one
 // WriteBatch of 20,000 entries commits in a quarter of a second. So appends
-// do not commit themselves. Append and AppendRecords assign offsets under
-// their range's mutex and put a write on the store's queue. Two goroutines
-// per Store then move it through the two later stages, as a pipeline:
+// do not commit themselves. (Durability is the WAL's now, wal.go, and
+// Badger is written behind it, index.go; the batching below is what makes
+// one fdatasync cover many appends.) Append and AppendRecords assign
+// offsets under their range's mutex and put a write on the store's queue.
+// Two goroutines per Store then move it through the two later stages, as a
+// pipeline:
 //
 // The writer loops:
 //
 //  1. take every queued write (across all ranges), and the dirty HWMs when
 //     there are records to carry them or they have waited hwmFlushDelay;
-//  2. write them in one WriteBatch, with each touched range's synced-end
-//     marker, and commit it;
+//  2. append them to the WAL as one entry, with each touched range's
+//     synced-end marker (Badger receives them later: index.go);
 //  3. publish the new log ends: the records are readable, Append returns,
 //     Changed wakes (a follower's fetch can take them now);
 //  4. hand the new log ends to the syncer, and go back to 1 at once.
@@ -162,9 +165,10 @@ type batch struct {
 	hwms   []*Range
 }
 
-// run is the committer: the writer loop here and the syncer loop in its own
-// goroutine. It exits once the store is closing and the queue is drained and
-// synced, or at the first failure.
+// run is the committer: the writer loop here (which also indexes,
+// index.go) and the syncer loop in its own goroutine. It exits once the
+// store is closing and the queue is drained and synced, or at the first
+// failure.
 func (s *Store) run() {
 	syncerDone := make(chan struct{})
 	go func() {
@@ -182,6 +186,10 @@ func (s *Store) run() {
 		s.syncWork.Signal()
 		s.qmu.Unlock()
 		<-syncerDone
+		// Nothing joins unindexed any more (no writer, no inline commit):
+		// index the rest, so Close's final markers and a reopen find
+		// Badger complete. A failure has failed the store.
+		_ = s.indexPending()
 		s.qmu.Lock()
 		s.stopped = true
 		s.qmu.Unlock()
@@ -189,9 +197,17 @@ func (s *Store) run() {
 		s.wakeAll()
 	}()
 	for {
-		b, ok := s.take()
+		b, took, index, ok := s.take()
+		if index {
+			if err := s.indexPending(); err != nil {
+				return // indexPending failed the store
+			}
+		}
 		if !ok {
 			return
+		}
+		if !took {
+			continue
 		}
 		_, err := s.commitBatch(b, true)
 		s.qmu.Lock()
@@ -203,20 +219,32 @@ func (s *Store) run() {
 	}
 }
 
-// take waits for work and takes all of it; false means exit. Dirty HWMs
-// alone are work only once due (or at Close).
-func (s *Store) take() (batch, bool) {
+// take waits for work. index says to index the waiting batches first
+// (index.go); took says it took the queue and the dirty HWMs (and the
+// writer role) to commit; ok false means exit. Dirty HWMs alone are work
+// only once due (or at Close). Indexing needs no writer role: an inline
+// commit may run beside it.
+func (s *Store) take() (b batch, took, index, ok bool) {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
-	for s.failed == nil && (s.writerBusy || len(s.queue) == 0 && !(len(s.dirty) > 0 && s.hwmDue) && !s.closing) {
+	commit := func() bool {
+		return !s.writerBusy && (len(s.queue) > 0 || len(s.dirty) > 0 && s.hwmDue || s.closing)
+	}
+	for s.failed == nil && !commit() && !s.indexDue {
 		s.work.Wait()
 	}
-	if s.failed != nil || len(s.queue) == 0 && len(s.dirty) == 0 {
-		// Failed (fail already failed the queue) or closing and drained.
-		return batch{}, false
+	index, s.indexDue = s.indexDue, false
+	if s.failed != nil {
+		return batch{}, false, false, false // fail already failed the queue
+	}
+	if !commit() {
+		return batch{}, false, index, true
+	}
+	if len(s.queue) == 0 && len(s.dirty) == 0 {
+		return batch{}, false, index, false // closing and drained
 	}
 	s.writerBusy = true
-	return s.takeLocked(), true
+	return s.takeLocked(), true, index, true
 }
 
 // takeLocked takes the queue and the dirty HWMs for the caller, which holds
@@ -263,7 +291,7 @@ func (s *Store) writeInline() {
 	// for nothing it costs a wake-up per inline commit, and it may take the
 	// caller's next write from under its writeInline, which then goes the
 	// slow way, through the writer and the syncer.
-	if len(s.queue) > 0 || s.hwmDue || s.closing || s.failed != nil {
+	if len(s.queue) > 0 || s.hwmDue || s.indexDue || s.closing || s.failed != nil {
 		s.work.Signal()
 	}
 	if err != nil || len(ends) == 0 {
@@ -321,8 +349,9 @@ func (s *Store) commitBatch(b batch, handoff bool) (map[*Range]uint64, error) {
 	if err == nil {
 		err = s.writeBatch(b)
 	}
-	// Committed (or failed): Badger holds its own copy now, so the room
-	// goes back to writers while this batch syncs.
+	// In the WAL (or failed): the queue's room goes back to writers while
+	// this batch syncs. Until Badger indexes it, the batch is held by
+	// unindexed, which indexMaxBytes bounds.
 	s.release(records, bytes)
 	if err != nil {
 		err = s.fail(err)
@@ -340,6 +369,7 @@ func (s *Store) commitBatch(b batch, handoff bool) (map[*Range]uint64, error) {
 		ends[w.r] = w.end
 		w.finish(nil)
 	}
+	s.scheduleIndex()
 	if len(ends) == 0 || !handoff {
 		// Only HWMs: they ride the next sync (see SetHWM), so an idle
 		// follower's HWM updates cost no fsync of their own.
@@ -420,9 +450,9 @@ func (s *Store) writeFinalMarkers() error {
 	return nil
 }
 
-// writeBatch writes and commits b's records, each touched range's synced-end
-// marker and the dirty HWMs, in order, in as few Badger transactions as fit
-// (txnWriter), then appends the same keys to the WAL as one entry.
+// writeBatch appends b's records, each touched range's synced-end marker
+// and the dirty HWMs, in order, to the WAL as one entry; the same keys join
+// unindexed, for a later Badger commit (index.go).
 func (s *Store) writeBatch(b batch) error {
 	// A key per write (its stored batch) and at most one synced-end marker
 	// per write, then the HWMs.
@@ -440,7 +470,9 @@ func (s *Store) writeBatch(b batch) error {
 	// tail above it for records lost to an unsynced write (recoverLogEnd).
 	// DurableEnd is raised only after a sync returned, so it is such an
 	// offset even while the syncer is syncing earlier batches. (Durable in
-	// the WAL: Open replays it before recovery reads the marker.)
+	// the WAL: Open replays it before recovery reads the marker. Indexed
+	// later, it still says the same: records below it were durable before
+	// this batch was written.)
 	for r := range touched {
 		key := rangeKey(prefixSynced, r.id)
 		add(key, encodeU64(key, r.DurableEnd()))
@@ -451,19 +483,11 @@ func (s *Store) writeBatch(b batch) error {
 		key := rangeKey(prefixHWM, r.id)
 		add(key, encodeU64(key, r.HWM()))
 	}
-	tw := s.newTxnWriter()
-	defer tw.discard()
-	for i := range keys {
-		if err := tw.set(keys[i], vals[i]); err != nil {
-			return fmt.Errorf("logstore: write batch: %w", err)
-		}
+	ib := &indexBatch{keys: keys, vals: vals, writes: b.writes}
+	for _, w := range b.writes {
+		ib.bytes += w.bytes
 	}
-	if err := tw.commit(); err != nil {
-		return fmt.Errorf("logstore: commit batch: %w", err)
-	}
-	// After the commit: a checkpoint's syncDB, which starts after this
-	// entry is in the WAL, then covers the batch (wal.go).
-	return s.appendWAL(keys, vals)
+	return s.appendWAL(ib)
 }
 
 // txnWriter writes a sequence of keys in Badger transactions committed one
@@ -471,8 +495,7 @@ func (s *Store) writeBatch(b batch) error {
 // (ErrTxnTooBig: 15% of the memtable). It is what a WriteBatch does, minus
 // its hand-offs: WriteBatch.Flush commits through CommitWith, whose callback
 // runs on a goroutine of its own that then wakes the flusher through a
-// throttle, two more goroutine wake-ups per commit on the path of every
-// acknowledgement (a leader's write, a follower's write before its fsync).
+// throttle, two more goroutine wake-ups per commit.
 // Txn.Commit waits for Badger's writer itself. Transactions are committed in
 // order, so a crash leaves a prefix of them (Badger replays its WAL in
 // order), as with WriteBatch.

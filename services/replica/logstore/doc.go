@@ -6,8 +6,10 @@
 // The leader appends with Append, a follower with AppendRecords; both return
 // once the records are written (readable), and DurableEnd/WaitDurable say
 // when they are durable. Concurrent appends across all ranges share one
-// Badger commit and one fdatasync of the store's write-ahead log (group
-// commit, commit.go; the WAL, wal.go).
+// entry and one fdatasync of the store's write-ahead log (group commit,
+// commit.go; the WAL, wal.go); Badger receives them later, many group
+// commits in one transaction, and until then reads are served from memory
+// (index.go).
 //
 // # Invariants
 //

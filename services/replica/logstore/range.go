@@ -77,6 +77,11 @@ type Range struct {
 	lastEpoch uint64
 	// durableEnd: records below it are fsynced.
 	durableEnd uint64
+	// indexedEnd: records below it are in Badger (index.go); the tail
+	// holds every write above it. It may run ahead of logEnd for a moment
+	// (a batch is indexed as soon as it is in the WAL, and published just
+	// after), never ahead of next.
+	indexedEnd uint64
 	// hwm is the high-water mark: records below it are committed.
 	// Invariant: hwm <= logEnd, and hwm never decreases while open.
 	hwm uint64
@@ -91,8 +96,9 @@ type Range struct {
 	// offsets were assigned: contiguous, ending at next. A leader answers
 	// fetches from it (ReadTail), so followers receive a batch while the
 	// leader's own Badger write is still in progress instead of after it.
-	// It holds every write not yet published and, beyond those, at most
-	// tailKeepBytes / tailKeepRecords of published ones. tailRecords and
+	// It holds every write not yet published or not yet indexed (Read
+	// serves those from here) and, beyond those, at most
+	// tailKeepBytes / tailKeepRecords of others. tailRecords and
 	// tailBytes count what it holds. tailGen is the truncGen it was built
 	// under: a truncation invalidates it (see tailLocked).
 	tail                   []*write
@@ -286,6 +292,9 @@ func (r *Range) EpochAt(offset uint64) (uint64, error) {
 	if offset == end-1 {
 		return last, nil
 	}
+	if epoch, ok := r.tailEpochAt(offset); ok {
+		return epoch, nil
+	}
 	done, err := r.s.begin()
 	if err != nil {
 		return 0, err
@@ -423,12 +432,16 @@ func (r *Range) addTailLocked(w *write) {
 	r.tailBytes += w.bytes
 }
 
-// trimTailLocked drops published writes from the front of the tail while it
-// holds more than tailKeepBytes or tailKeepRecords. r.mu is held.
+// trimTailLocked drops published and indexed writes from the front of the
+// tail while it holds more than tailKeepBytes or tailKeepRecords. r.mu is
+// held.
 func (r *Range) trimTailLocked() {
 	tail := r.tailLocked()
 	i := 0
-	for i < len(tail) && tail[i].end <= r.logEnd &&
+	// Only writes Badger holds may go: Read serves everything from the
+	// tail's first offset on from memory, and what lies below it from
+	// Badger.
+	for i < len(tail) && tail[i].end <= min(r.logEnd, r.indexedEnd) &&
 		(r.tailBytes-tail[i].bytes >= tailKeepBytes || r.tailRecords-len(tail[i].vals) >= tailKeepRecords) {
 		r.tailRecords -= len(tail[i].vals)
 		r.tailBytes -= tail[i].bytes
@@ -482,16 +495,24 @@ func (r *Range) ReadTail(from uint64, maxRecords int, maxBytes int) ([]*tenurev1
 		return nil, err
 	}
 	out := make([]*tenurev1.Record, 0, min(uint64(maxRecords), next-from))
-	total := 0
+	out, _, _ = appendTailRecords(out, 0, writes, from, from+uint64(maxRecords), maxBytes)
+	return out, nil
+}
+
+// appendTailRecords appends to out the records of writes (tail writes,
+// contiguous) in [from, stop), as Read would return them, while out holds
+// at most maxBytes of values (but at least one record). total is the value
+// bytes out already holds; full says it stopped at maxBytes.
+func appendTailRecords(out []*tenurev1.Record, total int, writes []*write, from, stop uint64, maxBytes int) (_ []*tenurev1.Record, _ int, full bool) {
 	for _, w := range writes {
-		for i := max(from, w.base) - w.base; i < uint64(len(w.vals)) && len(out) < maxRecords; i++ {
-			stored := w.vals[i]
+		for off := max(from, w.base); off < min(stop, w.end); off++ {
+			stored := w.vals[off-w.base]
 			value := stored[recordHeaderBytes:]
 			if len(out) > 0 && total+len(value) > maxBytes {
-				return out, nil
+				return out, total, true
 			}
 			rec := &tenurev1.Record{
-				Offset:     w.base + i,
+				Offset:     off,
 				Epoch:      binary.BigEndian.Uint64(stored[0:8]),
 				EpochStart: stored[8]&flagEpochStart != 0,
 			}
@@ -503,7 +524,39 @@ func (r *Range) ReadTail(from uint64, maxRecords int, maxBytes int) ([]*tenurev1
 			out = append(out, rec)
 		}
 	}
-	return out, nil
+	return out, total, false
+}
+
+// tailEpochAt returns the epoch of the record at offset if the tail holds
+// it.
+func (r *Range) tailEpochAt(offset uint64) (uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tail := r.tailLocked()
+	if len(tail) == 0 || offset < tail[0].base || offset >= r.next {
+		return 0, false
+	}
+	w := tail[sort.Search(len(tail), func(i int) bool { return tail[i].end > offset })]
+	return binary.BigEndian.Uint64(w.vals[offset-w.base][0:8]), true
+}
+
+// unindexedFrom returns, under r.mu, the tail's first offset as base and
+// the tail's writes holding offsets in [max(from, base), stop): every
+// record below base is in Badger (only indexed writes leave the tail), the
+// records from base on may not be.
+func (r *Range) unindexedFrom(from, stop uint64) (base uint64, writes []*write) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tail := r.tailLocked()
+	if len(tail) == 0 {
+		return r.next, nil
+	}
+	base = tail[0].base
+	i := sort.Search(len(tail), func(i int) bool { return tail[i].end > max(from, base) })
+	for ; i < len(tail) && tail[i].base < stop; i++ {
+		writes = append(writes, tail[i])
+	}
+	return base, writes
 }
 
 // tailFrom copies, under r.mu, the tail's writes holding offsets from

@@ -47,8 +47,27 @@ func (r *Range) Read(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Rec
 	out := make([]*tenurev1.Record, 0, stop-from)
 	total := 0
 	full := false // stopped at maxBytes
+	// Records from the tail's first offset on may not be indexed yet
+	// (index.go): they are read from memory, after Badger's part.
+	base, writes := r.unindexedFrom(from, stop)
+	if from < base {
+		out, total, full, err = r.readIndexed(out, from, min(stop, base), maxBytes)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if !full {
+		out, _, _ = appendTailRecords(out, total, writes, from, stop, maxBytes)
+	}
+	return out, nil
+}
+
+// readIndexed appends to out the records in [from, stop) from Badger, all
+// of which it holds, as Read returns them.
+func (r *Range) readIndexed(out []*tenurev1.Record, from, stop uint64, maxBytes int) (_ []*tenurev1.Record, total int, full bool, err error) {
 	err = r.s.db.View(func(txn *badger.Txn) error {
-		// Records below end were committed before end was published, so this
+		// Records below stop were indexed before the tail let them go,
+		// and that was before unindexedFrom read the tail, so this
 		// snapshot, taken after, holds them all.
 		next, gap, err := scanLog(txn, r.id, from, func(sr storedRecord) (bool, error) {
 			if sr.offset >= stop {
@@ -73,12 +92,9 @@ func (r *Range) Read(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Rec
 			if gap == "" {
 				gap = fmt.Sprintf("record %d is missing", next)
 			}
-			return fmt.Errorf("%w: range %s: %s (log ends at %d)", ErrCorrupt, r.id, gap, end)
+			return fmt.Errorf("%w: range %s: %s (indexed up to %d)", ErrCorrupt, r.id, gap, stop)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out, total, full, err
 }

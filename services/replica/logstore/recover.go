@@ -87,7 +87,8 @@ func (s *Store) loadRange(id string) (*Range, error) {
 
 	r := newRange(s, id, j)
 	r.state = st
-	r.next, r.logEnd, r.durableEnd = end, end, end
+	// Open replayed the WAL into Badger: it holds the whole log.
+	r.next, r.logEnd, r.durableEnd, r.indexedEnd = end, end, end, end
 	r.tailEpoch, r.lastEpoch = lastEpoch, lastEpoch
 	r.hwm = hwm
 	if hwm > end {

@@ -120,6 +120,9 @@ type Store struct {
 	// hwmArmed: a timer will set hwmDue in hwmFlushDelay. hwmDue: dirty
 	// HWMs have waited long enough to be committed without records.
 	hwmArmed, hwmDue bool
+	// indexArmed: a timer will set indexDue in indexDelay. indexDue: the
+	// writer indexes the waiting batches next (index.go).
+	indexArmed, indexDue bool
 	// unsynced holds, per range, the end of its writes committed and
 	// published but not yet handed to a sync: the syncer's work.
 	unsynced map[*Range]uint64
@@ -156,11 +159,20 @@ type Store struct {
 	syncWanted uint64     // highest ticket handed out
 	syncDone   uint64     // every ticket up to this is durable
 
+	// The index (index.go). unindexed holds the batches in the WAL not yet
+	// committed to Badger, in WAL order, and unindexedBytes their value
+	// bytes; guarded by imu (taken under wal.mu when a batch joins).
+	// indexMu serializes index commits.
+	imu            sync.Mutex
+	unindexed      []*indexBatch
+	unindexedBytes int
+	indexMu        sync.Mutex
+
 	// wal makes group commits durable (wal.go); bg runs its checkpoints.
 	wal *wal
 	bg  sync.WaitGroup
 
-	syncs, commits atomic.Uint64
+	syncs, commits, indexCommits atomic.Uint64
 }
 
 // Stats are counters for tests and metrics.
@@ -168,8 +180,11 @@ type Stats struct {
 	// Syncs counts durability syncs of the database (group commits and
 	// SetState/Truncate syncs).
 	Syncs uint64
-	// Commits counts group-commit transactions (each one WriteBatch).
+	// Commits counts group commits (each one WAL entry).
 	Commits uint64
+	// IndexCommits counts the Badger commits that index group commits
+	// (index.go): each carries every group commit waiting.
+	IndexCommits uint64
 }
 
 // Open opens the store in dir, creating it if missing: dir/badger holds one
@@ -294,7 +309,7 @@ func (s *Store) Close() error {
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Syncs: s.syncs.Load(), Commits: s.commits.Load()}
+	return Stats{Syncs: s.syncs.Load(), Commits: s.commits.Load(), IndexCommits: s.indexCommits.Load()}
 }
 
 // RangeIDs returns the ids of the ranges with persisted state, sorted.

@@ -30,18 +30,20 @@ import (
 // module's one-in-flight shape (3 replicas, 1 KiB records): the durability
 // sync went from ~1.5 ms to ~0.7 ms at p50.
 //
-// Badger is still where records live and are read from; it is written
-// first, exactly as before, just never synced for a group commit. The WAL
-// holds a copy of every batch written since the last checkpoint, and Open
-// replays it into Badger before anything else reads the database.
+// Badger is still where records live and are read from once indexed; it
+// is written after the WAL, a few batches at a time (index.go), and never
+// synced for a group commit. The WAL holds a copy of every batch written
+// since the last checkpoint, and Open replays it into Badger before
+// anything else reads the database.
 //
 // Two files, dir/wal.0 and dir/wal.1, alternate. Every entry carries the
 // generation of the pass that wrote it. When the file being written passes
 // walSwitchBytes, the writer switches to the other one under a new
 // generation (overwriting it from offset 0) and a checkpoint runs in the
-// background: syncDB makes every Badger commit so far durable, which covers
-// every entry of the old file (a batch is appended to the WAL only after
-// its Badger commit returned), and then the key w/gen (the oldest
+// background: it indexes every batch waiting (every entry of the old file
+// joined unindexed before the switch), syncDB makes every Badger commit so
+// far durable, which then covers every entry of the old file, and then the
+// key w/gen (the oldest
 // generation Open must replay) moves to the new generation. Open replays
 // generation w/gen, then w/gen+1, each from its file's start up to the
 // first entry that is torn, fails its checksum or belongs to another
@@ -336,11 +338,12 @@ func walKVs(p []byte, fn func(k, v []byte) error) error {
 	return nil
 }
 
-// appendWAL writes b's keys, exactly as writeBatch committed them, as one
-// WAL entry; the next sync makes it durable. The caller holds the writer
-// role and has committed b to Badger. Switches files when the current one
-// is full and no checkpoint is running.
-func (s *Store) appendWAL(keys, vals [][]byte) error {
+// appendWAL writes ib's keys as one WAL entry and queues ib for the index
+// (index.go) in the same critical section; the next sync makes the entry
+// durable. The caller holds the writer role. Switches files when the
+// current one is full and no checkpoint is running.
+func (s *Store) appendWAL(ib *indexBatch) error {
+	keys, vals := ib.keys, ib.vals
 	w := s.wal
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -380,6 +383,9 @@ func (s *Store) appendWAL(keys, vals [][]byte) error {
 	f.pos += int64(len(buf))
 	f.prevCRC = crc
 	f.dirty = true
+	// Under w.mu: a switch after this sees the entry queued for the index,
+	// so the checkpoint of this file indexes it before syncing Badger.
+	s.addUnindexed(ib)
 	// Keep the scratch buffer for the next entry unless a burst grew it
 	// large: the queue admits up to maxQueueBytes in one batch.
 	w.buf = buf[:0]
@@ -405,12 +411,15 @@ func (s *Store) switchLocked() {
 	s.bg.Go(func() { s.checkpoint(next.gen) })
 }
 
-// checkpoint makes every entry of generation gen-1 redundant: syncDB makes
-// every Badger commit so far durable, and each of those entries was
-// appended after its commit returned. Then Open need not replay from
-// before gen.
+// checkpoint makes every entry of generation gen-1 redundant: it indexes
+// every batch waiting (each entry of the old file joined unindexed before
+// the switch), then syncDB makes every Badger commit so far durable. Then
+// Open need not replay from before gen.
 func (s *Store) checkpoint(gen uint64) {
 	err := s.crash(CrashWALCheckpoint)
+	if err == nil {
+		err = s.indexPending()
+	}
 	if err == nil {
 		err = s.syncDB()
 	}

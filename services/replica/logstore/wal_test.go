@@ -263,20 +263,25 @@ func TestTruncateDuringACheckpoint(t *testing.T) {
 	appendN(t, r, 1, 10)
 	hold.Store(true)
 	// Past the switch size: the writer switches, and its checkpoint holds.
-	for i := 0; len(held) == 0; i++ {
-		if i == 100 {
-			t.Fatal("100 KiB appended and no checkpoint started")
+	// The checkpoint starts on a goroutine of its own, and an append
+	// returns once its WAL entry is written (no Badger commit), so each
+	// append waits a moment for it: a count of appends alone raced it.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(held) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("appended for 10 s and no checkpoint started")
 		}
 		if _, err := r.Append(1, false, [][]byte{make([]byte, 1024)}); err != nil {
 			t.Fatal(err)
 		}
+		time.Sleep(time.Millisecond)
 	}
 	done := make(chan error, 1)
 	go func() {
 		_, err := r.Truncate(5)
 		done <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for !s.WALSwitchWanted() {
 		if time.Now().After(deadline) {
 			close(release)

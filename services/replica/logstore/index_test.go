@@ -1,0 +1,179 @@
+package logstore_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tenurelog/tenure/services/replica/logstore"
+)
+
+// inBadger reports whether the closed store's Badger holds a stored batch
+// of range id at off (a batch is keyed by its first offset).
+func (o *opener) inBadger(id string, off uint64) bool {
+	o.t.Helper()
+	db := o.rawDB()
+	defer func() { _ = db.Close() }()
+	err := db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(logKey(id, off))
+		return err
+	})
+	if err != nil && !errors.Is(err, badger.ErrKeyNotFound) {
+		o.t.Fatalf("read Badger: %v", err)
+	}
+	return err == nil
+}
+
+// Records are readable, and their epochs known, from the moment they are
+// written, before Badger holds them: Read serves them from the range's
+// tail, however far it reaches below the tail's keep limits, and across
+// the boundary with what Badger does hold.
+func TestReadServesRecordsNotYetIndexed(t *testing.T) {
+	defer logstore.HoldIndex()()
+	o := newOpener(t)
+	s := o.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	appendN(t, r, 1, 100)
+	if err := s.IndexNow(); err != nil {
+		t.Fatal(err)
+	}
+	indexed := r.LogEnd() // 101: Badger holds [0, 101)
+	// Far more than the tail keeps of indexed writes (256 records), one
+	// record per batch, so only the index may release them.
+	for range 600 {
+		appendN(t, r, 1, 1)
+	}
+	end := r.LogEnd()
+	waitDurable(t, r, end)
+	if n := s.Stats().IndexCommits; n != 1 {
+		t.Fatalf("IndexCommits = %d, want 1: the test must read records Badger does not hold", n)
+	}
+	check := func(when string) {
+		t.Helper()
+		recs := readAll(t, r)
+		if uint64(len(recs)) != end {
+			t.Fatalf("%s: read %d records, want %d", when, len(recs), end)
+		}
+		for i, rec := range recs {
+			if rec.GetOffset() != uint64(i) || rec.GetEpoch() != 1 {
+				t.Fatalf("%s: record %d is offset %d epoch %d", when, i, rec.GetOffset(), rec.GetEpoch())
+			}
+			if i > 0 && string(rec.GetValue()) != string(value("r1", uint64(i))) {
+				t.Fatalf("%s: record %d holds %q", when, i, rec.GetValue())
+			}
+		}
+		// A read across the boundary, bounded by bytes, stops at the
+		// bound exactly as a read of Badger alone would.
+		size := len(value("r1", indexed))
+		part, err := r.Read(indexed-3, 0, 6*size)
+		if err != nil {
+			t.Fatalf("%s: Read(%d) = %v", when, indexed-3, err)
+		}
+		if len(part) != 6 || part[0].GetOffset() != indexed-3 || part[5].GetOffset() != indexed+2 {
+			t.Fatalf("%s: Read(%d, %d bytes) = %d records from %d", when, indexed-3, 6*size, len(part), part[0].GetOffset())
+		}
+		for _, off := range []uint64{1, indexed - 1, indexed, end - 2} {
+			if e, err := r.EpochAt(off); err != nil || e != 1 {
+				t.Fatalf("%s: EpochAt(%d) = %d, %v", when, off, e, err)
+			}
+		}
+	}
+	check("before indexing")
+	if err := s.IndexNow(); err != nil {
+		t.Fatal(err)
+	}
+	check("after indexing")
+	closeStore(t, s)
+	if !o.inBadger("r1", end-1) {
+		t.Fatalf("record %d is not in Badger after Close", end-1)
+	}
+}
+
+// Close indexes what waits: a clean Close leaves Badger holding the whole
+// log, with nothing for Open to replay.
+func TestCloseIndexesWhatWaits(t *testing.T) {
+	defer logstore.HoldIndex()()
+	o := newOpener(t)
+	s := o.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	for range 10 {
+		appendN(t, r, 1, 1)
+	}
+	waitDurable(t, r, 11)
+	closeStore(t, s)
+	// A batch per record, each stored under its offset's key.
+	for off := range uint64(11) {
+		if !o.inBadger("r1", off) {
+			t.Fatalf("record %d is not in Badger after a clean Close", off)
+		}
+	}
+}
+
+// A WAL checkpoint lets Open skip the old file's entries, so it must index
+// them first: otherwise a power loss after it loses records that were
+// durable (neither replayed nor in Badger). With indexing held back, only
+// the checkpoints index anything here.
+func TestCheckpointIndexesTheOldFile(t *testing.T) {
+	defer logstore.HoldIndex()()
+	defer logstore.SetWALSizes(16<<10, 2<<10)()
+	o := newOpener(t)
+	s := o.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	for range 100 { // ~100 KiB: several switches
+		if _, err := r.Append(1, false, [][]byte{make([]byte, 1024)}); err != nil {
+			t.Fatal(err)
+		}
+		s.WaitWALCheckpoint()
+	}
+	end := r.AssignedEnd()
+	waitDurable(t, r, end)
+	want := readAll(t, r)
+	after := s.PowerLoss()
+	_ = s.Close()
+	if err := after(); err != nil {
+		t.Fatalf("PowerLoss: %v", err)
+	}
+	s = o.open()
+	defer closeStore(t, s)
+	r, _ = s.Range("r1")
+	if r.LogEnd() != end {
+		t.Fatalf("LogEnd after the power loss = %d, want %d: durable records were lost", r.LogEnd(), end)
+	}
+	sameRecords(t, "after the power loss", readAll(t, r), want)
+	checkConsistent(t, r)
+}
+
+// A truncation of records Badger does not hold yet cuts them for good:
+// they are indexed before the cut, so no later index commit writes them
+// back, and the log continues from the cut.
+func TestTruncateRecordsNotYetIndexed(t *testing.T) {
+	defer logstore.HoldIndex()()
+	o := newOpener(t)
+	s := o.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	appendN(t, r, 1, 20)
+	waitDurable(t, r, 21)
+	if _, err := r.Truncate(8); err != nil {
+		t.Fatalf("Truncate(8) = %v", err)
+	}
+	appendN(t, r, 1, 4) // offsets 8..11 again
+	waitDurable(t, r, 12)
+	if err := s.IndexNow(); err != nil {
+		t.Fatal(err)
+	}
+	want := readAll(t, r)
+	if len(want) != 12 {
+		t.Fatalf("read %d records after the cut and 4 appends, want 12", len(want))
+	}
+	closeStore(t, s)
+	s = o.open()
+	defer closeStore(t, s)
+	r, _ = s.Range("r1")
+	sameRecords(t, "after reopening", readAll(t, r), want)
+	checkConsistent(t, r)
+}
