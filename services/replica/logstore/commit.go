@@ -84,6 +84,9 @@ type write struct {
 	batch     []byte
 	vals      [][]byte
 	bytes     int // value bytes, as reserved
+	// indexed: Badger holds the write (index.go), so the tail may drop
+	// it. Guarded by r.mu.
+	indexed bool
 
 	err  error
 	done chan struct{} // closed when committed (err nil) or failed
@@ -147,13 +150,19 @@ func (s *Store) markDirty(r *Range) {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	s.dirty[r] = struct{}{}
-	if s.hwmArmed || s.hwmDue {
+	s.dueAfterLocked(&s.hwmArmed, &s.hwmDue, hwmFlushDelay)
+}
+
+// dueAfterLocked sets *due and wakes the writer after d, unless *due is
+// set already or a timer for it is armed (*armed). s.qmu is held.
+func (s *Store) dueAfterLocked(armed, due *bool, d time.Duration) {
+	if *armed || *due {
 		return
 	}
-	s.hwmArmed = true
-	time.AfterFunc(hwmFlushDelay, func() {
+	*armed = true
+	time.AfterFunc(d, func() {
 		s.qmu.Lock()
-		s.hwmArmed, s.hwmDue = false, true
+		*armed, *due = false, true
 		s.work.Signal()
 		s.qmu.Unlock()
 	})

@@ -88,16 +88,7 @@ func (s *Store) scheduleIndex() {
 		s.work.Signal()
 		return
 	}
-	if s.indexArmed || s.indexDue {
-		return
-	}
-	s.indexArmed = true
-	time.AfterFunc(indexDelay, func() {
-		s.qmu.Lock()
-		s.indexArmed, s.indexDue = false, true
-		s.work.Signal()
-		s.qmu.Unlock()
-	})
+	s.dueAfterLocked(&s.indexArmed, &s.indexDue, indexDelay)
 }
 
 // indexPending commits every waiting batch to Badger, in WAL order, and
@@ -145,6 +136,6 @@ func (s *Store) indexPending() error {
 func (r *Range) indexed(w *write) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.indexedEnd = max(r.indexedEnd, w.end)
+	w.indexed = true
 	r.trimTailLocked()
 }

@@ -77,11 +77,6 @@ type Range struct {
 	lastEpoch uint64
 	// durableEnd: records below it are fsynced.
 	durableEnd uint64
-	// indexedEnd: records below it are in Badger (index.go); the tail
-	// holds every write above it. It may run ahead of logEnd for a moment
-	// (a batch is indexed as soon as it is in the WAL, and published just
-	// after), never ahead of next.
-	indexedEnd uint64
 	// hwm is the high-water mark: records below it are committed.
 	// Invariant: hwm <= logEnd, and hwm never decreases while open.
 	hwm uint64
@@ -441,7 +436,7 @@ func (r *Range) trimTailLocked() {
 	// Only writes Badger holds may go: Read serves everything from the
 	// tail's first offset on from memory, and what lies below it from
 	// Badger.
-	for i < len(tail) && tail[i].end <= min(r.logEnd, r.indexedEnd) &&
+	for i < len(tail) && tail[i].end <= r.logEnd && tail[i].indexed &&
 		(r.tailBytes-tail[i].bytes >= tailKeepBytes || r.tailRecords-len(tail[i].vals) >= tailKeepRecords) {
 		r.tailRecords -= len(tail[i].vals)
 		r.tailBytes -= tail[i].bytes
@@ -482,9 +477,11 @@ func (r *Range) ReadTail(from uint64, maxRecords int, maxBytes int) ([]*tenurev1
 	}
 	// Shared with Truncate, as in Read: nothing is cut while we copy.
 	r.cutMu.RLock()
-	writes, next, ok := r.tailFrom(from, maxRecords)
+	stop := from + uint64(maxRecords)
+	base, next, writes := r.tailFrom(from, stop)
 	r.cutMu.RUnlock()
-	if !ok {
+	if from < next && from < base {
+		// Below what the tail holds: Badger has it.
 		return r.Read(from, maxRecords, maxBytes)
 	}
 	if from > next {
@@ -495,7 +492,7 @@ func (r *Range) ReadTail(from uint64, maxRecords int, maxBytes int) ([]*tenurev1
 		return nil, err
 	}
 	out := make([]*tenurev1.Record, 0, min(uint64(maxRecords), next-from))
-	out, _, _ = appendTailRecords(out, 0, writes, from, from+uint64(maxRecords), maxBytes)
+	out, _, _ = appendTailRecords(out, 0, writes, from, stop, maxBytes)
 	return out, nil
 }
 
@@ -540,43 +537,22 @@ func (r *Range) tailEpochAt(offset uint64) (uint64, bool) {
 	return binary.BigEndian.Uint64(w.vals[offset-w.base][0:8]), true
 }
 
-// unindexedFrom returns, under r.mu, the tail's first offset as base and
-// the tail's writes holding offsets in [max(from, base), stop): every
-// record below base is in Badger (only indexed writes leave the tail), the
-// records from base on may not be.
-func (r *Range) unindexedFrom(from, stop uint64) (base uint64, writes []*write) {
+// tailFrom returns, under r.mu, next, the tail's first offset as base
+// (next when the tail is empty) and the tail's writes holding offsets in
+// [max(from, base), stop). Every record below base is in Badger (only
+// indexed writes leave the tail); the records from base on may not be.
+func (r *Range) tailFrom(from, stop uint64) (base, next uint64, writes []*write) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	next = r.next
 	tail := r.tailLocked()
 	if len(tail) == 0 {
-		return r.next, nil
+		return next, next, nil
 	}
 	base = tail[0].base
 	i := sort.Search(len(tail), func(i int) bool { return tail[i].end > max(from, base) })
 	for ; i < len(tail) && tail[i].base < stop; i++ {
 		writes = append(writes, tail[i])
 	}
-	return base, writes
-}
-
-// tailFrom copies, under r.mu, the tail's writes holding offsets from
-// from on, enough for maxRecords records, and returns next. ok is false
-// when the tail does not reach down to from (the caller reads Badger).
-func (r *Range) tailFrom(from uint64, maxRecords int) (writes []*write, next uint64, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	next = r.next
-	if from >= next {
-		return nil, next, true
-	}
-	tail := r.tailLocked()
-	if len(tail) == 0 || from < tail[0].base {
-		return nil, next, false
-	}
-	i := sort.Search(len(tail), func(i int) bool { return tail[i].end > from })
-	for n := 0; i < len(tail) && n < maxRecords; i++ {
-		writes = append(writes, tail[i])
-		n += int(tail[i].end - max(from, tail[i].base))
-	}
-	return writes, next, true
+	return base, next, writes
 }

@@ -49,7 +49,7 @@ func (r *Range) Read(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Rec
 	full := false // stopped at maxBytes
 	// Records from the tail's first offset on may not be indexed yet
 	// (index.go): they are read from memory, after Badger's part.
-	base, writes := r.unindexedFrom(from, stop)
+	base, _, writes := r.tailFrom(from, stop)
 	if from < base {
 		out, total, full, err = r.readIndexed(out, from, min(stop, base), maxBytes)
 		if err != nil {
@@ -67,7 +67,7 @@ func (r *Range) Read(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Rec
 func (r *Range) readIndexed(out []*tenurev1.Record, from, stop uint64, maxBytes int) (_ []*tenurev1.Record, total int, full bool, err error) {
 	err = r.s.db.View(func(txn *badger.Txn) error {
 		// Records below stop were indexed before the tail let them go,
-		// and that was before unindexedFrom read the tail, so this
+		// and that was before tailFrom read the tail, so this
 		// snapshot, taken after, holds them all.
 		next, gap, err := scanLog(txn, r.id, from, func(sr storedRecord) (bool, error) {
 			if sr.offset >= stop {

@@ -87,8 +87,7 @@ func (s *Store) loadRange(id string) (*Range, error) {
 
 	r := newRange(s, id, j)
 	r.state = st
-	// Open replayed the WAL into Badger: it holds the whole log.
-	r.next, r.logEnd, r.durableEnd, r.indexedEnd = end, end, end, end
+	r.next, r.logEnd, r.durableEnd = end, end, end
 	r.tailEpoch, r.lastEpoch = lastEpoch, lastEpoch
 	r.hwm = hwm
 	if hwm > end {

@@ -128,9 +128,7 @@ func (r *Range) finishTruncate(to, end, lastEpoch uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if end < r.logEnd {
-		// The cut forced a checkpoint first, which indexed every
-		// write: Badger holds the whole log that is left.
-		r.next, r.logEnd, r.durableEnd, r.indexedEnd = end, end, end, end
+		r.next, r.logEnd, r.durableEnd = end, end, end
 		r.tailEpoch, r.lastEpoch = lastEpoch, lastEpoch
 		r.truncGen++
 		r.lastTruncTo = to
