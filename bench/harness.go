@@ -8,14 +8,18 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime/metrics"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -72,7 +76,8 @@ type Result struct {
 	P99           time.Duration
 	P999          time.Duration
 	// CPUPerRecord is the process's CPU time (user and system, every
-	// goroutine: clients, servers and the kernel's work for them) per
+	// goroutine: clients, servers and the kernel's work for them; plus that
+	// of the server processes registered with AddServerProcess) per
 	// acknowledged record, and SchedSamplesPerRecord the runtime's sampled
 	// count of goroutines it started running, per record (schedSamples: a
 	// fixed fraction of the starts, about one in 8 in Go 1.26, so compare
@@ -81,7 +86,8 @@ type Result struct {
 	// shares the machine: a change that saves work shows in them even on a
 	// day whose throughput varies 2x from run to run. Process-wide, so
 	// they describe a system only when it runs alone in the process, as
-	// each benchmark here does.
+	// each benchmark here does. (With servers in processes of their own,
+	// the scheduler samples count this process's goroutines only.)
 	CPUPerRecord          time.Duration
 	SchedSamplesPerRecord float64
 }
@@ -208,13 +214,71 @@ func Run(ctx context.Context, newAppender func(client int) (Appender, error), sh
 	return r, nil
 }
 
-// processCPU is the process's user and system CPU time so far.
+// processCPU is the user and system CPU time so far of this process and of
+// the server processes registered with AddServerProcess: a system whose
+// servers run in processes of their own (procs_test.go) is charged their
+// work as an in-process one is.
 func processCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	serverProcs.Lock()
+	defer serverProcs.Unlock()
+	for pid := range serverProcs.pids {
+		cpu += procCPU(pid)
+	}
+	return cpu
+}
+
+// serverProcs are the running server processes whose CPU processCPU adds.
+var serverProcs = struct {
+	sync.Mutex
+	pids map[int]struct{}
+}{pids: map[int]struct{}{}}
+
+// AddServerProcess makes processCPU count process pid's CPU time, until the
+// returned function is called (before the process is reaped: a reaped
+// pid's time is gone, and the pid may be reused).
+func AddServerProcess(pid int) (remove func()) {
+	serverProcs.Lock()
+	defer serverProcs.Unlock()
+	serverProcs.pids[pid] = struct{}{}
+	return func() {
+		serverProcs.Lock()
+		defer serverProcs.Unlock()
+		delete(serverProcs.pids, pid)
+	}
+}
+
+// procCPU is process pid's user and system CPU time from /proc/PID/stat
+// (0 if it cannot be read). The counts are in USER_HZ ticks, 100 per second
+// on Linux whatever the kernel's own tick: 10 ms resolution, fine for runs
+// of seconds.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// count fields from after its closing one, where field 3 begins.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	const utime, stime = 14 - 3, 15 - 3 // fields 14 and 15, counted from field 3
+	if len(f) <= stime {
+		return 0
+	}
+	u, err1 := strconv.ParseUint(f[utime], 10, 64)
+	s, err2 := strconv.ParseUint(f[stime], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	const userHZ = 100
+	return time.Duration(u+s) * time.Second / userHZ
 }
 
 // schedSamples is the sample count of the runtime's scheduling-latency

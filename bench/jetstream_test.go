@@ -28,7 +28,11 @@ var benchDuration = flag.Duration("bench.duration", 5*time.Second, "measured dur
 // stream on an in-process 3-node JetStream cluster whose servers fsync every
 // write before acknowledging (jetstream { sync_interval: always }).
 func BenchmarkJetStream(b *testing.B) {
-	c := startJetStreamCluster(b, 3)
+	runJetStreamShapes(b, startJetStreamCluster(b, 3))
+}
+
+// runJetStreamShapes runs every shape against c, each on a fresh R3 stream.
+func runJetStreamShapes(b *testing.B, c *jsCluster) {
 	for i, shape := range Shapes {
 		b.Run(shape.Name, func(b *testing.B) {
 			stream := fmt.Sprintf("BENCH%d", i)

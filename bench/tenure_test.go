@@ -32,7 +32,11 @@ func BenchmarkTenure(b *testing.B) { benchTenure(b, false) }
 func BenchmarkTenureUnary(b *testing.B) { benchTenure(b, true) }
 
 func benchTenure(b *testing.B, unary bool) {
-	c := startTenureCluster(b, 3)
+	runTenureShapes(b, startTenureCluster(b, 3), unary)
+}
+
+// runTenureShapes runs every shape against c, each on a fresh range.
+func runTenureShapes(b *testing.B, c *tenureCluster, unary bool) {
 	for i, shape := range Shapes {
 		b.Run(shape.Name, func(b *testing.B) {
 			rangeID := fmt.Sprintf("bench-%d", i)
@@ -44,12 +48,14 @@ func benchTenure(b *testing.B, unary bool) {
 }
 
 // tenureNode is one replica of the benchmark cluster and the driver's
-// client to it.
+// client to it. r and srv are set for a replica in this process (nil for
+// one in its own process, procs_test.go).
 type tenureNode struct {
-	r   *replica.Replica
-	srv *transport.Server
-	hc  *http.Client
-	rc  tenurev1connect.ReplicaServiceClient
+	id, address string
+	r           *replica.Replica
+	srv         *transport.Server
+	hc          *http.Client
+	rc          tenurev1connect.ReplicaServiceClient
 }
 
 type tenureCluster struct {
@@ -90,7 +96,7 @@ func startTenureCluster(tb testing.TB, n int) *tenureCluster {
 		}
 		hc := transport.NewHTTPClient()
 		c.nodes = append(c.nodes, &tenureNode{
-			r: r, srv: srv, hc: hc,
+			id: r.ID(), address: r.Address(), r: r, srv: srv, hc: hc,
 			rc: tenurev1connect.NewReplicaServiceClient(hc, srv.URL(), transport.ClientOptions()...),
 		})
 	}
@@ -107,13 +113,13 @@ func (c *tenureCluster) newRange(tb testing.TB, rangeID string) {
 	const epoch = 1
 	set := make([]*tenurev1.Replica, len(c.nodes))
 	for i, nd := range c.nodes {
-		set[i] = &tenurev1.Replica{Id: nd.r.ID(), Address: nd.r.Address()}
+		set[i] = &tenurev1.Replica{Id: nd.id, Address: nd.address}
 	}
 	var bound uint64
 	for _, nd := range c.nodes {
 		resp, err := nd.rc.Fence(ctx, connect.NewRequest(&tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: "bench"}))
 		if err != nil {
-			tb.Fatalf("fence %s: %v", nd.r.ID(), err)
+			tb.Fatalf("fence %s: %v", nd.id, err)
 		}
 		bound = max(bound, resp.Msg.GetHighWaterMark())
 	}
@@ -125,11 +131,11 @@ func (c *tenureCluster) newRange(tb testing.TB, rangeID string) {
 		}
 		_, err := nd.rc.Adopt(ctx, connect.NewRequest(&tenurev1.AdoptRequest{
 			RangeId: rangeID, Epoch: epoch, Role: role,
-			LeaderId: leader.r.ID(), LeaderAddress: leader.r.Address(),
+			LeaderId: leader.id, LeaderAddress: leader.address,
 			Replicas: set, CommittedBound: bound,
 		}))
 		if err != nil {
-			tb.Fatalf("adopt %s as %s: %v", nd.r.ID(), role, err)
+			tb.Fatalf("adopt %s as %s: %v", nd.id, role, err)
 		}
 	}
 	a := c.newAppender(rangeID, false)
@@ -143,7 +149,7 @@ func (c *tenureCluster) newRange(tb testing.TB, rangeID string) {
 // leader, appending through AppendStream or, if unary, with Append calls.
 func (c *tenureCluster) newAppender(rangeID string, unary bool) *tenureAppender {
 	hc := transport.NewHTTPClient()
-	lc := tenurev1connect.NewLogServiceClient(hc, c.nodes[0].r.Address(), transport.ClientOptions()...)
+	lc := tenurev1connect.NewLogServiceClient(hc, c.nodes[0].address, transport.ClientOptions()...)
 	a := &tenureAppender{hc: hc, lc: lc, rangeID: rangeID}
 	if !unary {
 		a.stream = appender.New(lc)

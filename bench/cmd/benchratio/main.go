@@ -3,7 +3,8 @@
 // holding several whole runs), the records/s of every system and shape per
 // run, their median, the median p50 and p99, the median CPU time and
 // scheduler samples per record (when the lines carry them), and each system's ratio to
-// JetStream within the same run, with the median of those ratios. Issue #3's
+// JetStream (JetStreamProcs for a ...Procs system) within the same run,
+// with the median of those ratios. Issue #3's
 // targets are stated as such medians. See bench/README.md, "Run", and
 // bench/interleave.sh, which writes the files.
 //
@@ -21,8 +22,18 @@ import (
 	"strings"
 )
 
-// baseline is the system every other one is compared with.
+// baseline is the system every other one is compared with: JetStream, or
+// for a system whose servers run as processes of their own (a name ending
+// in "Procs", bench/procs_test.go) JetStreamProcs.
 const baseline = "JetStream"
+
+// baselineFor names the system that system is compared with.
+func baselineFor(system string) string {
+	if strings.HasSuffix(system, "Procs") {
+		return baseline + "Procs"
+	}
+	return baseline
+}
 
 // result is one benchmark line: one system, one shape, one run.
 type result struct {
@@ -158,7 +169,7 @@ func summarize(w io.Writer, runs []run) {
 				if res.cpuUs > 0 {
 					cpu, sched = append(cpu, res.cpuUs), append(sched, res.sched)
 				}
-				if base, ok := r[[2]string{baseline, shape}]; ok && system != baseline && base.recordsPerSec > 0 {
+				if base, ok := r[[2]string{baselineFor(system), shape}]; ok && system != baselineFor(system) && base.recordsPerSec > 0 {
 					ratios = append(ratios, res.recordsPerSec/base.recordsPerSec)
 				}
 			}
@@ -170,7 +181,7 @@ func summarize(w io.Writer, runs []run) {
 				fmt.Fprintf(w, "  per record %.0f us CPU, %.2f sched samples", median(cpu), median(sched))
 			}
 			if len(ratios) > 0 {
-				fmt.Fprintf(w, "  vs %s %s median %.2fx", baseline, join(ratios, "%.2f"), median(ratios))
+				fmt.Fprintf(w, "  vs %s %s median %.2fx", baselineFor(system), join(ratios, "%.2f"), median(ratios))
 			}
 			fmt.Fprintln(w)
 		}

@@ -49,3 +49,28 @@ func TestParseRejectsGarbledValues(t *testing.T) {
 		t.Fatal("no results parsed without an error")
 	}
 }
+
+// A system whose servers are processes of their own is compared with
+// JetStream measured the same way, not with in-process JetStream.
+func TestProcsCompareWithJetStreamProcs(t *testing.T) {
+	runs, err := parse(strings.NewReader(`goos: linux
+BenchmarkJetStream/one-in-flight-2       1   1000 records/s
+BenchmarkJetStreamProcs/one-in-flight-2  1    400 records/s
+BenchmarkTenure/one-in-flight-2          1   2000 records/s
+BenchmarkTenureProcs/one-in-flight-2     1    600 records/s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	summarize(&out, runs)
+	for _, w := range []string{
+		"one-in-flight  JetStreamProcs records/s 400 median 400  p50 0.000 ms  p99 0.00 ms\n",
+		"one-in-flight  Tenure       records/s 2000 median 2000  p50 0.000 ms  p99 0.00 ms  vs JetStream 2.00 median 2.00x\n",
+		"one-in-flight  TenureProcs  records/s 600 median 600  p50 0.000 ms  p99 0.00 ms  vs JetStreamProcs 1.50 median 1.50x\n",
+	} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("summary lacks %q:\n%s", w, out.String())
+		}
+	}
+}
