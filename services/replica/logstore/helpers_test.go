@@ -211,3 +211,17 @@ func parallel(n int, fn func(i int)) {
 	}
 	wg.Wait()
 }
+
+// appendAcrossSwitches appends n 1 KiB records to r one at a time, waiting
+// after each for any WAL checkpoint it started: with small WAL sizes
+// (SetWALSizes) that crosses a switch every few records, and each file
+// then grows past the switch size by at most one batch.
+func appendAcrossSwitches(t testing.TB, s *logstore.Store, r *logstore.Range, n int) {
+	t.Helper()
+	for range n {
+		if _, err := r.Append(1, false, [][]byte{make([]byte, 1024)}); err != nil {
+			t.Fatal(err)
+		}
+		s.WaitWALCheckpoint()
+	}
+}

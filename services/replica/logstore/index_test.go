@@ -107,12 +107,7 @@ func TestCheckpointIndexesTheOldFile(t *testing.T) {
 	s := o.open()
 	r := mustRange(t, s, "r1")
 	lead(t, r, 1)
-	for range 100 { // ~100 KiB: several switches
-		if _, err := r.Append(1, false, [][]byte{make([]byte, 1024)}); err != nil {
-			t.Fatal(err)
-		}
-		s.WaitWALCheckpoint()
-	}
+	appendAcrossSwitches(t, s, r, 100) // ~100 KiB: several switches
 	end := r.AssignedEnd()
 	waitDurable(t, r, end)
 	want := readAll(t, r)
