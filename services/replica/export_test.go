@@ -24,3 +24,13 @@ func (s *Replica) LogForTest(rangeID string) ([]*tenurev1.Record, error) {
 	}
 	return out, nil
 }
+
+// SyncsOnDemandForTest reports whether a range's store syncs its writes on
+// demand (logstore's SetSyncOnDemand).
+func (s *Replica) SyncsOnDemandForTest(rangeID string) (bool, error) {
+	h, err := s.lookup(rangeID)
+	if err != nil {
+		return false, err
+	}
+	return h.r.SyncsOnDemand(), nil
+}

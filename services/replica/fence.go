@@ -337,6 +337,10 @@ func (h *hosted) adoptLeaderLocked(want logstore.State, committedBound uint64) e
 	}
 	l := h.newLeader(je, want.Replicas)
 	h.lead = l
+	// When the quorum needs a follower's copy, this replica's own counts
+	// only beside one, so its syncs wait for a fetch to take the records
+	// (sync on demand, logstore/commit.go). A leader alone syncs at once.
+	h.r.SetSyncOnDemand(wire.Quorum(len(want.Replicas)) > 1)
 	h.s.goLoop(l.commitLoop)
 	h.log.Info("adopted as leader", "epoch", e, "epoch_start", je.start, "committed_bound", committedBound, "hwm", h.r.HWM(), "replicas", len(want.Replicas))
 	return nil

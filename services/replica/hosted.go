@@ -102,6 +102,7 @@ func (h *hosted) stopActingLocked(cause error) {
 	if l := h.lead; l != nil {
 		l.finalHWM = h.r.HWM()
 		h.lead = nil
+		h.r.SetSyncOnDemand(false)
 		l.cancel(cause)
 		if h.s.cfg.Lease != nil {
 			h.s.cfg.Lease.Drop(h.id, l.epoch)

@@ -94,3 +94,36 @@ func TestAckWaitsForQuorumDurabilityWhileLeaderWriteIsHeld(t *testing.T) {
 	c.waitCaughtUp(r1, r2, r3)
 	c.sameLogs(c.storeLog(r1), r2, r3)
 }
+
+// A leader syncs on demand (after a fetch took its records) only while its
+// quorum needs a follower's copy: a leader of three does; its followers, a
+// deposed leader and a leader alone sync every write at once.
+func TestLeaderSyncsOnDemandOnlyWithFollowers(t *testing.T) {
+	onDemand := func(n *node) bool {
+		t.Helper()
+		on, err := n.r.SyncsOnDemandForTest(rangeID)
+		if err != nil {
+			t.Fatalf("%s: %v", n.id, err)
+		}
+		return on
+	}
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, r1, r2, r3)
+	c.mustAppend(r1, values("three", 2)...)
+	if !onDemand(r1) || onDemand(r2) || onDemand(r3) {
+		t.Fatalf("on demand: leader %v, followers %v %v; want only the leader", onDemand(r1), onDemand(r2), onDemand(r3))
+	}
+	c.mustFence(r1, 2)
+	if onDemand(r1) {
+		t.Fatal("a deposed leader still syncs on demand")
+	}
+
+	solo := newCluster(t, 1)
+	s1 := solo.node(1)
+	solo.elect(1, s1)
+	solo.mustAppend(s1, values("alone", 2)...)
+	if onDemand(s1) {
+		t.Fatal("a leader alone syncs on demand: its own copy is the quorum")
+	}
+}

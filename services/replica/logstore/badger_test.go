@@ -87,3 +87,11 @@ func (s *Store) WALSwitchWanted() bool {
 	defer s.wal.mu.Unlock()
 	return s.wal.wantSwitch
 }
+
+// SetSyncDemandDelay sets how long writes of ranges that sync on demand
+// wait for a demand (commit.go); the returned function restores it.
+func SetSyncDemandDelay(d time.Duration) (restore func()) {
+	old := syncDemandDelay
+	syncDemandDelay = d
+	return func() { syncDemandDelay = old }
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tenurelog/tenure/pkg/journal"
 	"github.com/tenurelog/tenure/pkg/wire"
@@ -102,6 +103,17 @@ type Range struct {
 	// changed is closed and replaced at every change of next, logEnd,
 	// durableEnd, hwm, state or history.
 	changed chan struct{}
+
+	// syncOnDemand: the syncer makes this range's writes durable only once
+	// something needs them to be (SetSyncOnDemand, commit.go). Read
+	// without mu.
+	syncOnDemand atomic.Bool
+	// demandEnd is the highest offset something needs durable (a fetch
+	// took the records below it, or someone waits for it), and demanded
+	// says it is above durableEnd: the syncer reads that without mu.
+	// Guarded by mu; demanded is set and cleared under it.
+	demandEnd uint64
+	demanded  atomic.Bool
 }
 
 func newRange(s *Store, id string, j *journal.Journal) *Range {
@@ -182,6 +194,7 @@ func (r *Range) quiesceLocked() error {
 		if err := r.s.waitErr(); err != nil {
 			return err
 		}
+		r.demandLocked(r.next)
 		ch := r.changed
 		r.mu.Unlock()
 		<-ch
@@ -385,6 +398,7 @@ func (r *Range) WaitDurable(ctx context.Context, off uint64) error {
 			r.mu.Unlock()
 			return err
 		}
+		r.demandLocked(off)
 		ch := r.changed
 		r.mu.Unlock()
 		select {
@@ -469,6 +483,19 @@ func (r *Range) tailLocked() []*write {
 // DurableEnd. If the store fails before writing them they are never
 // written here, exactly as if the process had crashed after sending them.
 func (r *Range) ReadTail(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Record, error) {
+	out, err := r.readTail(from, maxRecords, maxBytes)
+	// A follower now holds copies of records that are not durable here
+	// yet, and a commit may pair them with this replica's own: sync them
+	// now (sync on demand, commit.go).
+	if n := len(out); n > 0 && r.syncOnDemand.Load() {
+		r.mu.Lock()
+		r.demandLocked(out[n-1].GetOffset() + 1)
+		r.mu.Unlock()
+	}
+	return out, err
+}
+
+func (r *Range) readTail(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Record, error) {
 	if maxRecords <= 0 || maxRecords > wire.MaxReadRecords {
 		maxRecords = wire.MaxReadRecords
 	}

@@ -126,6 +126,13 @@ type Store struct {
 	// unsynced holds, per range, the end of its writes committed and
 	// published but not yet handed to a sync: the syncer's work.
 	unsynced map[*Range]uint64
+	// syncDue: the unsynced writes of ranges that sync on demand are due
+	// (their wait is over, or a range stopped syncing on demand).
+	// syncArmed: a timer bounds their wait. syncRounds counts the takings
+	// of unsynced, so a timer armed before the last one knows its wait
+	// ended. See "Sync on demand" in commit.go.
+	syncDue, syncArmed bool
+	syncRounds         uint64
 	// queuedRecords and queuedBytes count the records and value bytes
 	// admitted but not yet committed.
 	// Invariant: at most maxQueueRecords and maxQueueBytes, except that one

@@ -129,6 +129,9 @@ func (r *Range) finishTruncate(to, end, lastEpoch uint64) {
 	defer r.mu.Unlock()
 	if end < r.logEnd {
 		r.next, r.logEnd, r.durableEnd = end, end, end
+		// A demand for what was cut is void.
+		r.demandEnd = min(r.demandEnd, end)
+		r.demanded.Store(false)
 		r.tailEpoch, r.lastEpoch = lastEpoch, lastEpoch
 		r.truncGen++
 		r.lastTruncTo = to
