@@ -321,7 +321,12 @@ func (s *Store) writeInline() {
 	s.syncEnds(ends)
 	s.qmu.Lock()
 	s.inlineSyncs--
-	s.syncWork.Broadcast()
+	// The syncer waits for inline syncs only on its way out (the writer
+	// exited or the store failed, and neither is ever undone). Woken at
+	// any other time it would find nothing new: this sync took its work.
+	if s.writerDone || s.failed != nil {
+		s.syncWork.Broadcast()
+	}
 	s.qmu.Unlock()
 }
 
