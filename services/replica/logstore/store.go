@@ -126,9 +126,8 @@ type Store struct {
 	// unsynced holds, per range, the end of its writes committed and
 	// published but not yet handed to a sync: the syncer's work.
 	unsynced map[*Range]uint64
-	// syncDue: the unsynced writes of ranges that sync on demand are due
-	// (their wait is over, or a range stopped syncing on demand).
-	// syncArmed: a timer bounds their wait. syncRounds counts the takings
+	// syncDue: the wait of the unsynced writes of ranges that sync on
+	// demand is over (syncDemandDelay passed). syncArmed: a timer bounds their wait. syncRounds counts the takings
 	// of unsynced, so a timer armed before the last one knows its wait
 	// ended. See "Sync on demand" in commit.go.
 	syncDue, syncArmed bool
