@@ -37,7 +37,7 @@ func badgerOptions(dir string, log *slog.Logger) badger.Options {
 		WithNumVersionsToKeep(1).
 		// 16 MiB memtables (default 64): Badger allocates each memtable's
 		// arena up front, NumMemtables of them under write pressure. With
-		// values in the value log a memtable entry is ~100 bytes, so 16 MiB
+		// batches in segments a memtable entry is ~100 bytes, so 16 MiB
 		// still holds ~150k records, seconds of appends between flushes.
 		// A transaction is limited to 15% of this (2.4 MiB), which the
 		// WriteBatch in commit.go splits around transparently.
@@ -55,16 +55,16 @@ func badgerOptions(dir string, log *slog.Logger) badger.Options {
 		WithIndexCacheSize(16 << 20).
 		// Values of at least 256 bytes go to the value log and are written
 		// once; only keys and 12-byte pointers go through compaction, which
-		// on 2 cores competes with serving. Smaller values (epoch-start
-		// records, tiny payloads) stay in the LSM tree, where a separate
-		// value-log read would cost more than the bytes. Measured with
-		// BenchmarkAppendParallel (1 KiB values): keeping values in the LSM
-		// tree is faster while the store is small (one WAL to fsync instead
-		// of WAL and value log: ~51k vs ~35k records/s at 200 MiB) but
-		// degrades as compaction rewrites them (~40k vs ~33k at 600 MiB,
-		// still falling); a log is long-lived, so steady cost wins.
-		// Truncated records' value-log space is reclaimed only by value-log
-		// GC: retention must run db.RunValueLogGC.
+		// on 2 cores competes with serving. Log keys hold 25-byte pointers
+		// to segments (segment.go), so they and the small keys stay in the
+		// LSM tree; what still reaches the value log is a batch held in
+		// Badger itself: stores written before segments, and a truncation
+		// inside a batch, which rewrites the records it keeps. Those are
+		// long-lived, and values in the LSM tree degrade as compaction
+		// rewrites them (BenchmarkAppendParallel, 1 KiB values, before
+		// segments: ~51k against ~35k records/s at 200 MiB, ~40k against
+		// ~33k at 600 MiB, still falling). Their value-log space is
+		// reclaimed only by value-log GC, which nothing runs yet.
 		WithValueThreshold(256).
 		// 256 MiB value-log files (default 1 GiB): Badger maps them at twice
 		// their size, and GC reclaims whole files, so smaller files reclaim
@@ -400,7 +400,7 @@ func (s *Store) persistedRangeIDs() ([]string, error) {
 func (s *Store) readRecord(id string, offset uint64) (epoch uint64, flags byte, value []byte, err error) {
 	found := false
 	err = s.db.View(func(txn *badger.Txn) error {
-		_, gap, err := scanLog(txn, id, offset, func(sr storedRecord) (bool, error) {
+		_, gap, err := s.scanLog(txn, id, offset, func(sr storedRecord) (bool, error) {
 			epoch, flags, value, found = sr.epoch, sr.flags, bytes.Clone(sr.value), true
 			return false, nil
 		})

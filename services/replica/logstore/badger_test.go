@@ -95,3 +95,23 @@ func SetSyncDemandDelay(d time.Duration) (restore func()) {
 	syncDemandDelay = d
 	return func() { syncDemandDelay = old }
 }
+
+// StoredBatchForTest returns the batch stored under log key in the closed
+// store in dir, whose Badger value is stored: stored itself, or the batch
+// its pointer points to in the store's segments, verified.
+func StoredBatchForTest(dir string, key, stored []byte) ([]byte, error) {
+	g, err := openSegments(filepath.Join(dir, "segments"))
+	if err != nil {
+		return nil, err
+	}
+	defer g.close()
+	return (&Store{segs: g}).loadBatch(key, stored)
+}
+
+// SetSegmentBytes sets the size at which a segment file is full; the
+// returned function restores it.
+func SetSegmentBytes(n int64) (restore func()) {
+	old := segmentBytes
+	segmentBytes = n
+	return func() { segmentBytes = old }
+}

@@ -13,8 +13,10 @@ import (
 // Stored batches.
 //
 // A write (one Append, or one fetched batch a follower applies) is stored
-// as one Badger key, l/<range>/<offset of its first record>, whose value is
-// the write's records in offset order:
+// as one Badger key, l/<range>/<offset of its first record>, whose value
+// points to the write's batch in a segment file (segment.go) or, in a store
+// written before segments, is the batch itself: its records in offset
+// order,
 //
 //	batch:  batchMagic u8 | count u32 | (length u32 | record) per record
 //
@@ -138,7 +140,7 @@ var errScanStop = errors.New("logstore: scan stopped")
 // batch that fails its checks): it says why there is no record at next.
 // Callers decide what a gap is: damage (Read), or a torn tail (Open).
 // fn's values alias Badger's buffers and are valid only during the call.
-func scanLog(txn *badger.Txn, id string, from uint64, fn func(storedRecord) (bool, error)) (next uint64, gap string, err error) {
+func (s *Store) scanLog(txn *badger.Txn, id string, from uint64, fn func(storedRecord) (bool, error)) (next uint64, gap string, err error) {
 	prefix := logPrefix(id)
 	start := logKey(id, from)
 	// The batch holding from may start below it: the last key at or below
@@ -168,6 +170,10 @@ func scanLog(txn *badger.Txn, id string, from uint64, fn func(storedRecord) (boo
 		}
 		var fnErr error
 		err = item.Value(func(b []byte) error {
+			b, err := s.loadBatch(item.Key(), b)
+			if err != nil {
+				return err
+			}
 			recs, err := decodeBatch(id, base, item.Key(), b)
 			if err != nil {
 				return err

@@ -107,7 +107,7 @@ func TestScanLog(t *testing.T) {
 	scan := func(from uint64) (got []uint64, next uint64, gap string, err error) {
 		err = db.View(func(txn *badger.Txn) error {
 			var err error
-			next, gap, err = scanLog(txn, "r1", from, func(r storedRecord) (bool, error) {
+			next, gap, err = (&Store{}).scanLog(txn, "r1", from, func(r storedRecord) (bool, error) {
 				if r.value[0] != byte(r.offset) {
 					t.Errorf("record %d holds %d", r.offset, r.value[0])
 				}

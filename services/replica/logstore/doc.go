@@ -7,9 +7,10 @@
 // once the records are written (readable), and DurableEnd/WaitDurable say
 // when they are durable. Concurrent appends across all ranges share one
 // entry and one fdatasync of the store's write-ahead log (group commit,
-// commit.go; the WAL, wal.go); Badger receives them later, many group
-// commits in one transaction, and until then reads are served from memory
-// (index.go).
+// commit.go; the WAL, wal.go); the indexer later writes their batches to
+// segment files and Badger receives pointers to them, many group commits
+// in one transaction, and until then reads are served from memory
+// (index.go, segment.go).
 //
 // # Invariants
 //
@@ -36,7 +37,8 @@
 // contains '/'):
 //
 //	key                               value
-//	l/<id>/<offset u64 BE>            batch: the records of one write, from offset
+//	l/<id>/<offset u64 BE>            pointer to a batch in a segment (segment.go), or
+//	                                  batch: the records of one write, from offset
 //	s/<id>                            state
 //	h/<id>                            high-water mark       (u64 value)
 //	d/<id>                            synced-end marker     (u64 value)
@@ -56,6 +58,12 @@
 //	         own offset (l/<id>/<offset>), then epoch and flags: a record at
 //	         any other range or offset fails it.
 //
+//	pointer: 0xB8 | count u32 | segment u32 | position u64 | length u32 |
+//	         crc32c u32 over the key, the fields before it and the batch
+//	         (the indexer writes pointers; a batch held in Badger itself is
+//	         what stores written before segments hold, and what a
+//	         truncation inside a batch rewrites)
+//
 //	u64 value: v u64 | crc32c u32 over the key then v.
 //
 //	state:   version u8 (1) | fenced epoch u64 | epoch u64 | role u32 |
@@ -67,6 +75,9 @@
 // dir/wal.0 and dir/wal.1 are the write-ahead log: every group commit's
 // keys and values, in generations that Open replays into Badger (see wal.go
 // for the entry format).
+//
+// dir/segments/<n>.seg (n from 1, %08d) hold stored batches back to back,
+// as the pointers under l/ keys locate them (segment.go).
 //
 // All integers are big-endian. These constants are part of the on-disk
 // format: a store written by one version of tenure must be read by the next.

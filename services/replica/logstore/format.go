@@ -15,7 +15,7 @@ import (
 const (
 	// Key prefixes. Range ids never contain '/' (wire.ValidateRangeID), so
 	// "l/r1/" can never be a prefix of "l/r10/...".
-	prefixLog    = "l/" // l/<range>/<offset u64 BE> -> stored batch from offset (batch.go)
+	prefixLog    = "l/" // l/<range>/<offset u64 BE> -> stored batch from offset (batch.go), or a pointer to it (segment.go)
 	prefixState  = "s/" // s/<range> -> State
 	prefixHWM    = "h/" // h/<range> -> high-water mark
 	prefixSynced = "d/" // d/<range> -> synced-end marker
@@ -63,10 +63,15 @@ func parseLogKey(prefix, key []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(key[len(prefix):]), nil
 }
 
+// isLogKey says whether key is a record key (of any range).
+func isLogKey(key []byte) bool {
+	return len(key) > len(prefixLog)+8 && string(key[:len(prefixLog)]) == prefixLog
+}
+
 // keyString renders a record key for messages, offset in decimal:
 // "l/r1/42".
 func keyString(key []byte) string {
-	if len(key) > len(prefixLog)+8 && string(key[:len(prefixLog)]) == prefixLog {
+	if isLogKey(key) {
 		return fmt.Sprintf("%s%d", key[:len(key)-8], binary.BigEndian.Uint64(key[len(key)-8:]))
 	}
 	return fmt.Sprintf("%q", key)

@@ -97,9 +97,10 @@ func TestCloseIndexesWhatWaits(t *testing.T) {
 }
 
 // A WAL checkpoint lets Open skip the old file's entries, so it must index
-// them first: otherwise a power loss after it loses records that were
-// durable (neither replayed nor in Badger). With indexing held back, only
-// the checkpoints index anything here.
+// them first, and sync the segments it wrote them to: otherwise a power
+// loss after it loses records that were durable (neither replayed nor in
+// Badger and its segments). With indexing held back, only the checkpoints
+// index anything here.
 func TestCheckpointIndexesTheOldFile(t *testing.T) {
 	defer logstore.HoldIndex()()
 	defer logstore.SetWALSizes(16<<10, 2<<10)()

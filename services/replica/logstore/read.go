@@ -69,7 +69,7 @@ func (r *Range) readIndexed(out []*tenurev1.Record, from, stop uint64, maxBytes 
 		// Records below stop were indexed before the tail let them go,
 		// and that was before tailFrom read the tail, so this
 		// snapshot, taken after, holds them all.
-		next, gap, err := scanLog(txn, r.id, from, func(sr storedRecord) (bool, error) {
+		next, gap, err := r.s.scanLog(txn, r.id, from, func(sr storedRecord) (bool, error) {
 			if sr.offset >= stop {
 				return false, nil
 			}

@@ -148,7 +148,7 @@ func (s *Store) recoverLogEnd(id string, synced uint64) (end, lastEpoch uint64, 
 	}
 	var hole string
 	err = s.db.View(func(txn *badger.Txn) error {
-		end, hole, err = scanLog(txn, id, synced, func(sr storedRecord) (bool, error) {
+		end, hole, err = s.scanLog(txn, id, synced, func(sr storedRecord) (bool, error) {
 			// Epochs never decrease along a log, and a lost write cannot
 			// make them: this is damage, not a torn tail.
 			if sr.epoch < lastEpoch {
@@ -261,7 +261,7 @@ func (s *Store) rebuildJournal(id string, end uint64, reason string) (*journal.J
 func (s *Store) scanEpochs(id string, end uint64) ([]journal.EpochStart, error) {
 	var entries []journal.EpochStart
 	err := s.db.View(func(txn *badger.Txn) error {
-		next, gap, err := scanLog(txn, id, 0, func(sr storedRecord) (bool, error) {
+		next, gap, err := s.scanLog(txn, id, 0, func(sr storedRecord) (bool, error) {
 			if sr.offset >= end {
 				return false, nil
 			}

@@ -317,6 +317,9 @@ func TestStoreBeforeBatchesReadsUnchanged(t *testing.T) {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("l/r1/")})
 		for it.Rewind(); it.Valid(); it.Next() {
 			v, err := it.Item().ValueCopy(nil)
+			if err == nil {
+				v, err = logstore.StoredBatchForTest(o.dir, it.Item().Key(), v)
+			}
 			if err != nil {
 				it.Close()
 				return err

@@ -175,8 +175,10 @@ type Store struct {
 	indexMu        sync.Mutex
 
 	// wal makes group commits durable (wal.go); bg runs its checkpoints.
-	wal *wal
-	bg  sync.WaitGroup
+	// segs holds the stored batches Badger points to (segment.go).
+	wal  *wal
+	segs *segments
+	bg   sync.WaitGroup
 
 	syncs, commits, indexCommits atomic.Uint64
 }
@@ -242,6 +244,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("logstore: open badger in %s: %w", s.badgerDir, err)
 	}
 	s.db = db
+	// The segments before the WAL, whose replay writes to them.
+	s.segs, err = openSegments(filepath.Join(dir, "segments"))
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	// The WAL first: the ranges are loaded from what it made durable.
 	err = s.recoverWAL(dir)
 	var ids []string
@@ -264,6 +272,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		if s.wal != nil {
 			s.wal.close()
 		}
+		s.segs.close()
 		_ = db.Close()
 		return nil, err
 	}
@@ -302,6 +311,7 @@ func (s *Store) Close() error {
 		errs = append(errs, s.writeFinalMarkers())
 	}
 	errs = append(errs, s.closeWAL(clean))
+	s.segs.close()
 	for _, r := range s.snapshotRanges() {
 		errs = append(errs, r.j.Close())
 	}

@@ -1,7 +1,6 @@
 package logstore
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
@@ -163,6 +162,10 @@ func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
 			}
 			if base < to {
 				err := item.Value(func(b []byte) error {
+					b, err := s.loadBatch(item.Key(), b)
+					if err != nil {
+						return err
+					}
 					recs, err := decodeBatch(id, base, item.Key(), b)
 					if err != nil {
 						return err
@@ -182,12 +185,11 @@ func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
 		defer it.Close()
 		for it.Seek(logKey(id, to)); it.Valid(); it.Next() {
 			item := it.Item()
-			// Only the count is read; a damaged batch still goes.
-			count := uint64(1)
+			// Only the count is read (a pointer carries it too); a damaged
+			// batch still goes.
+			var count uint64
 			if err := item.Value(func(b []byte) error {
-				if len(b) >= batchHeaderBytes && b[0] == batchMagic {
-					count = uint64(binary.BigEndian.Uint32(b[1:batchHeaderBytes]))
-				}
+				count = storedCount(b)
 				return nil
 			}); err != nil {
 				return err

@@ -30,9 +30,10 @@ import (
 // module's one-in-flight shape (3 replicas, 1 KiB records): the durability
 // sync went from ~1.5 ms to ~0.7 ms at p50.
 //
-// Badger is still where records live and are read from once indexed; it
-// is written after the WAL, a few batches at a time (index.go), and never
-// synced for a group commit. The WAL holds a copy of every batch written
+// Badger (with the segments its pointers locate, segment.go) is still
+// where records live and are read from once indexed; it is written after
+// the WAL, a few batches at a time (index.go), and never synced for a
+// group commit. The WAL holds a copy of every batch written
 // since the last checkpoint, and Open replays it into Badger before
 // anything else reads the database.
 //
@@ -292,8 +293,13 @@ func (s *Store) recoverWAL(dir string) error {
 		top = g
 	}
 	// Every generation seen so far is now below the new one, so a stale
-	// pass is never taken for the current one.
+	// pass is never taken for the current one. What was replayed is
+	// replayed no more: the batches it wrote to segments must be on disk
+	// first (segment.go).
 	next := max(top, gens[0], gens[1], from) + 1
+	if err := s.segs.sync(); err != nil {
+		return err
+	}
 	if err := s.putU64Synced(walGenKey, next); err != nil {
 		return err
 	}
@@ -307,14 +313,25 @@ func (s *Store) recoverWAL(dir string) error {
 
 // applyWALEntry writes one replayed batch to Badger, in its order.
 func (s *Store) applyWALEntry(p []byte) error {
-	tw := s.newTxnWriter()
-	defer tw.discard()
+	var keys, vals [][]byte
 	err := walKVs(p, func(k, v []byte) error {
 		// Copies: Badger keeps references until the commit.
-		return tw.set(append([]byte(nil), k...), append([]byte(nil), v...))
+		keys, vals = append(keys, append([]byte(nil), k...)), append(vals, append([]byte(nil), v...))
+		return nil
 	})
 	if err != nil {
 		return err
+	}
+	// Batches to the segments, as the indexer writes them (index.go).
+	if vals, err = s.toSegments(keys, vals); err != nil {
+		return err
+	}
+	tw := s.newTxnWriter()
+	defer tw.discard()
+	for i := range keys {
+		if err := tw.set(keys[i], vals[i]); err != nil {
+			return err
+		}
 	}
 	return tw.commit()
 }
@@ -419,6 +436,11 @@ func (s *Store) checkpoint(gen uint64) {
 	err := s.crash(CrashWALCheckpoint)
 	if err == nil {
 		err = s.indexPending()
+	}
+	if err == nil {
+		// The batches the old generation's pointers point to, before the
+		// pointers themselves and before w/gen moves (segment.go).
+		err = s.segs.sync()
 	}
 	if err == nil {
 		err = s.syncDB()
@@ -552,6 +574,11 @@ func (s *Store) closeWAL(clean bool) error {
 	w.mu.Unlock()
 	var err error
 	if clean && failed == nil {
+		// The batches indexed since the last checkpoint, before no
+		// generation holding them is replayed any more (segment.go).
+		err = s.segs.sync()
+	}
+	if clean && failed == nil && err == nil {
 		err = s.db.Update(func(txn *badger.Txn) error { return txn.Set(walGenKey, encodeU64(walGenKey, next)) })
 	}
 	w.close()
@@ -565,7 +592,8 @@ var errPowerLoss = errors.New("logstore: simulated power loss")
 // machine that lost power now could. It fails the store at once (nothing
 // more is written or counted as durable; a sync still running reports
 // failure) and returns a function to call once the store is closed, which
-// cuts each WAL file to what a completed fdatasync covered and deletes from
+// cuts each WAL file and each segment file to what a completed fdatasync
+// covered and deletes from
 // Badger every record the WAL's replayable generations hold: Badger is
 // never synced for a group commit, so its copies of those may all be gone.
 // (What it keeps, a real power loss could keep too; Badger's metadata keys
@@ -584,8 +612,12 @@ func (s *Store) PowerLoss() (after func() error) {
 		keep[i] = kept{f.gen, f.synced}
 	}
 	w.mu.Unlock()
+	segsKept := s.segs.powerLoss()
 	_ = s.fail(errPowerLoss)
 	return func() error {
+		if err := losePowerSegments(s.segs.dir, segsKept); err != nil {
+			return err
+		}
 		db, err := badger.Open(badgerOptions(s.badgerDir, s.log))
 		if err != nil {
 			return fmt.Errorf("logstore: power loss: open badger: %w", err)
