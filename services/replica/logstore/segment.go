@@ -90,7 +90,8 @@ type segments struct {
 	synced    map[uint32]int64
 	lostPower bool
 	failed    error
-	buf       []byte // write scratch, reused; guarded by mu
+	// buf is the writer's scratch, reused (write has one caller at a time).
+	buf []byte
 
 	// syncMu serializes syncs, so a sync that returns covers every write
 	// made before it was called.
@@ -145,34 +146,44 @@ func (g *segments) close() {
 
 // write stores batches, in order, and returns a pointer for each: pointers[i]
 // is batches[i], to be stored under keys[i] (each a log key). One pwrite
-// per file they go to. The caller is the indexer or Open's replay, one at
-// a time.
+// per file they go to. One caller at a time: the indexer (under indexMu)
+// or Open's replay. g.mu is not held during a pwrite, so a read of a
+// batch written before never waits for one.
 func (g *segments) write(keys, batches [][]byte) (pointers [][]byte, err error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.failed != nil {
-		return nil, g.failed
-	}
 	pointers = make([][]byte, len(batches))
 	for i := 0; i < len(batches); {
 		// The batches from i that fit in the current file go in one pwrite;
 		// a batch bigger than a whole file gets a file of its own.
-		if g.cur == 0 || (g.pos > 0 && g.pos+int64(len(batches[i])) > segmentBytes) {
-			if err := g.startLocked(); err != nil {
-				return nil, err
-			}
+		g.mu.Lock()
+		err := g.failed
+		if err == nil && (g.cur == 0 || (g.pos > 0 && g.pos+int64(len(batches[i])) > segmentBytes)) {
+			err = g.startLocked()
 		}
-		buf, start := g.buf[:0], g.pos
+		n, f, start := g.cur, g.files[g.cur], g.pos
+		g.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		buf := g.buf[:0]
 		for ; i < len(batches) && (len(buf) == 0 || start+int64(len(buf)+len(batches[i])) <= segmentBytes); i++ {
-			pointers[i] = encodeSegmentPointer(keys[i], uint32(storedCount(batches[i])), g.cur, start+int64(len(buf)), batches[i])
+			pointers[i] = encodeSegmentPointer(keys[i], uint32(storedCount(batches[i])), n, start+int64(len(buf)), batches[i])
 			buf = append(buf, batches[i]...)
 		}
-		if _, err := g.files[g.cur].WriteAt(buf, start); err != nil {
-			g.failed = fmt.Errorf("logstore: write segment %d: %w", g.cur, err)
-			return nil, g.failed
+		_, err = f.WriteAt(buf, start)
+		g.mu.Lock()
+		if err != nil {
+			g.failed = fmt.Errorf("logstore: write segment %d: %w", n, err)
+			err = g.failed
+		} else {
+			// Dirty only once written: a sync that starts before this
+			// covers what was written before, and the next one this.
+			g.pos = start + int64(len(buf))
+			g.dirty[n] = g.pos
 		}
-		g.pos = start + int64(len(buf))
-		g.dirty[g.cur] = g.pos
+		g.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
 		g.buf = buf[:0]
 		if cap(buf) > segmentKeepBufBytes {
 			g.buf = nil
