@@ -101,16 +101,17 @@ func (s *Store) scheduleIndex() {
 func (s *Store) indexPending() error {
 	s.indexMu.Lock()
 	defer s.indexMu.Unlock()
+	if err := s.writeErrAfterClose(); err != nil {
+		// Failed: nothing more is written here; the WAL holds the batches,
+		// and they stay queued, so no checkpoint takes them for indexed.
+		return err
+	}
 	s.imu.Lock()
 	todo := s.unindexed
 	s.unindexed, s.unindexedBytes = nil, 0
 	s.imu.Unlock()
 	if len(todo) == 0 {
 		return nil
-	}
-	if err := s.writeErrAfterClose(); err != nil {
-		// Failed: nothing more is written here; the WAL holds them.
-		return err
 	}
 	// Every batch waiting goes to the segments in one write; Badger gets
 	// the pointers (segment.go), all in WAL order.

@@ -273,6 +273,12 @@ func (s *Store) recoverWAL(dir string) error {
 	}
 	// Generation from first, then from+1: the checkpoint of from had not
 	// ended (or from+1 was being written). Anything older was checkpointed.
+	// An empty from does not end the replay: a switch right after an Open
+	// (a Truncate's forceCheckpoint) or at the end of a checkpoint that
+	// nothing was appended during leaves from without entries while from+1
+	// holds durable ones. A file holding from+1 was written after w/gen
+	// reached from (generations only grow, and Open starts above every one
+	// it saw), so it is never a stale pass.
 	replayed, top := 0, from
 	for g := from; g <= from+1 && g > 0; g++ {
 		i := -1
@@ -282,7 +288,7 @@ func (s *Store) recoverWAL(dir string) error {
 			}
 		}
 		if i < 0 {
-			break
+			continue
 		}
 		for _, p := range entries[i] {
 			if err := s.applyWALEntry(p); err != nil {
@@ -444,6 +450,11 @@ func (s *Store) checkpoint(gen uint64) {
 	}
 	if err == nil {
 		err = s.syncDB()
+	}
+	if err == nil {
+		// A failed store writes nothing more, and may have dropped batches
+		// its indexer took (indexPending): Open must still replay them.
+		err = s.writeErrAfterClose()
 	}
 	if err == nil {
 		err = s.putU64Synced(walGenKey, gen)

@@ -2,6 +2,7 @@ package logstore_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -297,4 +298,146 @@ func TestTruncateDuringACheckpoint(t *testing.T) {
 		t.Fatalf("LogEnd after Truncate(5) = %d", r.LogEnd())
 	}
 	closeStore(t, s)
+}
+
+// heldCheckpoints is an opener whose WAL checkpoints, once hold is set,
+// wait at their start until release is closed; entered receives once per
+// checkpoint held.
+type heldCheckpoints struct {
+	*opener
+	hold    atomic.Bool
+	fail    atomic.Bool // the next group commit fails the store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newHeldCheckpoints(t *testing.T) *heldCheckpoints {
+	h := &heldCheckpoints{opener: newOpener(t), entered: make(chan struct{}, 16), release: make(chan struct{})}
+	h.opts.CrashAt = func(point string) error {
+		switch {
+		case point == logstore.CrashWALCheckpoint && h.hold.Load():
+			h.entered <- struct{}{}
+			<-h.release
+		case point == logstore.CrashCommitWrite && h.fail.Load():
+			return errors.New("crash")
+		}
+		return nil
+	}
+	return h
+}
+
+// waitEntered waits, bounded, for a held checkpoint to start.
+func (h *heldCheckpoints) waitEntered() {
+	h.t.Helper()
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("no WAL checkpoint started within 10s")
+	}
+}
+
+// walGen reads w/gen, the oldest WAL generation Open replays, from the
+// closed store.
+func (o *opener) walGen() uint64 {
+	o.t.Helper()
+	db := o.rawDB()
+	defer db.Close()
+	var gen uint64
+	err := db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte("w/gen"))
+		if err != nil {
+			return err
+		}
+		return item.Value(func(b []byte) error {
+			gen = binary.BigEndian.Uint64(b) // v u64 | crc u32
+			return nil
+		})
+	})
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	return gen
+}
+
+// A switch right after Open leaves the generation Open started empty and
+// the next one holding durable batches until its checkpoint ends; a power
+// loss before that must still replay them, past the empty generation.
+func TestReplayPassesAnEmptyGeneration(t *testing.T) {
+	h := newHeldCheckpoints(t)
+	s := h.open()
+	r1 := mustRange(t, s, "r1")
+	lead(t, r1, 1)
+	appendN(t, r1, 1, 4)
+	r2 := mustRange(t, s, "r2")
+	lead(t, r2, 1)
+	waitDurable(t, r1, 5)
+	waitDurable(t, r2, 1)
+	closeStore(t, s)
+
+	s = h.open() // writes to a new generation, still empty
+	r1, _ = s.Range("r1")
+	r2, _ = s.Range("r2")
+	h.hold.Store(true)
+	truncated := make(chan error, 1)
+	go func() { // its forced checkpoint switches files at once, then waits
+		_, err := r1.Truncate(3)
+		truncated <- err
+	}()
+	h.waitEntered()
+	appendN(t, r2, 1, 5) // into the generation after the empty one
+	waitDurable(t, r2, 6)
+	want := readAll(t, r2)
+	after := s.PowerLoss()
+	close(h.release)
+	if err := <-truncated; err == nil {
+		t.Fatal("Truncate across a power loss succeeded")
+	}
+	_ = s.Close()
+	if err := after(); err != nil {
+		t.Fatalf("PowerLoss: %v", err)
+	}
+	h.hold.Store(false)
+	s = h.open()
+	defer closeStore(t, s)
+	r2, _ = s.Range("r2")
+	if r2.LogEnd() != 6 {
+		t.Fatalf("r2's LogEnd after the power loss = %d, want 6: records durable in the WAL were not replayed", r2.LogEnd())
+	}
+	sameRecords(t, "after the power loss", readAll(t, r2), want)
+}
+
+// A store that failed writes nothing more, and a checkpoint running when
+// it failed does not move w/gen: the batches of the generation it would
+// retire may never have reached Badger.
+func TestCheckpointAfterAFailureKeepsTheGeneration(t *testing.T) {
+	defer logstore.SetWALSizes(16<<10, 2<<10)()
+	h := newHeldCheckpoints(t)
+	s := h.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	waitDurable(t, r, 1)
+	h.hold.Store(true)
+	// 40 KiB: the WAL switches files at 16 KiB, and no more while the
+	// checkpoint that switch started is held.
+	for range 40 {
+		if _, err := r.Append(1, false, [][]byte{make([]byte, 1024)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitEntered()
+	// Nothing waits to be indexed: the checkpoint would find its work done.
+	if err := s.IndexNow(); err != nil {
+		t.Fatal(err)
+	}
+	h.fail.Store(true)
+	if _, err := r.Append(1, false, [][]byte{[]byte("fails the store")}); err == nil {
+		t.Fatal("Append at the crash point succeeded")
+	}
+	close(h.release)
+	s.WaitWALCheckpoint()
+	_ = s.Close()
+	// Open started generation 1, the switch generation 2; w/gen stays 1.
+	if gen := h.walGen(); gen != 1 {
+		t.Fatalf("w/gen after a checkpoint of a failed store = %d, want 1", gen)
+	}
 }
