@@ -84,10 +84,12 @@ type segments struct {
 	next   uint32              // the number the next new file gets
 	dirty  map[uint32]int64    // written since their last sync: file -> end written
 	newDir bool                // a file was created since the last sync
-	// synced is, per file, the length a completed sync covered, for
-	// PowerLoss; files found at open count as synced whole, files created
-	// since as 0 until synced.
+	// synced is, per file, the length a completed sync covered, and
+	// inDir the files whose directory entry one covered, for PowerLoss;
+	// files found at open count as synced whole, files created since as 0
+	// and out of the directory until synced.
 	synced    map[uint32]int64
+	inDir     map[uint32]bool
 	lostPower bool
 	failed    error
 	// buf is the writer's scratch, reused (write has one caller at a time).
@@ -115,7 +117,7 @@ func openSegments(dir string) (*segments, error) {
 	if err != nil {
 		return nil, fmt.Errorf("logstore: list %s: %w", dir, err)
 	}
-	g := &segments{dir: dir, files: map[uint32]*os.File{}, dirty: map[uint32]int64{}, synced: map[uint32]int64{}}
+	g := &segments{dir: dir, files: map[uint32]*os.File{}, dirty: map[uint32]int64{}, synced: map[uint32]int64{}, inDir: map[uint32]bool{}}
 	var top uint32
 	for _, e := range ents {
 		num, ok := strings.CutSuffix(e.Name(), segmentSuffix)
@@ -128,6 +130,7 @@ func openSegments(dir string) (*segments, error) {
 			return nil, fmt.Errorf("logstore: %w", err)
 		}
 		g.synced[uint32(n)] = fi.Size()
+		g.inDir[uint32(n)] = true
 		top = max(top, uint32(n))
 	}
 	g.next = top + 1
@@ -221,6 +224,8 @@ func (g *segments) sync() error {
 	for n := range todo {
 		files[n] = g.files[n]
 	}
+	// Every file created so far: the directory sync below covers them.
+	created := slices.Collect(maps.Keys(g.synced))
 	g.mu.Unlock()
 	if failed != nil {
 		return failed
@@ -238,6 +243,11 @@ func (g *segments) sync() error {
 	}
 	for n, end := range todo {
 		g.synced[n] = max(g.synced[n], end)
+	}
+	if newDir {
+		for _, n := range created {
+			g.inDir[n] = true
+		}
 	}
 	return nil
 }
@@ -303,19 +313,33 @@ func (g *segments) file(n uint32) (*os.File, error) {
 }
 
 // powerLoss fails the segments (no sync completes after it) and returns
-// what a completed sync covered of each file.
+// what a completed sync covered of each file: its length, or -1 for a
+// file whose directory entry none covered.
 func (g *segments) powerLoss() map[uint32]int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.lostPower = true
 	g.failed = errPowerLoss
-	return maps.Clone(g.synced)
+	kept := maps.Clone(g.synced)
+	for n := range kept {
+		if !g.inDir[n] {
+			kept[n] = -1
+		}
+	}
+	return kept
 }
 
-// losePower cuts each closed segment file to what kept says a sync covered.
+// losePowerSegments cuts each closed segment file to what kept says a sync
+// covered, and removes those it says none made part of the directory.
 func losePowerSegments(dir string, kept map[uint32]int64) error {
 	for n, end := range kept {
-		if err := os.Truncate(segmentPath(dir, n), end); err != nil && !errors.Is(err, os.ErrNotExist) {
+		var err error
+		if end < 0 {
+			err = os.Remove(segmentPath(dir, n))
+		} else {
+			err = os.Truncate(segmentPath(dir, n), end)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("logstore: power loss: segment %d: %w", n, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -268,4 +269,45 @@ func TestPowerLossAfterReplayKeepsSegments(t *testing.T) {
 		t.Fatalf("PowerLoss: %v", err)
 	}
 	sameRecords(t, "after a power loss after the replay", readAll(t, c.reopen(21)), want)
+}
+
+// Badger may keep pointers it indexed from WAL entries a power loss took,
+// to segment bytes it took too: Open reads them as a torn tail and cuts
+// it, keeping every record that was durable.
+func TestPowerLossCutsDanglingPointers(t *testing.T) {
+	defer logstore.SetSyncDemandDelay(time.Hour)()
+	o := newOpener(t)
+	s := o.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	appendN(t, r, 1, 4)
+	waitDurable(t, r, 5)
+	want := readAll(t, r)
+	r.SetSyncOnDemand(true) // nothing demands a sync: the next writes wait
+	appendN(t, r, 1, 3)
+	appendN(t, r, 1, 3)
+	if err := s.IndexNow(); err != nil { // their pointers reach Badger
+		t.Fatal(err)
+	}
+	if d := r.DurableEnd(); d != 5 {
+		t.Fatalf("DurableEnd = %d, want 5: the test needs writes that were never synced", d)
+	}
+	after := s.PowerLoss()
+	_ = s.Close()
+	if err := after(); err != nil {
+		t.Fatalf("PowerLoss: %v", err)
+	}
+	// Those of the synced entries are gone (the replay brings them back),
+	// the two dangling ones kept.
+	if ptrs := o.pointers("r1"); len(ptrs) != 2 {
+		t.Fatalf("Badger holds %d batches of r1 after the power loss, want the 2 dangling ones", len(ptrs))
+	}
+	s = o.open()
+	defer closeStore(t, s)
+	r, _ = s.Range("r1")
+	if r.LogEnd() != 5 {
+		t.Fatalf("LogEnd after the power loss = %d, want 5", r.LogEnd())
+	}
+	sameRecords(t, "after the power loss", readAll(t, r), want)
+	checkConsistent(t, r)
 }

@@ -211,11 +211,12 @@ func (w *wal) close() {
 
 // walEntries reads the entries of one file's current pass: from its start,
 // while they are whole, check out and carry the first entry's generation.
-// gen is 0 when the file holds no valid entry.
-func walEntries(f *os.File) (gen uint64, payloads [][]byte, err error) {
+// gen is 0 when the file holds no valid entry. ends[i] is where entry i
+// ends in the file.
+func walEntries(f *os.File) (gen uint64, payloads [][]byte, ends []int64, err error) {
 	data, err := readAllFile(f)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	var prev uint32
 	for pos := 0; len(data)-pos >= walHeaderBytes; {
@@ -234,8 +235,9 @@ func walEntries(f *os.File) (gen uint64, payloads [][]byte, err error) {
 		gen = g
 		payloads = append(payloads, payload)
 		pos += walHeaderBytes + n
+		ends = append(ends, int64(pos))
 	}
-	return gen, payloads, nil
+	return gen, payloads, ends, nil
 }
 
 func readAllFile(f *os.File) ([]byte, error) {
@@ -267,7 +269,7 @@ func (s *Store) recoverWAL(dir string) error {
 	var gens [2]uint64
 	var entries [2][][]byte
 	for i, f := range w.files {
-		if gens[i], entries[i], err = walEntries(f.f); err != nil {
+		if gens[i], entries[i], _, err = walEntries(f.f); err != nil {
 			return err
 		}
 	}
@@ -604,12 +606,15 @@ var errPowerLoss = errors.New("logstore: simulated power loss")
 // more is written or counted as durable; a sync still running reports
 // failure) and returns a function to call once the store is closed, which
 // cuts each WAL file and each segment file to what a completed fdatasync
-// covered and deletes from
-// Badger every record the WAL's replayable generations hold: Badger is
-// never synced for a group commit, so its copies of those may all be gone.
-// (What it keeps, a real power loss could keep too; Badger's metadata keys
-// stay as they are, which a real loss could also leave.) The next Open
-// must recover every record that was durable.
+// covered, removes the segment files whose directory entry no completed
+// sync covered, and deletes from Badger every record the synced part of
+// the WAL's replayable generations holds: Badger is never synced for a
+// group commit, so its copies of those may all be gone, while it may have
+// kept pointers indexed from the part that is lost, which then point to
+// segment bytes that are gone too. (What it keeps, a real power loss could
+// keep too; Badger's metadata keys stay as they are, which a real loss
+// could also leave.) The next Open must recover every record that was
+// durable.
 func (s *Store) PowerLoss() (after func() error) {
 	w := s.wal
 	w.mu.Lock()
@@ -673,11 +678,18 @@ func (s *Store) losePower(db *badger.DB, kept func(i int) (gen uint64, synced in
 		if err != nil {
 			return fmt.Errorf("logstore: power loss: %w", err)
 		}
-		g, entries, err := walEntries(f)
+		g, entries, ends, err := walEntries(f)
 		if err == nil && g == gen {
-			for _, p := range entries {
+			for j, p := range entries {
+				if ends[j] > synced {
+					// Lost from the WAL. Badger may have kept what was
+					// indexed of it (a memtable flush), and so keeps it
+					// here: pointers to segment bytes that were never
+					// synced either, which Open must refuse to read.
+					break
+				}
 				err = walKVs(p, func(k, _ []byte) error {
-					if len(k) > len(prefixLog) && string(k[:len(prefixLog)]) == prefixLog {
+					if isLogKey(k) {
 						dropped++
 						return wb.Delete(append([]byte(nil), k...))
 					}

@@ -53,7 +53,7 @@ func TestWALEntriesFollowTheChain(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			gen, entries, err := walEntries(f)
+			gen, entries, _, err := walEntries(f)
 			if err != nil {
 				t.Fatal(err)
 			}
