@@ -83,6 +83,17 @@ func (o *opener) rawDB() *badger.DB {
 	return db
 }
 
+// losePower cuts s's power (PowerLoss), closes it and leaves its files as
+// the loss could.
+func losePower(t testing.TB, s *logstore.Store) {
+	t.Helper()
+	after := s.PowerLoss()
+	_ = s.Close()
+	if err := after(); err != nil {
+		t.Fatalf("PowerLoss: %v", err)
+	}
+}
+
 func closeStore(t testing.TB, s *logstore.Store) {
 	t.Helper()
 	if err := s.Close(); err != nil {

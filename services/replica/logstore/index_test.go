@@ -112,11 +112,7 @@ func TestCheckpointIndexesTheOldFile(t *testing.T) {
 	end := r.AssignedEnd()
 	waitDurable(t, r, end)
 	want := readAll(t, r)
-	after := s.PowerLoss()
-	_ = s.Close()
-	if err := after(); err != nil {
-		t.Fatalf("PowerLoss: %v", err)
-	}
+	losePower(t, s)
 	s = o.open()
 	defer closeStore(t, s)
 	r, _ = s.Range("r1")

@@ -263,11 +263,7 @@ func TestPowerLossAfterReplayKeepsSegments(t *testing.T) {
 	c, want := crashedAfter(t, 20, 5)
 	c.loseRecords("r1", 0, 21) // Badger lost them all: only the replay has them
 	s := c.open()
-	after := s.PowerLoss()
-	_ = s.Close()
-	if err := after(); err != nil {
-		t.Fatalf("PowerLoss: %v", err)
-	}
+	losePower(t, s)
 	sameRecords(t, "after a power loss after the replay", readAll(t, c.reopen(21)), want)
 }
 
@@ -292,11 +288,7 @@ func TestPowerLossCutsDanglingPointers(t *testing.T) {
 	if d := r.DurableEnd(); d != 5 {
 		t.Fatalf("DurableEnd = %d, want 5: the test needs writes that were never synced", d)
 	}
-	after := s.PowerLoss()
-	_ = s.Close()
-	if err := after(); err != nil {
-		t.Fatalf("PowerLoss: %v", err)
-	}
+	losePower(t, s)
 	// Those of the synced entries are gone (the replay brings them back),
 	// the two dangling ones kept.
 	if ptrs := o.pointers("r1"); len(ptrs) != 2 {

@@ -189,11 +189,7 @@ func TestPowerLossKeepsWhatWasDurable(t *testing.T) {
 	}
 	durable := r.DurableEnd()
 	want := readAll(t, r)
-	after := s.PowerLoss()
-	_ = s.Close()
-	if err := after(); err != nil {
-		t.Fatalf("PowerLoss: %v", err)
-	}
+	losePower(t, s)
 	db := o.rawDB()
 	err := db.View(func(txn *badger.Txn) error {
 		_, err := txn.Get(logKey("r1", durable-1))
