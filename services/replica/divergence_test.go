@@ -38,6 +38,9 @@ func TestDivergentTailTruncatedByFetchCheck(t *testing.T) {
 		tailDone <- err
 	}()
 	waitUntil(t, 10*time.Second, "the tail to reach r2", func() bool { return c.status(r2).GetLogEnd() == committed+3 })
+	// A leader serves a batch to its followers before its own write of it
+	// has committed (ReadTail), so r2 can hold the tail before r1 does.
+	waitUntil(t, 10*time.Second, "r1 to write the tail", func() bool { return c.status(r1).GetLogEnd() == committed+3 })
 	if st := c.status(r1); st.GetLogEnd() != committed+3 || st.GetHighWaterMark() != committed {
 		t.Fatalf("r1 log end %d HWM %d, want the tail written (%d) but not committed (%d)", st.GetLogEnd(), st.GetHighWaterMark(), committed+3, committed)
 	}
