@@ -119,8 +119,7 @@ func (s *Store) indexPending() error {
 	for _, ib := range todo {
 		keys, vals = append(keys, ib.keys...), append(vals, ib.vals...)
 	}
-	vals, err := s.toSegments(keys, vals)
-	if err != nil {
+	if err := s.toSegments(keys, vals); err != nil {
 		return s.fail(fmt.Errorf("logstore: index batch: %w", err))
 	}
 	tw := s.newTxnWriter()

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,19 +76,19 @@ const segmentKeepBufBytes = 8 << 20
 type segments struct {
 	dir string
 
-	mu     sync.Mutex
-	files  map[uint32]*os.File // open files, by number
-	cur    uint32              // the file being written; 0 before the first write
-	pos    int64               // where the next batch goes in cur
-	next   uint32              // the number the next new file gets
-	dirty  map[uint32]int64    // written since their last sync: file -> end written
-	newDir bool                // a file was created since the last sync
-	// synced is, per file, the length a completed sync covered, and
-	// inDir the files whose directory entry one covered, for PowerLoss;
-	// files found at open count as synced whole, files created since as 0
-	// and out of the directory until synced.
+	mu    sync.Mutex
+	files map[uint32]*os.File // open files, by number
+	cur   uint32              // the file being written; 0 before the first write
+	pos   int64               // where the next batch goes in cur
+	next  uint32              // the number the next new file gets
+	dirty map[uint32]int64    // written since their last sync: file -> end written
+	// dirBelow: every file numbered below it has a directory entry a
+	// completed sync covered (so a sync must sync the directory while
+	// next is above it). synced is, per file, the length a completed sync
+	// covered. Both for PowerLoss: files found at open count as synced
+	// whole, files created since as 0 until synced.
+	dirBelow  uint32
 	synced    map[uint32]int64
-	inDir     map[uint32]bool
 	lostPower bool
 	failed    error
 	// buf is the writer's scratch, reused (write has one caller at a time).
@@ -117,7 +116,7 @@ func openSegments(dir string) (*segments, error) {
 	if err != nil {
 		return nil, fmt.Errorf("logstore: list %s: %w", dir, err)
 	}
-	g := &segments{dir: dir, files: map[uint32]*os.File{}, dirty: map[uint32]int64{}, synced: map[uint32]int64{}, inDir: map[uint32]bool{}}
+	g := &segments{dir: dir, files: map[uint32]*os.File{}, dirty: map[uint32]int64{}, synced: map[uint32]int64{}}
 	var top uint32
 	for _, e := range ents {
 		num, ok := strings.CutSuffix(e.Name(), segmentSuffix)
@@ -130,10 +129,10 @@ func openSegments(dir string) (*segments, error) {
 			return nil, fmt.Errorf("logstore: %w", err)
 		}
 		g.synced[uint32(n)] = fi.Size()
-		g.inDir[uint32(n)] = true
 		top = max(top, uint32(n))
 	}
 	g.next = top + 1
+	g.dirBelow = g.next
 	return g, nil
 }
 
@@ -207,7 +206,7 @@ func (g *segments) startLocked() error {
 	g.next++
 	g.files[n] = f
 	g.synced[n] = 0
-	g.cur, g.pos, g.newDir = n, 0, true
+	g.cur, g.pos = n, 0
 	return nil
 }
 
@@ -218,14 +217,15 @@ func (g *segments) sync() error {
 	g.syncMu.Lock()
 	defer g.syncMu.Unlock()
 	g.mu.Lock()
-	todo, newDir, failed := g.dirty, g.newDir, g.failed
-	g.dirty, g.newDir = map[uint32]int64{}, false
+	// The files created so far are those below next: a directory sync
+	// covers their entries.
+	todo, below, failed := g.dirty, g.next, g.failed
+	newDir := below > g.dirBelow
+	g.dirty = map[uint32]int64{}
 	files := make(map[uint32]*os.File, len(todo))
 	for n := range todo {
 		files[n] = g.files[n]
 	}
-	// Every file created so far: the directory sync below covers them.
-	created := slices.Collect(maps.Keys(g.synced))
 	g.mu.Unlock()
 	if failed != nil {
 		return failed
@@ -244,11 +244,7 @@ func (g *segments) sync() error {
 	for n, end := range todo {
 		g.synced[n] = max(g.synced[n], end)
 	}
-	if newDir {
-		for _, n := range created {
-			g.inDir[n] = true
-		}
-	}
+	g.dirBelow = max(g.dirBelow, below)
 	return nil
 }
 
@@ -322,7 +318,7 @@ func (g *segments) powerLoss() map[uint32]int64 {
 	g.failed = errPowerLoss
 	kept := maps.Clone(g.synced)
 	for n := range kept {
-		if !g.inDir[n] {
+		if n >= g.dirBelow {
 			kept[n] = -1
 		}
 	}
@@ -347,9 +343,9 @@ func losePowerSegments(dir string, kept map[uint32]int64) error {
 }
 
 type segmentPointer struct {
-	count, segment, length uint32
-	position               int64
-	crc                    uint32
+	segment, length uint32
+	position        int64
+	crc             uint32
 	// crcHead is the checksum over the key and the pointer's fields, to be
 	// continued over the batch's bytes.
 	crcHead uint32
@@ -380,7 +376,6 @@ func decodeSegmentPointer(key, b []byte) (segmentPointer, error) {
 		return segmentPointer{}, fmt.Errorf("%w: batch pointer %s is %d bytes, want %d", ErrCorrupt, keyString(key), len(b), segmentPointerBytes)
 	}
 	p := segmentPointer{
-		count:    binary.BigEndian.Uint32(b[1:5]),
 		segment:  binary.BigEndian.Uint32(b[5:9]),
 		position: int64(binary.BigEndian.Uint64(b[9:17])),
 		length:   binary.BigEndian.Uint32(b[17:21]),
@@ -412,9 +407,9 @@ func storedCount(stored []byte) uint64 {
 }
 
 // toSegments writes the batches stored under log keys among keys to the
-// segments, in one write, and returns vals with each of those replaced by
-// its pointer; other keys' values are kept.
-func (s *Store) toSegments(keys, vals [][]byte) ([][]byte, error) {
+// segments, in one write, and replaces each of them in vals (the caller's
+// own slice) by its pointer; other keys' values are kept.
+func (s *Store) toSegments(keys, vals [][]byte) error {
 	var logKeys, batches [][]byte
 	var at []int
 	for i, k := range keys {
@@ -423,15 +418,14 @@ func (s *Store) toSegments(keys, vals [][]byte) ([][]byte, error) {
 		}
 	}
 	if len(at) == 0 {
-		return vals, nil
+		return nil
 	}
 	pointers, err := s.segs.write(logKeys, batches)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := slices.Clone(vals)
 	for j, i := range at {
-		out[i] = pointers[j]
+		vals[i] = pointers[j]
 	}
-	return out, nil
+	return nil
 }

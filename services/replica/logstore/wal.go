@@ -331,7 +331,7 @@ func (s *Store) applyWALEntry(p []byte) error {
 		return err
 	}
 	// Batches to the segments, as the indexer writes them (index.go).
-	if vals, err = s.toSegments(keys, vals); err != nil {
+	if err := s.toSegments(keys, vals); err != nil {
 		return err
 	}
 	tw := s.newTxnWriter()
