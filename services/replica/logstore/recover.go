@@ -120,9 +120,9 @@ func (s *Store) redoTruncate(id string, j *journal.Journal, to, synced uint64) e
 	if err := s.syncDB(); err != nil {
 		return err
 	}
-	intent := rangeKey(prefixIntent, id)
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(intent) }); err != nil {
-		return fmt.Errorf("clear truncation intent: %w", err)
+	// Synced (clearIntent): the range takes new records once served.
+	if err := s.clearIntent(id, to); err != nil {
+		return err
 	}
 	s.log.Warn("redid an interrupted truncation", "range", id, "to", to, "removed", n)
 	return nil

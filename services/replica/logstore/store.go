@@ -164,6 +164,11 @@ type Store struct {
 	syncing    bool       // a sync is running
 	syncWanted uint64     // highest ticket handed out
 	syncDone   uint64     // every ticket up to this is durable
+	// intentClears is for PowerLoss: per range whose truncation intent
+	// was deleted, the intent's target and syncWanted just after the
+	// delete. Until syncDone passes that ticket no sync started after the
+	// delete has ended, and a power loss may still bring the intent back.
+	intentClears map[string]intentClear
 
 	// The index (index.go). unindexed holds the batches in the WAL not yet
 	// committed to Badger, in WAL order, and unindexedBytes their value

@@ -19,7 +19,8 @@ import (
 //
 // Truncate is crash-atomic with the journal. In order: persist the intent
 // (t/<range> = to) and sync; cut the journal (fsynced); delete the log keys
-// from to (with the synced-end marker lowered to to); sync; clear the intent.
+// from to (with the synced-end marker lowered to to); sync; clear the intent
+// and sync again (clearIntent says why).
 // A crash anywhere leaves the intent, and Open redoes the cut (every step is
 // idempotent) before the range is served, so journal and log never disagree
 // after a restart.
@@ -81,9 +82,8 @@ func (r *Range) Truncate(to uint64) (removed uint64, err error) {
 	if err := s.syncDB(); err != nil {
 		return 0, s.fail(err)
 	}
-	// Not synced: a lost delete only makes Open redo a finished cut.
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(intent) }); err != nil {
-		return 0, s.fail(fmt.Errorf("logstore: Truncate(%d) on %s: clear intent: %w", to, r.id, err))
+	if err := s.clearIntent(r.id, to); err != nil {
+		return 0, s.fail(fmt.Errorf("logstore: Truncate(%d) on %s: %w", to, r.id, err))
 	}
 	var last uint64
 	if to > 0 {
@@ -119,6 +119,33 @@ func (r *Range) startTruncate(to uint64) (uint64, error) {
 		return 0, err
 	}
 	return r.logEnd, nil
+}
+
+// clearIntent deletes range id's truncation intent and syncs the delete.
+// The sync is what makes the cut final: once the intent is gone the range
+// takes records at and above the cut again, and those are durable as soon
+// as the WAL is synced, with no Badger sync in between. A power loss could
+// then keep them (Open replays them) yet lose an unsynced delete, and Open
+// would redo the finished cut over them: records acknowledged after the
+// cut, and the journal entries of their epochs, gone.
+func (s *Store) clearIntent(id string, to uint64) error {
+	intent := rangeKey(prefixIntent, id)
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(intent) }); err != nil {
+		return fmt.Errorf("clear truncation intent: %w", err)
+	}
+	s.syncGate.Lock()
+	if s.intentClears == nil {
+		s.intentClears = map[string]intentClear{}
+	}
+	s.intentClears[id] = intentClear{to: to, ticket: s.syncWanted}
+	s.syncGate.Unlock()
+	return s.syncDB()
+}
+
+// intentClear is a deleted truncation intent, for PowerLoss: its target,
+// and the last sync ticket handed out when it was deleted.
+type intentClear struct {
+	to, ticket uint64
 }
 
 // finishTruncate publishes the cut log: everything below to was synced

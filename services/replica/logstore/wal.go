@@ -613,8 +613,9 @@ var errPowerLoss = errors.New("logstore: simulated power loss")
 // kept pointers indexed from the part that is lost, which then point to
 // segment bytes that are gone too. (What it keeps, a real power loss could
 // keep too; Badger's metadata keys stay as they are, which a real loss
-// could also leave.) The next Open must recover every record that was
-// durable.
+// could also leave, except that a truncation intent whose delete no
+// completed sync covered is put back, as a real loss could leave it.) The
+// next Open must recover every record that was durable.
 func (s *Store) PowerLoss() (after func() error) {
 	w := s.wal
 	w.mu.Lock()
@@ -629,6 +630,15 @@ func (s *Store) PowerLoss() (after func() error) {
 	}
 	w.mu.Unlock()
 	segsKept := s.segs.powerLoss()
+	// Intents whose delete no sync that started after it has covered.
+	lostClears := map[string]uint64{}
+	s.syncGate.Lock()
+	for id, c := range s.intentClears {
+		if s.syncDone <= c.ticket {
+			lostClears[id] = c.to
+		}
+	}
+	s.syncGate.Unlock()
 	_ = s.fail(errPowerLoss)
 	return func() error {
 		if err := losePowerSegments(s.segs.dir, segsKept); err != nil {
@@ -638,14 +648,15 @@ func (s *Store) PowerLoss() (after func() error) {
 		if err != nil {
 			return fmt.Errorf("logstore: power loss: open badger: %w", err)
 		}
-		err = s.losePower(db, func(i int) (uint64, int64) { return keep[i].gen, keep[i].synced })
+		err = s.losePower(db, func(i int) (uint64, int64) { return keep[i].gen, keep[i].synced }, lostClears)
 		return errors.Join(err, db.Close())
 	}
 }
 
 // losePower applies PowerLoss to the closed store's files, db open on its
-// Badger directory.
-func (s *Store) losePower(db *badger.DB, kept func(i int) (gen uint64, synced int64)) error {
+// Badger directory. lostClears are the truncation intents (range id ->
+// target) whose delete was never synced: they are put back.
+func (s *Store) losePower(db *badger.DB, kept func(i int) (gen uint64, synced int64), lostClears map[string]uint64) error {
 	var from uint64
 	err := db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(walGenKey)
@@ -710,5 +721,12 @@ func (s *Store) losePower(db *badger.DB, kept func(i int) (gen uint64, synced in
 		s.log.Info("simulated power loss", "wal", i, "generation", gen, "kept_bytes", synced)
 	}
 	s.log.Info("simulated power loss dropped Badger's copies of the WAL's records", "records", dropped)
+	for id, to := range lostClears {
+		key := rangeKey(prefixIntent, id)
+		if err := wb.Set(key, encodeU64(key, to)); err != nil {
+			return fmt.Errorf("logstore: power loss: restore intent of %s: %w", id, err)
+		}
+		s.log.Info("simulated power loss kept a truncation intent whose delete was never synced", "range", id, "to", to)
+	}
 	return wb.Flush()
 }
