@@ -96,6 +96,14 @@ func SetSyncDemandDelay(d time.Duration) (restore func()) {
 	return func() { syncDemandDelay = old }
 }
 
+// SetSyncedHook sets a function every sync calls after its fdatasync and
+// before it publishes its ends as durable (commit.go); the returned
+// function removes it.
+func SetSyncedHook(h func(ends map[*Range]uint64)) (restore func()) {
+	syncedHook.Store(&h)
+	return func() { syncedHook.Store(nil) }
+}
+
 // StoredBatchForTest returns the batch stored under log key in the closed
 // store in dir, whose Badger value is stored: stored itself, or the batch
 // its pointer points to in the store's segments, verified.

@@ -3,6 +3,7 @@ package logstore
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -48,7 +49,9 @@ import (
 // is the writer role, whoever holds it), so the queue order stays the
 // commit order. A
 // durable end is only ever the end of a batch whose commit returned before
-// the sync that publishes it started, so it is covered by that sync.
+// the sync that publishes it started, so it is covered by that sync; and
+// only if no truncation cut that batch meanwhile (syncEnd), or the end would
+// cover records written at the same offsets after the sync began.
 //
 // Offsets are assigned in call order under the range mutex, and a write is
 // queued before that mutex is released, so each range's writes sit in the
@@ -314,8 +317,11 @@ func (s *Store) writeInline() {
 	// database, while this sync runs.
 	s.inlineSyncs++
 	// Take what the writer handed the syncer too: one sync covers it all.
-	for r, end := range s.takeUnsyncedLocked() {
-		ends[r] = max(ends[r], end)
+	for r, e := range s.takeUnsyncedLocked() {
+		if cur, ok := ends[r]; ok {
+			e = cur.later(e)
+		}
+		ends[r] = e
 	}
 	s.qmu.Unlock()
 	s.syncEnds(ends)
@@ -335,23 +341,57 @@ func (s *Store) writeInline() {
 // the WAL, before the call), then the durable ends are published. A failed sync fails the store: the
 // records stay written but never become durable, and WaitDurable returns
 // the failure.
-func (s *Store) syncEnds(ends map[*Range]uint64) bool {
+func (s *Store) syncEnds(ends map[*Range]syncEnd) bool {
 	if err := s.syncWAL(); err != nil {
 		_ = s.fail(err)
 		return false
 	}
-	for r, end := range ends {
-		r.madeDurable(end)
+	if h := syncedHook.Load(); h != nil {
+		plain := make(map[*Range]uint64, len(ends))
+		for r, e := range ends {
+			plain[r] = e.end
+		}
+		(*h)(plain)
+	}
+	for r, e := range ends {
+		r.madeDurable(e)
 	}
 	return true
 }
+
+// syncEnd is a range's log end handed to a sync, with the truncation
+// generation (Range.truncGen) its records were published under. A sync
+// publishes it as durable only if no truncation came in between: after one,
+// the offsets below end may hold newer records, written after the sync's
+// fdatasync began, which it need not have covered.
+type syncEnd struct{ end, gen uint64 }
+
+// later returns whichever of a and b describes the range's log as it is
+// now: the one of the newer generation (an older one's offsets were cut),
+// or within one generation the larger end.
+func (a syncEnd) later(b syncEnd) syncEnd {
+	if a.gen != b.gen {
+		if a.gen > b.gen {
+			return a
+		}
+		return b
+	}
+	if a.end >= b.end {
+		return a
+	}
+	return b
+}
+
+// syncedHook, when set (tests only), runs after a sync and before its ends
+// are published as durable: the seam that holds a sync there.
+var syncedHook atomic.Pointer[func(ends map[*Range]uint64)]
 
 // commitBatch writes, commits and publishes one batch and returns its log
 // ends, after handing them to the syncer if handoff is set (otherwise the
 // caller syncs them). The caller holds the writer role (writerBusy). An
 // error has failed the store: what reached the disk is unknown until
 // reopened.
-func (s *Store) commitBatch(b batch, handoff bool) (map[*Range]uint64, error) {
+func (s *Store) commitBatch(b batch, handoff bool) (map[*Range]syncEnd, error) {
 	records, bytes := 0, 0
 	for _, w := range b.writes {
 		records += len(w.vals)
@@ -378,10 +418,10 @@ func (s *Store) commitBatch(b batch, handoff bool) (map[*Range]uint64, error) {
 	s.commits.Add(1)
 
 	// Publish in queue order: each range's writes are in offset order.
-	ends := map[*Range]uint64{}
+	ends := map[*Range]syncEnd{}
 	for _, w := range b.writes {
-		w.r.published(w)
-		ends[w.r] = w.end
+		gen := w.r.published(w)
+		ends[w.r] = syncEnd{end: w.end, gen: gen}
 		w.finish(nil)
 	}
 	s.scheduleIndex()
@@ -393,8 +433,11 @@ func (s *Store) commitBatch(b batch, handoff bool) (map[*Range]uint64, error) {
 	// Committed before the handover, so the sync that takes these ends,
 	// which starts after it, covers them.
 	s.qmu.Lock()
-	for r, end := range ends {
-		s.unsynced[r] = max(s.unsynced[r], end)
+	for r, e := range ends {
+		if cur, ok := s.unsynced[r]; ok {
+			e = cur.later(e)
+		}
+		s.unsynced[r] = e
 	}
 	s.syncWork.Signal()
 	s.qmu.Unlock()
@@ -505,9 +548,9 @@ func (s *Store) syncReadyLocked() bool {
 
 // takeUnsyncedLocked takes the log ends waiting for a sync, and with them
 // any demand for one. s.qmu is held.
-func (s *Store) takeUnsyncedLocked() map[*Range]uint64 {
+func (s *Store) takeUnsyncedLocked() map[*Range]syncEnd {
 	ends := s.unsynced
-	s.unsynced = map[*Range]uint64{}
+	s.unsynced = map[*Range]syncEnd{}
 	s.syncDue = false
 	s.syncRounds++
 	return ends
@@ -662,8 +705,9 @@ func (t *txnWriter) discard() {
 }
 
 // published makes w's records visible: the writer calls it in queue order
-// after the commit.
-func (r *Range) published(w *write) {
+// after the commit. It returns the truncation generation they were published
+// under, which their sync must still find (madeDurable).
+func (r *Range) published(w *write) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// Assert the contiguity the queue order guarantees: a write that does
@@ -674,12 +718,23 @@ func (r *Range) published(w *write) {
 	r.logEnd, r.lastEpoch = w.end, w.lastEpoch
 	r.trimTailLocked()
 	r.notifyLocked()
+	return r.truncGen
 }
 
-// madeDurable raises durableEnd to end after a sync.
-func (r *Range) madeDurable(end uint64) {
+// madeDurable raises durableEnd to e.end after a sync.
+func (r *Range) madeDurable(e syncEnd) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// A truncation since these records were published cut them, and set
+	// durableEnd to its target itself (everything below was synced first).
+	// The offsets up to e.end may hold newer records by now, written after
+	// this sync's fdatasync began: publishing e.end would count them durable
+	// (a follower would report them to its leader as held, a leader count
+	// them toward the commit) though a power loss may take them.
+	if e.gen != r.truncGen {
+		return
+	}
+	end := e.end
 	// Truncate waits for the range to be durable before cutting, so end
 	// never exceeds logEnd; min keeps the invariant if that ever changed.
 	if end = min(end, r.logEnd); end > r.durableEnd {

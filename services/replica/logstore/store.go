@@ -125,7 +125,7 @@ type Store struct {
 	indexArmed, indexDue bool
 	// unsynced holds, per range, the end of its writes committed and
 	// published but not yet handed to a sync: the syncer's work.
-	unsynced map[*Range]uint64
+	unsynced map[*Range]syncEnd
 	// syncDue: the wait of the unsynced writes of ranges that sync on
 	// demand is over (syncDemandDelay passed). syncArmed: a timer bounds their wait. syncRounds counts the takings
 	// of unsynced, so a timer armed before the last one knows its wait
@@ -223,7 +223,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		crashAt:    opts.CrashAt,
 		ranges:     map[string]*Range{},
 		dirty:      map[*Range]struct{}{},
-		unsynced:   map[*Range]uint64{},
+		unsynced:   map[*Range]syncEnd{},
 		done:       make(chan struct{}),
 		sealed:     map[string]bool{},
 		syncFiles:  map[string]*os.File{},
