@@ -55,6 +55,10 @@ func TestRandomizedPowerLossWithConcurrentClients(t *testing.T) {
 // 3 by default; 5 lets two replicas be down and stale quorums overlap less.
 var powerLossReplicas = envInt("TENURE_POWERLOSS_REPLICAS", 3)
 
+// maxClientCalls bounds each client goroutine of crashRun in count, as
+// the run's steps bound it in time: far more calls than a run makes.
+const maxClientCalls = 100000
+
 func crashRun(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, seed+1000))
 	c := newCluster(t, powerLossReplicas)
@@ -151,7 +155,7 @@ func crashRun(t *testing.T, seed uint64, steps int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; ; i++ {
+			for i := 0; i < maxClientCalls; i++ {
 				select {
 				case <-stop:
 					return
@@ -190,7 +194,7 @@ func crashRun(t *testing.T, seed uint64, steps int) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
+		for range maxClientCalls {
 			select {
 			case <-stop:
 				return
