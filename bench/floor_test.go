@@ -104,7 +104,7 @@ type floorCluster struct {
 	mu        sync.Mutex
 	closed    bool
 	err       error       // the first failure of a replica goroutine
-	closers   []io.Closer // listeners, connections and files, closed by close
+	closers   []io.Closer // listeners and connections, closed by close
 	followers []net.Conn  // the leader's connections to its followers
 	end       uint64      // bytes the leader has accepted
 	durable   [3]uint64   // durable ends: the leader's, then each follower's
@@ -131,18 +131,23 @@ func startFloorCluster(tb testing.TB) *floorCluster {
 	// files are closed before their directories are removed.
 	dirs := []string{tb.TempDir(), tb.TempDir(), tb.TempDir()}
 	c := &floorCluster{wake: make(chan struct{}, 1)}
+	files := make([]*floorFile, 3)
 	tb.Cleanup(func() {
 		if err := c.close(nil); err != nil {
 			tb.Errorf("floor cluster: %v", err)
 		}
+		// Only now: the goroutines that write the files have returned.
+		for _, f := range files {
+			if f != nil {
+				f.f.Close()
+			}
+		}
 	})
-	files := make([]*floorFile, 3)
 	for i := range files {
 		f, err := newFloorFile(dirs[i])
 		if err != nil {
 			tb.Fatalf("floor replica %d: %v", i, err)
 		}
-		c.track(f.f)
 		files[i] = f
 	}
 	for i := 1; i <= 2; i++ {
