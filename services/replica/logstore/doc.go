@@ -97,7 +97,11 @@
 // # Crash safety
 //
 // Truncate persists an intent before cutting journal and log, and Open
-// redoes it. Open also cuts an unsynced log tail at its first hole, removes
+// redoes it. Clearing the intent is synced too: records written after the
+// cut are durable with the WAL alone, and a lost delete would let Open redo
+// the cut over them. A sync that took a range's end before a truncation
+// publishes nothing for it (syncEnd): the offsets may hold newer records by
+// then. Open also cuts an unsynced log tail at its first hole, removes
 // journal entries beyond the log end, verifies the journal against the log
 // and rebuilds a missing, empty or corrupt journal from the records' epochs
 // before the range is served. Options.CrashAt injects crashes at the steps
