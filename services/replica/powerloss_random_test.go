@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/tenurelog/tenure/pkg/journal"
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -41,9 +39,6 @@ func (c *cluster) crash(n *node) {
 // record, and every record a Read returned, sits at its offset in the final
 // log (invariants 1, 2 and the read rule).
 func TestRandomizedPowerLossWithConcurrentClients(t *testing.T) {
-	if testing.Short() {
-		t.Skip("randomised cluster run")
-	}
 	seeds := uint64(envInt("TENURE_POWERLOSS_SEEDS", 3))
 	steps := envInt("TENURE_POWERLOSS_STEPS", 40)
 	for seed := uint64(1); seed <= seeds; seed++ {
@@ -78,69 +73,13 @@ func crashRun(t *testing.T, seed uint64, steps int) {
 
 	promote := func(reach []*node) {
 		epoch++
-		var fenced []*node
-		answers := map[*node]*tenurev1.FenceResponse{}
-		for _, n := range reach {
-			if a, err := c.fence(n, epoch); err == nil {
-				fenced = append(fenced, n)
-				answers[n] = a
-			}
+		if cand := c.promoteOver(t, epoch, reach); cand != nil {
+			mu.Lock()
+			leader, leaderLC = cand, cand.lc
+			mu.Unlock()
 		}
-		if len(fenced) < wire.Quorum(len(c.nodes)) {
-			return
-		}
-		var cand *node
-		var bound uint64
-		lastEpoch := func(a *tenurev1.FenceResponse) uint64 {
-			if h := a.GetHistory(); len(h) > 0 {
-				return h[len(h)-1].GetEpoch()
-			}
-			return 0
-		}
-		for _, n := range fenced {
-			a := answers[n]
-			bound = max(bound, a.GetHighWaterMark())
-			if cand == nil || lastEpoch(a) > lastEpoch(answers[cand]) ||
-				lastEpoch(a) == lastEpoch(answers[cand]) && a.GetLogEnd() > answers[cand].GetLogEnd() {
-				cand = n
-			}
-		}
-		ca := answers[cand]
-		if ca.GetLogEnd() < bound {
-			t.Fatalf("epoch %d: candidate %s log end %d below the committed bound %d", epoch, cand.id, ca.GetLogEnd(), bound)
-		}
-		for _, n := range fenced {
-			if n == cand {
-				continue
-			}
-			a := answers[n]
-			d, ok := journal.DivergencePoint(fromWire(ca.GetHistory()), fromWire(a.GetHistory()))
-			if !ok {
-				d = 0
-				if len(ca.GetHistory()) == 0 && len(a.GetHistory()) == 0 {
-					d = math.MaxUint64
-				}
-			}
-			target := min(a.GetLogEnd(), d, ca.GetLogEnd())
-			if target < a.GetLogEnd() {
-				if target < a.GetHighWaterMark() {
-					t.Fatalf("epoch %d: truncation of %s to %d below its HWM %d (answers %v)", epoch, n.id, target, a.GetHighWaterMark(), answers)
-				}
-				if _, err := n.rc.Truncate(ctxT(t), connect.NewRequest(&tenurev1.TruncateRequest{RangeId: rangeID, Epoch: epoch, TargetOffset: target})); err != nil {
-					t.Fatalf("epoch %d: Truncate(%s, %d) = %v", epoch, n.id, target, err)
-				}
-			}
-		}
-		c.mustAdopt(cand, epoch, tenurev1.Role_ROLE_LEADER, cand, bound)
-		for _, n := range fenced {
-			if n != cand {
-				c.mustAdopt(n, epoch, tenurev1.Role_ROLE_FOLLOWER, cand, 0)
-			}
-		}
-		mu.Lock()
-		leader, leaderLC = cand, cand.lc
-		mu.Unlock()
 	}
+
 	current := func() (tenurev1connect.LogServiceClient, bool) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -267,20 +206,9 @@ func crashRun(t *testing.T, seed uint64, steps int) {
 				}
 			}
 		case p < 0.55:
-			n := c.nodes[rng.IntN(len(c.nodes))]
-			if rng.IntN(2) == 0 {
-				n.gate.block()
-			} else {
-				n.gate.open()
-			}
+			c.flipGate(rng)
 		default:
-			var reach []*node
-			for _, n := range upNodes() {
-				if rng.IntN(4) > 0 {
-					reach = append(reach, n)
-				}
-			}
-			promote(reach)
+			promote(someOf(rng, upNodes()))
 		}
 	}
 
@@ -300,31 +228,13 @@ func crashRun(t *testing.T, seed uint64, steps int) {
 	}
 	close(stop)
 	wg.Wait()
-	final := leader
-	var followers []*node
-	for _, n := range c.nodes {
-		if n != final {
-			followers = append(followers, n)
-		}
-	}
-	c.mustAppend(final, []byte("final"))
-	c.waitCaughtUp(final, followers...)
-	log := c.storeLog(final)
-	c.sameLogs(log, followers...)
+	log := c.settledLog(leader)
 	mu.Lock()
 	defer mu.Unlock()
 	if failure != "" {
 		t.Fatal(failure)
 	}
-	for off, r := range acked {
-		if off >= uint64(len(log)) || !bytes.Equal(log[off].GetValue(), r.value) || log[off].GetEpoch() != r.epoch {
-			t.Fatalf("acknowledged record at %d (%q, epoch %d) is not in the final log (%d records)", off, r.value, r.epoch, len(log))
-		}
-	}
-	for off, r := range seen {
-		if off >= uint64(len(log)) || !bytes.Equal(log[off].GetValue(), r.value) || log[off].GetEpoch() != r.epoch {
-			t.Fatalf("record read at %d (%q, epoch %d) is not in the final log (%d records)", off, r.value, r.epoch, len(log))
-		}
-	}
+	checkInLog(t, log, acked, "acknowledged")
+	checkInLog(t, log, seen, "read")
 	t.Logf("seed %d: %d epochs, %d acknowledged, %d read, final log %d records", seed, epoch, len(acked), len(seen), len(log))
 }

@@ -52,68 +52,9 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 
 	promote := func(reach []*node) {
 		epoch++
-		var fenced []*node
-		answers := map[*node]*tenurev1.FenceResponse{}
-		for _, n := range reach {
-			if a, err := c.fence(n, epoch); err == nil {
-				fenced = append(fenced, n)
-				answers[n] = a
-			}
+		if l := c.promoteOver(t, epoch, reach); l != nil {
+			leader = l
 		}
-		if len(fenced) < wire.Quorum(len(c.nodes)) {
-			t.Logf("step: promotion at %d reached %d replicas; abandoned", epoch, len(fenced))
-			return
-		}
-		var cand *node
-		var bound uint64
-		lastEpoch := func(a *tenurev1.FenceResponse) uint64 {
-			if h := a.GetHistory(); len(h) > 0 {
-				return h[len(h)-1].GetEpoch()
-			}
-			return 0
-		}
-		for _, n := range fenced {
-			a := answers[n]
-			bound = max(bound, a.GetHighWaterMark())
-			if cand == nil || lastEpoch(a) > lastEpoch(answers[cand]) ||
-				lastEpoch(a) == lastEpoch(answers[cand]) && a.GetLogEnd() > answers[cand].GetLogEnd() {
-				cand = n
-			}
-		}
-		ca := answers[cand]
-		if ca.GetLogEnd() < bound {
-			t.Fatalf("epoch %d: candidate %s log end %d below the committed bound %d", epoch, cand.id, ca.GetLogEnd(), bound)
-		}
-		for _, n := range fenced {
-			if n == cand {
-				continue
-			}
-			a := answers[n]
-			d, ok := journal.DivergencePoint(fromWire(ca.GetHistory()), fromWire(a.GetHistory()))
-			if !ok {
-				d = 0
-				if len(ca.GetHistory()) == 0 && len(a.GetHistory()) == 0 {
-					d = math.MaxUint64
-				}
-			}
-			target := min(a.GetLogEnd(), d, ca.GetLogEnd())
-			if target < a.GetLogEnd() {
-				if target < a.GetHighWaterMark() {
-					t.Fatalf("epoch %d: truncation of %s to %d below its HWM %d", epoch, n.id, target, a.GetHighWaterMark())
-				}
-				if _, err := n.rc.Truncate(ctxT(t), connect.NewRequest(&tenurev1.TruncateRequest{RangeId: rangeID, Epoch: epoch, TargetOffset: target})); err != nil {
-					t.Fatalf("epoch %d: Truncate(%s, %d) = %v", epoch, n.id, target, err)
-				}
-			}
-		}
-		c.mustAdopt(cand, epoch, tenurev1.Role_ROLE_LEADER, cand, bound)
-		for _, n := range fenced {
-			if n != cand {
-				c.mustAdopt(n, epoch, tenurev1.Role_ROLE_FOLLOWER, cand, 0)
-			}
-		}
-		leader = cand
-		t.Logf("step: epoch %d leader %s over %d replicas, bound %d", epoch, cand.id, len(fenced), bound)
 	}
 	upNodes := func() []*node {
 		var out []*node
@@ -172,20 +113,9 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 				}
 			}
 		case p < 0.82:
-			n := c.nodes[rng.IntN(len(c.nodes))]
-			if rng.IntN(2) == 0 {
-				n.gate.block()
-			} else {
-				n.gate.open()
-			}
+			c.flipGate(rng)
 		default:
-			var reach []*node
-			for _, n := range upNodes() {
-				if rng.IntN(4) > 0 {
-					reach = append(reach, n)
-				}
-			}
-			promote(reach)
+			promote(someOf(rng, upNodes()))
 		}
 	}
 
@@ -202,7 +132,109 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 	if leader == nil || epoch == before {
 		t.Fatal("the final promotion over all replicas did not happen")
 	}
-	final := leader
+	log := c.settledLog(leader)
+	checkInLog(t, log, acked, "acknowledged")
+	t.Logf("seed %d: %d epochs, %d acknowledged records, final log %d records", seed, epoch, len(acked), len(log))
+}
+
+// promoteOver plays the promoter at epoch over reach, by the design's
+// rules: fence each, and with a quorum fenced pick the candidate (the
+// highest last epoch, then the longest log), truncate every other fenced
+// replica to where it diverges from the candidate, and adopt. It fails the
+// test if the candidate is short of the committed bound or a truncation
+// would go below a replica's HWM (invariant 3), and returns the new leader,
+// or nil when fewer than a quorum answered the fence.
+func (c *cluster) promoteOver(t *testing.T, epoch uint64, reach []*node) *node {
+	t.Helper()
+	var fenced []*node
+	answers := map[*node]*tenurev1.FenceResponse{}
+	for _, n := range reach {
+		if a, err := c.fence(n, epoch); err == nil {
+			fenced = append(fenced, n)
+			answers[n] = a
+		}
+	}
+	if len(fenced) < wire.Quorum(len(c.nodes)) {
+		t.Logf("step: promotion at %d reached %d replicas; abandoned", epoch, len(fenced))
+		return nil
+	}
+	var cand *node
+	var bound uint64
+	lastEpoch := func(a *tenurev1.FenceResponse) uint64 {
+		if h := a.GetHistory(); len(h) > 0 {
+			return h[len(h)-1].GetEpoch()
+		}
+		return 0
+	}
+	for _, n := range fenced {
+		a := answers[n]
+		bound = max(bound, a.GetHighWaterMark())
+		if cand == nil || lastEpoch(a) > lastEpoch(answers[cand]) ||
+			lastEpoch(a) == lastEpoch(answers[cand]) && a.GetLogEnd() > answers[cand].GetLogEnd() {
+			cand = n
+		}
+	}
+	ca := answers[cand]
+	if ca.GetLogEnd() < bound {
+		t.Fatalf("epoch %d: candidate %s log end %d below the committed bound %d", epoch, cand.id, ca.GetLogEnd(), bound)
+	}
+	for _, n := range fenced {
+		if n == cand {
+			continue
+		}
+		a := answers[n]
+		d, ok := journal.DivergencePoint(fromWire(ca.GetHistory()), fromWire(a.GetHistory()))
+		if !ok {
+			d = 0
+			if len(ca.GetHistory()) == 0 && len(a.GetHistory()) == 0 {
+				d = math.MaxUint64
+			}
+		}
+		target := min(a.GetLogEnd(), d, ca.GetLogEnd())
+		if target < a.GetLogEnd() {
+			if target < a.GetHighWaterMark() {
+				t.Fatalf("epoch %d: truncation of %s to %d below its HWM %d", epoch, n.id, target, a.GetHighWaterMark())
+			}
+			if _, err := n.rc.Truncate(ctxT(t), connect.NewRequest(&tenurev1.TruncateRequest{RangeId: rangeID, Epoch: epoch, TargetOffset: target})); err != nil {
+				t.Fatalf("epoch %d: Truncate(%s, %d) = %v", epoch, n.id, target, err)
+			}
+		}
+	}
+	c.mustAdopt(cand, epoch, tenurev1.Role_ROLE_LEADER, cand, bound)
+	for _, n := range fenced {
+		if n != cand {
+			c.mustAdopt(n, epoch, tenurev1.Role_ROLE_FOLLOWER, cand, 0)
+		}
+	}
+	t.Logf("step: epoch %d leader %s over %d replicas, bound %d", epoch, cand.id, len(fenced), bound)
+	return cand
+}
+
+// flipGate blocks or opens, at random, the fetch gate of a random replica.
+func (c *cluster) flipGate(rng *rand.Rand) {
+	n := c.nodes[rng.IntN(len(c.nodes))]
+	if rng.IntN(2) == 0 {
+		n.gate.block()
+	} else {
+		n.gate.open()
+	}
+}
+
+// someOf returns each of nodes with probability 3/4: the replicas a
+// promoter reaches.
+func someOf(rng *rand.Rand, nodes []*node) []*node {
+	var reach []*node
+	for _, n := range nodes {
+		if rng.IntN(4) > 0 {
+			reach = append(reach, n)
+		}
+	}
+	return reach
+}
+
+// settledLog appends once through final, waits for every other replica to
+// catch up, and returns final's log once every replica holds the same.
+func (c *cluster) settledLog(final *node) []*tenurev1.Record {
 	var followers []*node
 	for _, n := range c.nodes {
 		if n != final {
@@ -213,12 +245,19 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 	c.waitCaughtUp(final, followers...)
 	log := c.storeLog(final)
 	c.sameLogs(log, followers...)
-	for off, r := range acked {
+	return log
+}
+
+// checkInLog fails the test unless every record of recs (offset -> record)
+// sits at its offset in log, byte for byte and with its epoch; what names
+// how the test came by them.
+func checkInLog(t *testing.T, log []*tenurev1.Record, recs map[uint64]ackedRecord, what string) {
+	t.Helper()
+	for off, r := range recs {
 		if off >= uint64(len(log)) || !bytes.Equal(log[off].GetValue(), r.value) || log[off].GetEpoch() != r.epoch {
-			t.Fatalf("acknowledged record at %d (%q, epoch %d) is not in the final log (%d records)", off, r.value, r.epoch, len(log))
+			t.Fatalf("%s record at %d (%q, epoch %d) is not in the final log (%d records)", what, off, r.value, r.epoch, len(log))
 		}
 	}
-	t.Logf("seed %d: %d epochs, %d acknowledged records, final log %d records", seed, epoch, len(acked), len(log))
 }
 
 func fromWire(h []*tenurev1.EpochStart) []journal.EpochStart {

@@ -317,12 +317,7 @@ func (s *Store) writeInline() {
 	// database, while this sync runs.
 	s.inlineSyncs++
 	// Take what the writer handed the syncer too: one sync covers it all.
-	for r, e := range s.takeUnsyncedLocked() {
-		if cur, ok := ends[r]; ok {
-			e = cur.later(e)
-		}
-		ends[r] = e
-	}
+	mergeEnds(ends, s.takeUnsyncedLocked())
 	s.qmu.Unlock()
 	s.syncEnds(ends)
 	s.qmu.Lock()
@@ -382,6 +377,16 @@ func (a syncEnd) later(b syncEnd) syncEnd {
 	return b
 }
 
+// mergeEnds adds from's ends to into, keeping per range the later one.
+func mergeEnds(into, from map[*Range]syncEnd) {
+	for r, e := range from {
+		if cur, ok := into[r]; ok {
+			e = cur.later(e)
+		}
+		into[r] = e
+	}
+}
+
 // syncedHook, when set (tests only), runs after a sync and before its ends
 // are published as durable: the seam that holds a sync there.
 var syncedHook atomic.Pointer[func(ends map[*Range]uint64)]
@@ -433,12 +438,7 @@ func (s *Store) commitBatch(b batch, handoff bool) (map[*Range]syncEnd, error) {
 	// Committed before the handover, so the sync that takes these ends,
 	// which starts after it, covers them.
 	s.qmu.Lock()
-	for r, e := range ends {
-		if cur, ok := s.unsynced[r]; ok {
-			e = cur.later(e)
-		}
-		s.unsynced[r] = e
-	}
+	mergeEnds(s.unsynced, ends)
 	s.syncWork.Signal()
 	s.qmu.Unlock()
 	return ends, nil

@@ -7,17 +7,30 @@ import (
 	"github.com/tenurelog/tenure/services/replica/logstore"
 )
 
-// appendAfterCut writes epoch 2 at the log end of r (cut to 5) and 6
-// records under it, waits for them to be durable and returns the new end.
-func appendAfterCut(t *testing.T, r *logstore.Range) uint64 {
+// appendAfterCutThenLosePower writes epoch 2 at the log end of r (cut to
+// 5) and 6 records under it, waits for them to be durable, cuts the power
+// and reopens: every record and the history must survive, as nothing
+// synced Badger after the cut's intent was deleted (no SetState: its sync
+// would make that delete durable, which the tests need not to happen).
+func appendAfterCutThenLosePower(t *testing.T, o *opener, s *logstore.Store, r *logstore.Range) {
 	t.Helper()
-	// No SetState: its sync would make the intent's delete durable, which
-	// is exactly what the test needs not to happen.
 	lead(t, r, 2)
 	appendN(t, r, 2, 6)
 	end := r.AssignedEnd()
 	waitDurable(t, r, end)
-	return end
+	want := readAll(t, r)
+	wantHistory := r.History()
+	losePower(t, s)
+
+	s = o.open()
+	defer closeStore(t, s)
+	r, _ = s.Range("r1")
+	if r.LogEnd() != end {
+		t.Fatalf("LogEnd after the power loss = %d, want %d: records durable after the cut were cut again", r.LogEnd(), end)
+	}
+	sameRecords(t, "after the power loss", readAll(t, r), want)
+	checkHistory(t, r, wantHistory)
+	checkConsistent(t, r)
 }
 
 // A Truncate clears its intent, then the range takes new records, which
@@ -35,20 +48,7 @@ func TestLostIntentClearDoesNotCutLaterRecords(t *testing.T) {
 	if _, err := r.Truncate(5); err != nil {
 		t.Fatalf("Truncate(5) = %v", err)
 	}
-	end := appendAfterCut(t, r)
-	want := readAll(t, r)
-	wantHistory := r.History()
-	losePower(t, s)
-
-	s = o.open()
-	defer closeStore(t, s)
-	r, _ = s.Range("r1")
-	if r.LogEnd() != end {
-		t.Fatalf("LogEnd after the power loss = %d, want %d: records durable after the cut were cut again", r.LogEnd(), end)
-	}
-	sameRecords(t, "after the power loss", readAll(t, r), want)
-	checkHistory(t, r, wantHistory)
-	checkConsistent(t, r)
+	appendAfterCutThenLosePower(t, o, s, r)
 }
 
 // The same after a truncation Open redid: its delete of the intent must
@@ -79,18 +79,5 @@ func TestLostRedoIntentClearDoesNotCutLaterRecords(t *testing.T) {
 	if r.LogEnd() != 5 {
 		t.Fatalf("LogEnd after the redo = %d, want 5", r.LogEnd())
 	}
-	end := appendAfterCut(t, r)
-	want := readAll(t, r)
-	wantHistory := r.History()
-	losePower(t, s)
-
-	s = o.open()
-	defer closeStore(t, s)
-	r, _ = s.Range("r1")
-	if r.LogEnd() != end {
-		t.Fatalf("LogEnd after the power loss = %d, want %d: records durable after the redone cut were cut again", r.LogEnd(), end)
-	}
-	sameRecords(t, "after the power loss", readAll(t, r), want)
-	checkHistory(t, r, wantHistory)
-	checkConsistent(t, r)
+	appendAfterCutThenLosePower(t, o, s, r)
 }
