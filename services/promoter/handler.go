@@ -2,6 +2,7 @@ package promoter
 
 import (
 	"context"
+	"errors"
 	"sort"
 
 	"connectrpc.com/connect"
@@ -61,4 +62,14 @@ func (h handler) GetStatus(context.Context, *connect.Request[tenurev1.PromoterSe
 	p.mu.Unlock()
 	sort.Slice(resp.Ranges, func(i, j int) bool { return resp.Ranges[i].GetRangeId() < resp.Ranges[j].GetRangeId() })
 	return connect.NewResponse(resp), nil
+}
+
+// ChangeReplicas implements PromoterService.ChangeReplicas.
+func (h handler) ChangeReplicas(ctx context.Context, req *connect.Request[tenurev1.ChangeReplicasRequest], stream *connect.ServerStream[tenurev1.ChangeReplicasResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("promoter: ChangeReplicas is not built yet"))
+}
+
+// DeleteRange implements PromoterService.DeleteRange.
+func (h handler) DeleteRange(ctx context.Context, req *connect.Request[tenurev1.PromoterServiceDeleteRangeRequest]) (*connect.Response[tenurev1.PromoterServiceDeleteRangeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("promoter: DeleteRange is not built yet"))
 }
