@@ -166,12 +166,13 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 		byRange[s.GetRangeId()] = s
 	}
 	type action struct {
-		rangeID string
-		epoch   uint64
-		replica *tenurev1.Replica
-		leader  *tenurev1.Replica
-		members []*tenurev1.Replica
-		promote string // non-empty: promote with this reason; else reconcile replica
+		rangeID    string
+		epoch      uint64
+		generation uint64
+		replica    *tenurev1.Replica
+		leader     *tenurev1.Replica
+		members    []*tenurev1.Replica
+		promote    string // non-empty: promote with this reason; else reconcile replica
 	}
 	var actions []action
 	replicaID := resp.Msg.GetReplicaId()
@@ -195,7 +196,9 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 			// lease events and refresh will catch us up.
 			continue
 		}
-		member := &tenurev1.Replica{Id: replicaID, Address: addr}
+		// The member as stored: its recorded incarnation goes with the
+		// fence, so another disk under its id refuses rather than joins.
+		member := rs.member(replicaID)
 		leader := &tenurev1.Replica{Id: rs.leaderID, Address: rs.address(rs.leaderID)}
 		if replicaID == rs.leaderID {
 			// The leader must lead at exactly the range's epoch. A restarted
@@ -207,7 +210,7 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 		}
 		// A member must follow the current leader at the current epoch.
 		if st == nil || st.GetEpoch() != rs.epoch || st.GetRole() != tenurev1.Role_ROLE_FOLLOWER || st.GetLeaderId() != rs.leaderID {
-			actions = append(actions, action{rangeID: id, epoch: rs.epoch, replica: member, leader: leader, members: rs.replicas})
+			actions = append(actions, action{rangeID: id, epoch: rs.epoch, generation: rs.generation, replica: member, leader: leader, members: rs.replicas})
 		}
 	}
 	p.mu.Unlock()
@@ -216,7 +219,7 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 			p.schedule(ctx, a.rangeID, a.epoch, a.promote)
 			continue
 		}
-		p.reconcile(ctx, a.rangeID, a.epoch, a.replica, a.leader, a.members)
+		p.reconcile(ctx, a.rangeID, a.epoch, a.generation, a.replica, a.leader, a.members)
 	}
 }
 
@@ -269,7 +272,7 @@ func (p *Promoter) hostedAtLocked(addr string) string {
 // current epoch (which stops it acting under any older one), then adopt it
 // as a follower of the current leader. The leader's fetch check truncates
 // whatever diverged, never below the follower's HWM.
-func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch uint64, r, leader *tenurev1.Replica, members []*tenurev1.Replica) {
+func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch, generation uint64, r, leader *tenurev1.Replica, members []*tenurev1.Replica) {
 	key := "reconcile/" + rangeID + "/" + r.GetId()
 	if !p.begin(key) {
 		return
@@ -278,7 +281,8 @@ func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch uint64, 
 		defer p.end(key)
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
 		defer cancel()
-		_, err := p.batchers(r).fence.call(cctx, &tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID})
+		_, err := p.batchers(r).fence.call(cctx, &tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID,
+			Incarnation: r.GetIncarnation(), RangeGeneration: generation})
 		if err == nil {
 			err = p.adoptFollower(cctx, rangeID, epoch, r, leader, members)
 		}

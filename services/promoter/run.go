@@ -32,6 +32,10 @@ type rangeState struct {
 	// changed is when epoch or leader last changed; a probe answer taken
 	// before it describes an older world and is ignored.
 	changed time.Time
+	// change is the membership change in flight, as last read; generation
+	// the range's generation (sent with reconciling fences).
+	change     *tenurev1.MembershipChange
+	generation uint64
 }
 
 func (rs *rangeState) status(id string) *tenurev1.RangePromotionState {
@@ -39,16 +43,22 @@ func (rs *rangeState) status(id string) *tenurev1.RangePromotionState {
 	if !rs.retryAt.IsZero() {
 		st.NextRetryUnixMs = rs.retryAt.UnixMilli()
 	}
+	st.MembershipChange = describeChange(rs.change)
 	return st
 }
 
 func (rs *rangeState) address(id string) string {
+	return rs.member(id).GetAddress()
+}
+
+// member is the member id as stored (with its incarnation), or nil.
+func (rs *rangeState) member(id string) *tenurev1.Replica {
 	for _, r := range rs.replicas {
 		if r.GetId() == id {
-			return r.GetAddress()
+			return r
 		}
 	}
-	return ""
+	return nil
 }
 
 // Run campaigns in the promoter election and, while elected, watches lease
@@ -121,22 +131,7 @@ func (p *Promoter) campaign(ctx context.Context) error {
 // Promote runs a promotion of rangeID now (planned handover or operator
 // request). Only the elected promoter promotes.
 func (p *Promoter) Promote(ctx context.Context, rangeID, preferred, reason string) (*tenurev1.Transition, error) {
-	if !p.Elected() {
-		return nil, p.notElectedError()
-	}
-	if !p.begin(rangeID) {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("a promotion of range %s is already running; retry shortly", rangeID))
-	}
-	defer p.end(rangeID)
-	select {
-	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-p.sem }()
-	tr, err := p.promote(ctx, rangeID, -1, preferred, reason)
-	p.finished(rangeID, tr, err, false)
-	return tr, err
+	return p.promoteNow(ctx, rangeID, promoteOpts{preferred: preferred, reason: reason, waitRecord: true})
 }
 
 // begin marks rangeID in flight; false if it already is.
@@ -367,7 +362,7 @@ func (p *Promoter) observe(ctx context.Context, r *tenurev1.RangeInfo) {
 		rs = &rangeState{state: "healthy"}
 		p.ranges[r.GetRangeId()] = rs
 	}
-	rs.replicas = r.GetReplicas()
+	rs.replicas, rs.change, rs.generation = r.GetReplicas(), r.GetChange(), r.GetGeneration()
 	// Epochs only move forward: an older view (a slow refresh racing a
 	// promotion we just finished) must not roll our state back.
 	if r.GetEpoch() > rs.epoch {
@@ -380,6 +375,7 @@ func (p *Promoter) observe(ctx context.Context, r *tenurev1.RangeInfo) {
 	}
 	epoch, leader, inflight := rs.epoch, rs.leaderID, p.inflight[r.GetRangeId()]
 	p.mu.Unlock()
+	p.completeInFlight(ctx, r)
 	if l := r.GetLease(); leader != "" && l.GetEpoch() == epoch && l.GetHolderId() == p.cfg.ID && !inflight {
 		// The lease of the current epoch is still ours: the bind to the
 		// leader failed (its keeper had no session yet). Retry it, so the
