@@ -204,6 +204,26 @@ type memberStatus struct {
 	replica *tenurev1.Replica
 	status  *tenurev1.RangeStatus // nil when err is set or the range is not hosted
 	err     error
+	// incarnation is the replica's own (its data directory's), when it
+	// answered; lost is set when its disk lost the range (the membership
+	// records another incarnation for it).
+	incarnation string
+	lost        *tenurev1.LostRange
+}
+
+// mismatch says whether the replica answering is not the member's disk.
+func (m memberStatus) mismatch() bool {
+	return m.lost != nil || (m.incarnation != "" && m.replica.GetIncarnation() != "" && m.incarnation != m.replica.GetIncarnation())
+}
+
+// lostRange finds rangeID among a replica's lost ranges.
+func lostRange(resp *tenurev1.ReplicaServiceGetStatusResponse, rangeID string) *tenurev1.LostRange {
+	for _, l := range resp.GetLostRanges() {
+		if l.GetRangeId() == rangeID {
+			return l
+		}
+	}
+	return nil
 }
 
 // memberStatuses asks every member of r for its status of the range, in
@@ -217,7 +237,21 @@ func (c *clients) memberStatuses(ctx context.Context, r *tenurev1.RangeInfo) []m
 			cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 			defer cancel()
 			resp, err := c.replica(m.GetAddress()).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: r.GetRangeId()}))
+			if err != nil && connect.CodeOf(err) == connect.CodeNotFound {
+				// Not hosted: a replica whose disk lost the range says so in
+				// its full status.
+				if full, ferr := c.replica(m.GetAddress()).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{})); ferr == nil {
+					out[i].incarnation, out[i].lost = full.Msg.GetIncarnation(), lostRange(full.Msg, r.GetRangeId())
+				}
+			}
+			if err == nil {
+				out[i].incarnation, out[i].lost = resp.Msg.GetIncarnation(), lostRange(resp.Msg, r.GetRangeId())
+			}
 			switch {
+			case out[i].mismatch():
+				out[i].err = fmt.Errorf("INCARNATION MISMATCH: the member is incarnation %s, the replica answering is %s (its disk was replaced or wiped); it does not serve the range: remove it and add it again",
+					orDash(m.GetIncarnation()), orDash(out[i].incarnation))
+				out[i].status = nil
 			case err != nil && connect.CodeOf(err) == connect.CodeNotFound:
 				out[i].err = errors.New("does not host the range yet (no promotion has fenced it)")
 			case err != nil:

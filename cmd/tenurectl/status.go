@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,13 @@ noted "not fetching": it cannot reach the leader, or is stuck. Idle, its
 lag stays 0, so nothing else shows it. When too few followers fetch for a
 quorum, the leader's row says COMMITS STALLED: it commits nothing although
 it still renews its lease, and no promotion follows on its own.
+
+A learner (a member being added: it fetches, never counts) has "(learner)"
+after its role. A member whose replica answers with another incarnation
+than the one recorded for it (its disk was replaced or wiped; the replica
+reports the range among its lost ranges) is shown as "lost" with
+INCARNATION MISMATCH: it does not serve the range until removed and added
+again. A membership change in flight is named below the table.
 
 Below the table, the elected promoter's view of every range it is not
 content with: promoting; failing and retrying (how many attempts failed,
@@ -222,17 +230,22 @@ func commitsStalled(members []memberStatus, leader *memberStatus, leaderID strin
 	if leader == nil || len(leader.status.GetFollowers()) == 0 {
 		return "" // no progress reported: nothing to judge by
 	}
-	fetching := 0
+	// Learners never count toward the commit.
+	fetching, voters := 0, 0
 	for _, m := range members {
+		if m.replica.GetLearner() {
+			continue
+		}
+		voters++
 		if f := progressOf(m, leader); f != nil && m.replica.GetId() != leaderID && fetchingNow(f) {
 			fetching++
 		}
 	}
-	need := wire.Quorum(len(members)) - 1
+	need := wire.Quorum(voters) - 1
 	if fetching >= need {
 		return ""
 	}
-	return fmt.Sprintf("COMMITS STALLED: %d of %d followers fetching, %d needed", fetching, len(members)-1, need)
+	return fmt.Sprintf("COMMITS STALLED: %d of %d followers fetching, %d needed", fetching, voters-1, need)
 }
 
 func writeStatusTable(w io.Writer, rs []rangeStatus) error {
@@ -255,7 +268,12 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 				if nf := notFetching(m, leader, leaderID); nf != "" {
 					note += "; " + nf
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t%s\n", first[0], first[1], first[2], m.replica.GetId(), "unreachable", note)
+				role := "unreachable"
+				if m.mismatch() {
+					role = "lost"
+					note = m.err.Error()
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t%s\n", first[0], first[1], first[2], m.replica.GetId(), role, note)
 				continue
 			}
 			st := m.status
@@ -287,10 +305,37 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 			if h := st.GetHalted(); h != "" {
 				note = "HALTED: " + shortText(h)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", first[0], first[1], first[2], m.replica.GetId(), roleName(st.GetRole()), epoch, st.GetLogEnd(), st.GetHighWaterMark(), lag, note)
+			role := roleName(st.GetRole())
+			if m.replica.GetLearner() {
+				role += " (learner)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", first[0], first[1], first[2], m.replica.GetId(), role, epoch, st.GetLogEnd(), st.GetHighWaterMark(), lag, note)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// A change in flight matters until it completes: promotions need a
+	// quorum of the old and of the new voters meanwhile.
+	for _, r := range rs {
+		if ch := r.info.GetChange(); ch != nil {
+			var old []string
+			for _, o := range ch.GetOldReplicas() {
+				if !o.GetLearner() {
+					old = append(old, o.GetId())
+				}
+			}
+			fmt.Fprintf(w, "\nrange %s: membership change in flight: %s %s since epoch %d, started %s; promotions need a quorum of the voters before it (%s) and after it\n",
+				r.info.GetRangeId(), membershipStepName(ch.GetStep()), ch.GetReplicaId(), ch.GetEpoch(),
+				time.UnixMilli(ch.GetStartedUnixMs()).UTC().Format("15:04:05"), strings.Join(old, ", "))
+		}
+	}
+	return nil
+}
+
+// membershipStepName is a step's short name, e.g. "add-learner".
+func membershipStepName(s tenurev1.MembershipStep) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.String(), "MEMBERSHIP_STEP_")), "_", "-")
 }
 
 type statusJSON struct {
@@ -300,6 +345,9 @@ type statusJSON struct {
 	Lease     leaseJSON           `json:"lease"`
 	Replicas  []replicaStatusJSON `json:"replicas"`
 	Promotion *promotionJSON      `json:"promotion,omitempty"`
+	// Change is the membership change in flight, e.g. "add-learner r4
+	// since epoch 7".
+	Change string `json:"membership_change,omitempty"`
 }
 
 // promotionJSON is the elected promoter's state of a range.
@@ -334,6 +382,12 @@ type replicaStatusJSON struct {
 	// followers the leader reports.
 	FetchWaitingMs *uint64 `json:"fetch_waiting_ms,omitempty"`
 	Halted         string  `json:"halted,omitempty"`
+	Learner        bool    `json:"learner"`
+	// Incarnation is the member's recorded one; Answered the replica's own.
+	Incarnation string `json:"incarnation,omitempty"`
+	Answered    string `json:"answered_incarnation,omitempty"`
+	// IncarnationMismatch: the replica answering is not the member's disk.
+	IncarnationMismatch bool `json:"incarnation_mismatch"`
 }
 
 func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
@@ -347,7 +401,8 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 			leader, sj.Leader = &l, l.replica.GetId()
 		}
 		for _, m := range r.members {
-			rj := replicaStatusJSON{ID: m.replica.GetId(), Address: m.replica.GetAddress()}
+			rj := replicaStatusJSON{ID: m.replica.GetId(), Address: m.replica.GetAddress(), Learner: m.replica.GetLearner(),
+				Incarnation: m.replica.GetIncarnation(), Answered: m.incarnation, IncarnationMismatch: m.mismatch()}
 			if m.status == nil {
 				rj.Error = m.err.Error()
 			} else {
@@ -364,6 +419,9 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 				rj.FetchWaitingMs = &ms
 			}
 			sj.Replicas = append(sj.Replicas, rj)
+		}
+		if ch := r.info.GetChange(); ch != nil {
+			sj.Change = fmt.Sprintf("%s %s since epoch %d", membershipStepName(ch.GetStep()), ch.GetReplicaId(), ch.GetEpoch())
 		}
 		if p := r.promotion; p != nil {
 			sj.Promotion = &promotionJSON{State: p.GetState(), Attempts: p.GetAttempts(), LastError: p.GetLastError(), NextRetryUnixMs: p.GetNextRetryUnixMs()}
