@@ -160,26 +160,35 @@ type changeRun struct {
 
 func (c *changeRun) add(ctx context.Context, r *tenurev1.Replica, lag uint64, timeout time.Duration) error {
 	p := c.p
-	// The new member is (id, incarnation) from the start: its disk's id,
-	// read from the replica itself, so a later answer from another disk
-	// under the same id never counts.
-	inc, err := p.incarnationOf(ctx, r)
+	rng, err := p.getRange(ctx, c.rangeID)
 	if err != nil {
 		return err
 	}
-	r.Incarnation = inc
-	if err := c.step(ctx, tenurev1.MembershipStep_MEMBERSHIP_STEP_ADD_LEARNER, r, func(rng *tenurev1.RangeInfo) error {
-		if m := member(rng, r.GetId()); m != nil && !m.GetLearner() {
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("replica %s is already a voter of range %s", r.GetId(), c.rangeID))
+	ch := rng.GetChange()
+	resume := ch.GetStep() == tenurev1.MembershipStep_MEMBERSHIP_STEP_ADD_LEARNER && ch.GetReplicaId() == r.GetId()
+	switch m := member(rng, r.GetId()); {
+	case m != nil && !m.GetLearner():
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("replica %s is already a voter of range %s", r.GetId(), c.rangeID))
+	case m == nil || resume:
+		// The new member is (id, incarnation) from the start: its disk's
+		// id, read from the replica itself, so a later answer from another
+		// disk under the same id never counts.
+		inc, err := p.incarnationOf(ctx, r)
+		if err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return err
+		r.Incarnation = inc
+		if err := c.step(ctx, tenurev1.MembershipStep_MEMBERSHIP_STEP_ADD_LEARNER, r); err != nil {
+			return err
+		}
+	default:
+		// Already a learner (an earlier run's catch-up timed out): go on
+		// from its catch-up.
 	}
 	if err := c.catchUp(ctx, r.GetId(), lag, timeout); err != nil {
 		return err
 	}
-	return c.step(ctx, tenurev1.MembershipStep_MEMBERSHIP_STEP_PROMOTE_LEARNER, &tenurev1.Replica{Id: r.GetId()}, nil)
+	return c.step(ctx, tenurev1.MembershipStep_MEMBERSHIP_STEP_PROMOTE_LEARNER, &tenurev1.Replica{Id: r.GetId()})
 }
 
 func (c *changeRun) remove(ctx context.Context, id string) error {
@@ -200,7 +209,7 @@ func (c *changeRun) remove(ctx context.Context, id string) error {
 		}
 	}
 	var tr *tenurev1.Transition
-	if err := c.stepThen(ctx, tenurev1.MembershipStep_MEMBERSHIP_STEP_REMOVE, &tenurev1.Replica{Id: id}, nil, func(t *tenurev1.Transition) { tr = t }); err != nil {
+	if err := c.stepThen(ctx, tenurev1.MembershipStep_MEMBERSHIP_STEP_REMOVE, &tenurev1.Replica{Id: id}, func(t *tenurev1.Transition) { tr = t }); err != nil {
 		return err
 	}
 	// The removed replica was fenced at the step's epoch (if it answered)
@@ -222,13 +231,14 @@ func (c *changeRun) remove(ctx context.Context, id string) error {
 	return c.send(&tenurev1.ChangeReplicasResponse{Phase: "drop", Detail: detail, Range: rng})
 }
 
-// step runs one membership step through its promotion to completion.
-// check, if not nil, refuses a step that does not apply to the range read.
-func (c *changeRun) step(ctx context.Context, step tenurev1.MembershipStep, r *tenurev1.Replica, check func(*tenurev1.RangeInfo) error) error {
-	return c.stepThen(ctx, step, r, check, nil)
+// step runs one membership step through its promotion to completion. The
+// lease service refuses a step that does not apply (FailedPrecondition).
+func (c *changeRun) step(ctx context.Context, step tenurev1.MembershipStep, r *tenurev1.Replica) error {
+	return c.stepThen(ctx, step, r, nil)
 }
 
-func (c *changeRun) stepThen(ctx context.Context, step tenurev1.MembershipStep, r *tenurev1.Replica, check func(*tenurev1.RangeInfo) error, promoted func(*tenurev1.Transition)) error {
+// stepThen is step; promoted, if not nil, is handed the step's transition.
+func (c *changeRun) stepThen(ctx context.Context, step tenurev1.MembershipStep, r *tenurev1.Replica, promoted func(*tenurev1.Transition)) error {
 	p := c.p
 	name := stepName(step) + " " + r.GetId()
 	var leaderID string
@@ -247,11 +257,6 @@ func (c *changeRun) stepThen(ctx context.Context, step tenurev1.MembershipStep, 
 			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 				"range %s has a membership change in flight (%s): it completes with the next successful promotion, or re-run that change",
 				c.rangeID, describeChange(ch)))
-		}
-		if check != nil {
-			if err := check(rng); err != nil {
-				return err
-			}
 		}
 		leader, ok, why, err := p.epochStartCommitted(ctx, rng)
 		if err != nil {
