@@ -27,6 +27,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"promote and transitions", testPromoteTransitions},
 		{"bench", testBench},
 		{"epochs with a diverged replica", testEpochsDivergence},
+		{"membership", testMembership},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
 	} {

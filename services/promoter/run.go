@@ -275,6 +275,13 @@ func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error, 
 		rs.state, rs.lastErr, rs.attempts, rs.holds, rs.retryAt = "healthy", "", 0, 0, time.Time{}
 		return 0, time.Time{}
 	}
+	if connect.CodeOf(err) == connect.CodeNotFound && auto {
+		// The range was deleted: nothing to promote, and no retry (it
+		// would retry forever). A range created again under the id is
+		// read afresh by the refresh.
+		delete(p.ranges, rangeID)
+		return 0, time.Time{}
+	}
 	if connect.CodeOf(err) == connect.CodeAborted {
 		// Someone else moved the range on; the next refresh or lease event
 		// tells us where it is. No retry of an earlier outcome is wanted.
