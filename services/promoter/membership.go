@@ -289,7 +289,7 @@ func (c *changeRun) stepThen(ctx context.Context, step tenurev1.MembershipStep, 
 		preferred = ""
 	}
 	tr, err := p.promoteNow(ctx, c.rangeID, promoteOpts{
-		preferred: preferred, reason: "membership: " + strings.ReplaceAll(name, "-", " "), step: name, waitRecord: true,
+		preferred: preferred, reason: "membership: " + strings.ReplaceAll(stepName(step), "-", " ") + " " + r.GetId(), step: name, waitRecord: true,
 	})
 	if err != nil {
 		// The step stays in flight: every promotion needs quorums of the
