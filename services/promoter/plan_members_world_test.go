@@ -155,4 +155,3 @@ func (w *world) completeChange(l *simReplica) {
 		w.oldVoter = nil
 	}
 }
-
