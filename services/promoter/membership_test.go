@@ -491,3 +491,59 @@ func TestWipedReplicaIsNotCounted(t *testing.T) {
 	c.leader("r", 2, 20*time.Second)
 	c.checkAcked("r", acks)
 }
+
+// The leader dies while a removal is in flight (its step's promotion never
+// ran): the automatic promotion needs a quorum of the voters after the
+// step, {r1, r2}, as well as of those before it, so with r1 dead the range
+// waits rather than lead from r2 and r3 alone; once r1 is back the
+// promotion leaves r3 out, completes the step, and nothing acknowledged is
+// lost.
+func TestLeaderKilledDuringRemoval(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	p := c.newPromoter("p1", true)
+	first, e1 := c.leader("r", 1, 20*time.Second)
+	waitHealthy(t, p, c, "r")
+	var acks []acked
+	for i := range 10 {
+		a, err := c.appendOne("r", fmt.Sprintf("v%d", i), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, a)
+	}
+	gone := "r3"
+	if first == gone {
+		gone = "r2"
+	}
+	rng := c.getRange("r")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.lease.Client.ChangeMembership(ctx, connect.NewRequest(&tenurev1.ChangeMembershipRequest{RangeId: "r",
+		ExpectedRevision: rng.GetMembershipRevision(), Step: tenurev1.MembershipStep_MEMBERSHIP_STEP_REMOVE,
+		Replica: &tenurev1.Replica{Id: gone}})); err != nil {
+		t.Fatalf("ChangeMembership(remove %s): %v", gone, err)
+	}
+	c.stop(c.byID[first])
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, tr := range c.replicas {
+			if st := c.status(tr.id, "r"); st != nil && st.GetRole() == tenurev1.Role_ROLE_LEADER && st.GetEpoch() > e1 {
+				t.Fatalf("%s leads at epoch %d without a quorum of the voters after the removal", tr.id, st.GetEpoch())
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.start(c.byID[first])
+	leader, _ := c.leader("r", e1+1, 20*time.Second)
+	if leader == gone {
+		t.Errorf("the removed %s leads", gone)
+	}
+	waitFor(t, "the removal to be completed by the automatic path", 20*time.Second, func() bool {
+		return c.getRange("r").GetChange() == nil
+	})
+	if slices.Contains(voterIDs(c.getRange("r")), gone) {
+		t.Errorf("%s is still a voter", gone)
+	}
+	c.checkAcked("r", acks)
+}
