@@ -216,9 +216,18 @@ func (c *changeRun) remove(ctx context.Context, id string) error {
 	// and never adopted: it serves nothing. Its data goes now, best
 	// effort: one that cannot be reached keeps a fenced copy nobody
 	// fences for the range again.
+	//
+	// It is fenced at the step's epoch first: the step's fence round may
+	// have ended without its answer (a busy leader answering after the
+	// quorum's grace), and a replica still leading at an older epoch
+	// refuses to drop. A fence at the epoch it already holds is a no-op.
 	detail := fmt.Sprintf("%s dropped the range's data", id)
 	cctx, cancel := context.WithTimeout(ctx, c.p.cfg.RPCTimeout)
-	_, err = c.p.replicaFor(gone).DropRange(cctx, connect.NewRequest(&tenurev1.DropRangeRequest{RangeId: c.rangeID, Epoch: tr.GetEpoch()}))
+	_, err = c.p.batchers(gone).fence.call(cctx, &tenurev1.FenceRequest{RangeId: c.rangeID, Epoch: tr.GetEpoch(), FencerId: c.p.cfg.ID,
+		Incarnation: gone.GetIncarnation(), RangeGeneration: rng.GetGeneration()})
+	if err == nil {
+		_, err = c.p.replicaFor(gone).DropRange(cctx, connect.NewRequest(&tenurev1.DropRangeRequest{RangeId: c.rangeID, Epoch: tr.GetEpoch()}))
+	}
 	cancel()
 	if err != nil {
 		detail = fmt.Sprintf("%s did not drop the range's data (%v): it is fenced and no longer a member, so it serves nothing; delete its copy by hand or re-run", id, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -403,6 +404,15 @@ func (p *Promoter) observe(ctx context.Context, r *tenurev1.RangeInfo) {
 				rs.leaderID, rs.changed = trs[0].GetLeaderId(), time.Now()
 			}
 			p.mu.Unlock()
+			return
+		}
+		if err == nil && r.GetLease().GetEpoch() == 0 && !inflight {
+			// No leader, no lease at all and no adoption recorded at this
+			// epoch: a range deleted and created again under its id, whose
+			// epochs continue above the deleted one's (the lease service
+			// keeps its epoch as a tombstone), so it never reads epoch 0.
+			// It needs its first leader like a new range.
+			p.schedule(ctx, r.GetRangeId(), epoch, "initial leader (no lease at epoch "+strconv.FormatUint(epoch, 10)+")")
 			return
 		}
 		if l := r.GetLease(); err == nil && l.GetEpoch() == epoch && l.GetHolderId() == p.cfg.ID && l.GetLive() && !inflight {
