@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
 // testMembership adds a replica to a two-replica range, removes it again
@@ -78,5 +80,25 @@ func testMembership(t *testing.T, c *testCluster) {
 	code, _, stderr = c.ctl("", "promote", "grow", "--to", "r1")
 	if code != exitUsage || !strings.Contains(stderr, "--to goes with --unsafe-accept-data-loss") {
 		t.Errorf("promote --to without --unsafe-accept-data-loss: status %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// An unsafe promotion's report leads with the offsets it may have lost.
+func TestWriteTransitionUnsafe(t *testing.T) {
+	var out strings.Builder
+	writeTransition(&out, &tenurev1.Transition{RangeId: "orders", PreviousEpoch: 5, Epoch: 6, LeaderId: "r3", Unsafe: true,
+		HighestHwmSeen: 16, PossiblyLostFrom: 6, CommittedBound: 6})
+	if first, _, _ := strings.Cut(out.String(), "\n"); first != "UNSAFE PROMOTION: offsets 6 to 15 (10 records) may have been acknowledged and are NOT on the new leader" {
+		t.Errorf("first line = %q", first)
+	}
+	out.Reset()
+	writeTransition(&out, &tenurev1.Transition{RangeId: "orders", Epoch: 6, LeaderId: "r3", Unsafe: true, HighestHwmSeen: 6, PossiblyLostFrom: 6})
+	if !strings.HasPrefix(out.String(), "UNSAFE PROMOTION: no acknowledged record is known to be lost") {
+		t.Errorf("report = %q", out.String())
+	}
+	out.Reset()
+	writeTransition(&out, &tenurev1.Transition{RangeId: "orders", Epoch: 6, LeaderId: "r3"})
+	if strings.Contains(out.String(), "UNSAFE") {
+		t.Errorf("a safe promotion's report mentions UNSAFE: %q", out.String())
 	}
 }
