@@ -185,6 +185,24 @@ func TestLeaseServicePauseDoesNotWedge(t *testing.T) {
 			continue
 		}
 		t.Logf("pause %v: the range served again %v after the lease service came back", pause, time.Since(healed).Round(time.Millisecond))
+		// The promoter's view agrees with the replicas': the leader it
+		// calls healthy is the one serving, at its epoch. (Within one
+		// full status probe, a second, plus slack.)
+		agree := func() bool {
+			st := promotionState(p, "r")
+			if c.byID[st.GetLeaderId()] == nil {
+				return false
+			}
+			l := c.status(st.GetLeaderId(), "r")
+			return st.GetState() == "healthy" && l.GetRole() == tenurev1.Role_ROLE_LEADER && l.GetEpoch() == st.GetEpoch() && l.GetLeaseValid()
+		}
+		deadline := time.Now().Add(notServingSeen)
+		for !agree() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !agree() {
+			t.Errorf("after a %v pause the promoter's view disagrees with the replicas'\n%s", pause, c.describe(p, "r"))
+		}
 	}
 }
 
