@@ -214,7 +214,7 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 				actions = append(actions, action{rangeID: id, epoch: rs.epoch, rebind: rs.leaderID})
 			case servePromote:
 				actions = append(actions, action{rangeID: id, epoch: rs.epoch, promote: fmt.Sprintf(
-					"leader %s not serving at epoch %d: its lease not valid for %v, and a rebind did not help", replicaID, rs.epoch, 2*bound)})
+					"leader %s not serving at epoch %d: its lease not valid for at least %v, and a rebind did not help", replicaID, rs.epoch, 2*bound)})
 			}
 			continue
 		}
