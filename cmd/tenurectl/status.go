@@ -35,9 +35,12 @@ it still renews its lease, and no promotion follows on its own.
 
 Below the table, the elected promoter's view of every range it is not
 content with: promoting; failing and retrying (how many attempts failed,
-when the next one is, and why the last failed); or no-quorum, waiting
+when the next one is, and why the last failed); no-quorum, waiting
 without promoting while too many replicas refuse connections for a
-quorum. Nothing is printed there when every range is healthy; a
+quorum; or not-serving: its leader leads but calls its lease not valid
+and refuses appends and reads, and the promoter binds the lease to it
+again and, if that does not help, promotes. Nothing is printed there
+when every range is healthy; a
 promoter that cannot be reached, or is not the elected one, is said so.
 `
 
@@ -153,7 +156,11 @@ func writePromotions(w io.Writer, v promoterView, rs []rangeStatus) error {
 		if ms := p.GetNextRetryUnixMs(); ms > 0 {
 			next = "in " + time.Until(time.UnixMilli(ms)).Round(100*time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.info.GetRangeId(), p.GetState(), p.GetAttempts(), next, orDash(p.GetLastError()))
+		last := p.GetLastError()
+		if p.GetState() == "not-serving" && last == "" {
+			last = fmt.Sprintf("WARNING: leader %s refuses appends and reads (lease not valid); rebind, then promotion, follows", orDash(p.GetLeaderId()))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.info.GetRangeId(), p.GetState(), p.GetAttempts(), next, orDash(last))
 	}
 	return tw.Flush()
 }
