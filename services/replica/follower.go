@@ -267,9 +267,27 @@ func (f *follower) apply(end uint64, a *tenurev1.FetchResponse) (newEnd uint64, 
 		}
 		if target >= end {
 			// Nothing of ours to cut, yet the leader disagrees with our
-			// position: our history and our records disagree. Fetching
-			// again would only ask the same question; back off and say so.
-			return 0, fmt.Errorf("range %q: leader %s reports a divergence (its epoch %d ends at %d) but our history leaves nothing to cut at %d", h.id, f.leaderID, d.GetEpoch(), d.GetEndOffset(), end)
+			// position. A correct leader never answers that to a
+			// consistent follower: when its covering epoch is our last
+			// record's epoch it diverges only if that epoch ends before
+			// our log end (a cut below end), and when it is an older epoch
+			// our history has a later epoch starting below end (a cut
+			// there). So our history and our records disagree (or our
+			// history is unknown and the leader denies a record at our
+			// HWM), or the leader's history is wrong. Neither changes by
+			// fetching again: this epoch's leader answers from a history
+			// that is fixed below its own epoch, and our pair is read
+			// from the same store. Retrying used to spin here forever,
+			// with the range reported FOLLOWER and counted by nobody; it
+			// stops instead, with the reason in its status, until a
+			// restart (which reconciles the journal with the log) and a
+			// new fence.
+			journaled := "unknown (empty history)"
+			if hist := r.History(); len(hist) > 0 {
+				journaled = fmt.Sprintf("epoch %d from offset %d", hist[len(hist)-1].Epoch, hist[len(hist)-1].Start)
+			}
+			return 0, safetyf("range %q: leader %s at epoch %d answers that our log diverges (its epoch %d ends at %d) but our history (last entry %s) leaves nothing to cut at our log end %d (last record's epoch %d, HWM %d): our history and records, or the leader's, are inconsistent; not fetching",
+				h.id, f.leaderID, f.epoch, d.GetEpoch(), d.GetEndOffset(), journaled, end, r.LastEpoch(), hwm)
 		}
 		removed, err := r.Truncate(target)
 		if err != nil {
