@@ -622,9 +622,12 @@ type replicaEpochJSON struct {
 	LogEnd        uint64      `json:"log_end"`
 	HighWaterMark uint64      `json:"high_water_mark"`
 	// DivergencePoint is null when there is none to compute (unknown
-	// history, unreachable, or this is the reference) and when identical.
+	// history, unreachable) and when identical.
 	DivergencePoint *uint64 `json:"divergence_point"`
-	Identical       bool    `json:"identical"`
+	// Identical: the history is the reference's, the reference itself
+	// included (a script comparing every replica to the leader must not
+	// find the leader differing from itself).
+	Identical bool `json:"identical"`
 }
 
 func writeEpochsJSON(w io.Writer, rangeID string, hs []historyOf, ref int, serving bool) error {
@@ -646,7 +649,12 @@ func writeEpochsJSON(w io.Writer, rangeID string, hs []historyOf, ref int, servi
 		for j, es := range h.history {
 			rj.History = append(rj.History, entryJSON{Index: j, Epoch: es.Epoch, Start: es.Start})
 		}
-		if ref >= 0 && i != ref && h.err == nil {
+		if i == ref {
+			// The reference's history is what the others are measured
+			// against: identical to itself, by definition. (It used to be
+			// reported false, as if it diverged from itself.)
+			rj.Identical = true
+		} else if ref >= 0 && h.err == nil {
 			if p, ok := journal.DivergencePoint(hs[ref].history, h.history); ok {
 				if p == math.MaxUint64 {
 					rj.Identical = true
