@@ -31,7 +31,12 @@ waited 3 seconds or more for (no fetch of it held or answered since) is
 noted "not fetching": it cannot reach the leader, or is stuck. Idle, its
 lag stays 0, so nothing else shows it. When too few followers fetch for a
 quorum, the leader's row says COMMITS STALLED: it commits nothing although
-it still renews its lease, and no promotion follows on its own.
+it still renews its lease, and no promotion follows on its own. A replica
+that cut records at fetch time since it started (its leader's history said
+they were another leadership's, such as a deposed leader's uncommitted
+tail) says how many, and where the last cut was: "cut 3 records at fetch
+(1 time); last 7->4 at epoch 2, following r2, 5s ago". --json has the same
+as fetch_truncations, fetch_truncated_records and last_fetch_truncation.
 
 Below the table, the elected promoter's view of every range it is not
 content with: promoting; failing and retrying (how many attempts failed,
@@ -289,6 +294,9 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 					note += "; " + st
 				}
 			}
+			if cut := fetchCutsNote(st, time.Now()); cut != "" {
+				note = joinNotes(note, cut)
+			}
 			// A halted replica serves nothing for the range until restarted:
 			// that, and why, matters more than anything else to say.
 			if h := st.GetHalted(); h != "" {
@@ -298,6 +306,28 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// fetchCutsNote says how much the replica cut at fetch time, and where its
+// last cut was, or "" when it cut nothing since it started.
+func fetchCutsNote(st *tenurev1.RangeStatus, now time.Time) string {
+	n := st.GetFetchTruncations()
+	if n == 0 {
+		return ""
+	}
+	ago := now.Sub(time.UnixMilli(st.GetLastFetchTruncationUnixMs())).Round(time.Second)
+	return fmt.Sprintf("cut %s at fetch (%s); last %d->%d at epoch %d, following %s, %s ago",
+		plural(int(st.GetFetchTruncatedRecords()), "record"), plural(int(n), "time"),
+		st.GetLastFetchTruncationFrom(), st.GetLastFetchTruncationTo(), st.GetLastFetchTruncationEpoch(),
+		orDash(st.GetLastFetchTruncationLeader()), max(ago, 0))
+}
+
+// joinNotes joins two notes of one row.
+func joinNotes(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 type statusJSON struct {
@@ -341,6 +371,22 @@ type replicaStatusJSON struct {
 	// followers the leader reports.
 	FetchWaitingMs *uint64 `json:"fetch_waiting_ms,omitempty"`
 	Halted         string  `json:"halted,omitempty"`
+	// The truncations the replica made at fetch time since it started
+	// (RangeStatus.fetch_truncations and the fields after it).
+	FetchTruncations      uint64               `json:"fetch_truncations"`
+	FetchTruncatedRecords uint64               `json:"fetch_truncated_records"`
+	LastFetchTruncation   *fetchTruncationJSON `json:"last_fetch_truncation,omitempty"`
+}
+
+// fetchTruncationJSON is a replica's last truncation at fetch time: the
+// log end it cut from, the offset it cut to, the epoch it fetched at, the
+// leader it followed, and when.
+type fetchTruncationJSON struct {
+	From   uint64 `json:"from"`
+	To     uint64 `json:"to"`
+	Epoch  uint64 `json:"epoch"`
+	Leader string `json:"leader"`
+	UnixMs int64  `json:"unix_ms"`
 }
 
 func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
@@ -362,6 +408,11 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 				rj.Reachable, rj.Role, rj.Epoch, rj.FencedEpoch = true, roleName(st.GetRole()), st.GetEpoch(), st.GetFencedEpoch()
 				rj.LogEnd, rj.HighWaterMark, rj.LeaseValid = st.GetLogEnd(), st.GetHighWaterMark(), st.GetLeaseValid()
 				rj.Halted = st.GetHalted()
+				rj.FetchTruncations, rj.FetchTruncatedRecords = st.GetFetchTruncations(), st.GetFetchTruncatedRecords()
+				if st.GetFetchTruncations() > 0 {
+					rj.LastFetchTruncation = &fetchTruncationJSON{From: st.GetLastFetchTruncationFrom(), To: st.GetLastFetchTruncationTo(),
+						Epoch: st.GetLastFetchTruncationEpoch(), Leader: st.GetLastFetchTruncationLeader(), UnixMs: st.GetLastFetchTruncationUnixMs()}
+				}
 				if n, ok := lagOf(m, leader); ok && m.replica.GetId() != sj.Leader {
 					rj.Lag = &n
 				}
@@ -578,9 +629,12 @@ type replicaEpochJSON struct {
 	LogEnd        uint64      `json:"log_end"`
 	HighWaterMark uint64      `json:"high_water_mark"`
 	// DivergencePoint is null when there is none to compute (unknown
-	// history, unreachable, or this is the reference) and when identical.
+	// history, unreachable) and when identical.
 	DivergencePoint *uint64 `json:"divergence_point"`
-	Identical       bool    `json:"identical"`
+	// Identical: the history is the reference's, the reference itself
+	// included (a script comparing every replica to the leader must not
+	// find the leader differing from itself).
+	Identical bool `json:"identical"`
 }
 
 func writeEpochsJSON(w io.Writer, rangeID string, hs []historyOf, ref int, serving bool) error {
@@ -602,7 +656,12 @@ func writeEpochsJSON(w io.Writer, rangeID string, hs []historyOf, ref int, servi
 		for j, es := range h.history {
 			rj.History = append(rj.History, entryJSON{Index: j, Epoch: es.Epoch, Start: es.Start})
 		}
-		if ref >= 0 && i != ref && h.err == nil {
+		if i == ref {
+			// The reference's history is what the others are measured
+			// against: identical to itself, by definition. (It used to be
+			// reported false, as if it diverged from itself.)
+			rj.Identical = true
+		} else if ref >= 0 && h.err == nil {
 			if p, ok := journal.DivergencePoint(hs[ref].history, h.history); ok {
 				if p == math.MaxUint64 {
 					rj.Identical = true
