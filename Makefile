@@ -84,9 +84,18 @@ bench-check: ## The bench module (its own go.mod, so ./... above skips it): vet,
 	cd bench && $(GO) vet ./...
 	cd bench && $(GO) test -race -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) -bench=. -benchtime=1x -bench.duration=300ms ./...
 
+# Every RPC fuzzed against a real server (internal/rpcfuzz): an input is a
+# network round trip, ~500-2500 a second here, so these take a count of
+# their own. A long run: make fuzz RPC_FUZZTIME=1000000x (about 10 minutes a
+# target).
+RPC_FUZZTIME ?= 5000x
+
 .PHONY: fuzz
-fuzz: ## A short fuzz run of the journal decoder (FUZZTIME=200000x inputs; a duration like 30s also works).
+fuzz: ## Short fuzz runs: the journal decoder (FUZZTIME=200000x inputs), then every RPC of each service against a real server (RPC_FUZZTIME=5000x).
 	$(GO) test -run='^$$' -fuzz=FuzzOpen -fuzztime=$(FUZZTIME) ./pkg/journal
+	$(GO) test -run='^$$' -fuzz=FuzzReplicaRPC -fuzztime=$(RPC_FUZZTIME) ./services/replica
+	$(GO) test -run='^$$' -fuzz=FuzzLeaseRPC -fuzztime=$(RPC_FUZZTIME) ./services/lease
+	$(GO) test -run='^$$' -fuzz=FuzzPromoterRPC -fuzztime=$(RPC_FUZZTIME) ./services/promoter
 
 .PHONY: test
 test: fmt-check vet lint proto-check gotest bench-check chaos-short fuzz ## Everything CI checks, in order, stopping at the first failure.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -36,6 +37,15 @@ cluster keeps running for tenurectl until Ctrl-C. Ctrl-C stops everything
 at any point: replica processes are stopped and reaped, etcd is stopped, and
 the data directory is removed unless --data-dir named it.
 
+With --json, stdout carries only machine-readable lines and the story goes
+to stderr: one JSON object per process as it comes up, the same ready line
+the servers print (see 'tenure replica --help'), e.g.
+  {"ready":true,"service":"replica","id":"r1","address":"http://127.0.0.1:7101","pid":4242}
+with service etcd, lease, replica (one per replica) or promoter; etcd, the
+lease service and the promoter run in this process, so their pid is this
+one's. A replica restarted by the story prints a new line with its new pid:
+the last line for an id is the current process.
+
 Ports: with --base-port 7000 (the default) the lease service listens on
 7000, the replicas on 7101-7103 and the promoter on 7200, the services'
 own defaults, so tenurectl needs no flags. If one is taken, free ports are
@@ -54,6 +64,7 @@ func runDev(ctx context.Context, args []string) error {
 	basePort := fs.Int("base-port", 7000, "lease port; replicas on base+101.., promoter on base+200 (0: free ports)")
 	rangeID := fs.String("range", "demo", "id of the range the story creates")
 	records := fs.Int("records", 5, "records appended before and again after the failover (1-1000)")
+	asJSON := fs.Bool("json", false, "print one JSON ready line per process on stdout (see above); the story goes to stderr")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), devHelp)
 		fs.PrintDefaults()
@@ -68,8 +79,14 @@ func runDev(ctx context.Context, args []string) error {
 		return fmt.Errorf("--base-port %d: want 0 (free ports) or a port up to %d", *basePort, 65535-300)
 	}
 	out := os.Stdout
-
 	c := &devCluster{}
+	if *asJSON {
+		out = os.Stderr
+		c.announce = func(l readyLine) {
+			// Nothing to do about a stdout that fails: the story goes on.
+			_ = announceReady(os.Stdout, "", l)
+		}
+	}
 	if *dataDir != "" {
 		if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 			return fmt.Errorf("--data-dir: %w", err)
@@ -110,7 +127,7 @@ func runDev(ctx context.Context, args []string) error {
 	sctx, cancel := context.WithTimeout(ctx, devStartTimeout)
 	err = startDevCluster(sctx, c, ports, out)
 	cancel()
-	if err := interrupted(ctx, err); err != nil {
+	if err := interrupted(ctx, out, err); err != nil {
 		return fmt.Errorf("start the dev cluster: %w", err)
 	}
 	if ctx.Err() != nil {
@@ -119,7 +136,7 @@ func runDev(ctx context.Context, args []string) error {
 
 	began := time.Now()
 	st := &story{c: c, w: out, rangeID: *rangeID, records: *records}
-	if err := interrupted(ctx, st.run(ctx)); err != nil {
+	if err := interrupted(ctx, out, st.run(ctx)); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -130,25 +147,25 @@ func runDev(ctx context.Context, args []string) error {
 		fmt.Fprintf(out, "Run 'make demo ARGS=--keep' (or 'bin/tenure dev --keep') to keep the cluster running for tenurectl.\n")
 		return nil
 	}
-	printTryTenurectl(c, *rangeID)
+	printTryTenurectl(out, c, *rangeID)
 	<-ctx.Done()
 	return nil
 }
 
 // interrupted turns an error caused by Ctrl-C into a message and nil: an
 // interrupted demo is not a failure.
-func interrupted(ctx context.Context, err error) error {
+func interrupted(ctx context.Context, out io.Writer, err error) error {
 	if err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, ctx.Err())) {
-		fmt.Fprintln(os.Stdout, "\ninterrupted.")
+		fmt.Fprintln(out, "\ninterrupted.")
 		return nil
 	}
 	if err == nil && ctx.Err() != nil {
-		fmt.Fprintln(os.Stdout, "\ninterrupted.")
+		fmt.Fprintln(out, "\ninterrupted.")
 	}
 	return err
 }
 
-func printTryTenurectl(c *devCluster, rangeID string) {
+func printTryTenurectl(out io.Writer, c *devCluster, rangeID string) {
 	flags := ""
 	if c.leaseURL() != "http://127.0.0.1:7000" || c.promoterURL() != "http://127.0.0.1:7200" {
 		flags = fmt.Sprintf(" --lease %s --promoter %s", c.leaseURL(), c.promoterURL())
@@ -160,7 +177,7 @@ func printTryTenurectl(c *devCluster, rangeID string) {
 		}
 		members += r.id + "=" + r.url()
 	}
-	fmt.Printf(`
+	fmt.Fprintf(out, `
 The cluster keeps running (--keep). In another terminal, try (build it with 'make build'):
 
   export PATH=$PWD/bin:$PATH

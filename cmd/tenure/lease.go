@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -29,8 +30,9 @@ func runLease(ctx context.Context, args []string) error {
 	prefix := fs.String("prefix", lease.DefaultPrefix, "etcd key prefix for ranges, epochs, leases and sessions; lease services and promoters of one cluster must agree on it")
 	requestTimeout := fs.Duration("request-timeout", lease.DefaultRequestTimeout, "bound on the etcd work of one request; an etcd slower than this answers Unavailable")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	readyFile := readyFileFlag(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure lease [flags]\n\nRuns the lease service. Per range it keeps in etcd the current epoch (granted\nby compare-and-swap, strictly increasing), the lease of that epoch (bound to a\nholder session with a TTL) and the membership, and streams lease events.\nFlags (env TENURE_<FLAG> as fallback):\n")
+		fmt.Fprintf(fs.Output(), "Usage: tenure lease [flags]\n\nRuns the lease service. Per range it keeps in etcd the current epoch (granted\nby compare-and-swap, strictly increasing), the lease of that epoch (bound to a\nholder session with a TTL) and the membership, and streams lease events.\n%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp)
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -38,6 +40,9 @@ func runLease(ctx context.Context, args []string) error {
 	}
 	log, err := newLogger(*logFormat)
 	if err != nil {
+		return err
+	}
+	if err := clearReadyFile(*readyFile); err != nil {
 		return err
 	}
 	stopTracing, err := startTracing(ctx, log, "tenure-lease")
@@ -64,6 +69,12 @@ func runLease(ctx context.Context, args []string) error {
 		return err
 	}
 	log.Info("lease service serving", "addr", srv.URL(), "etcd", *etcd, "prefix", *prefix, "default_ttl", *defaultTTL)
+	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "lease", Address: srv.URL(), PID: os.Getpid()}); err != nil {
+		svc.Close()
+		_ = srv.Close()
+		return err
+	}
+	defer removeReadyFile(*readyFile)
 
 	<-ctx.Done()
 	// Watch streams end first (Unavailable: their clients resume elsewhere

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -35,8 +36,9 @@ func runReplica(ctx context.Context, args []string) error {
 	leaseTTL := fs.Duration("lease-ttl", 0, "TTL of this replica's lease session, whole seconds (0: the lease service's default); only with --lease")
 	fetchWait := fs.Duration("fetch-wait", time.Second, fmt.Sprintf("how long a follower lets its leader hold a fetch with nothing new (at most %dms)", wire.MaxFetchWaitMillis))
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	readyFile := readyFileFlag(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure replica --id ID [flags]\n\nRuns a replica. It hosts a range from the first Fence that names it (the\npromoter brings replicas into ranges), stores the range's log in Badger, and\nleads or follows it as Adopt says: a leader assigns offsets and acknowledges\nappends once a quorum holds them durably; a follower fetches from its leader.\nA restarted replica reloads every range; a follower resumes fetching, a leader\nwaits to be fenced and adopted again.\n\nFlags (env TENURE_<FLAG> as fallback):\n")
+		fmt.Fprintf(fs.Output(), "Usage: tenure replica --id ID [flags]\n\nRuns a replica. It hosts a range from the first Fence that names it (the\npromoter brings replicas into ranges), stores the range's log in Badger, and\nleads or follows it as Adopt says: a leader assigns offsets and acknowledges\nappends once a quorum holds them durably; a follower fetches from its leader.\nA restarted replica reloads every range; a follower resumes fetching, a leader\nwaits to be fenced and adopted again.\n%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp)
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -53,6 +55,9 @@ func runReplica(ctx context.Context, args []string) error {
 	}
 	log, err := newLogger(*logFormat)
 	if err != nil {
+		return err
+	}
+	if err := clearReadyFile(*readyFile); err != nil {
 		return err
 	}
 	stopTracing, err := startTracing(ctx, log, "tenure-replica", semconv.ServiceInstanceID(*id))
@@ -78,6 +83,14 @@ func runReplica(ctx context.Context, args []string) error {
 		return err
 	}
 	log.Info("replica serving", "id", *id, "addr", srv.URL(), "advertise", r.Address(), "data_dir", *dataDir, "lease", *leaseURL)
+	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "replica", ID: *id, Address: srv.URL(), PID: os.Getpid()}); err != nil {
+		_ = srv.Close()
+		if cerr := r.Close(); cerr != nil {
+			log.Error("replica: close", "err", cerr)
+		}
+		return err
+	}
+	defer removeReadyFile(*readyFile)
 
 	<-ctx.Done()
 	// Stop taking requests and let in-flight ones end (bounded), then stop

@@ -32,7 +32,12 @@ waited 3 seconds or more for (no fetch of it held or answered since) is
 noted "not fetching": it cannot reach the leader, or is stuck. Idle, its
 lag stays 0, so nothing else shows it. When too few followers fetch for a
 quorum, the leader's row says COMMITS STALLED: it commits nothing although
-it still renews its lease, and no promotion follows on its own.
+it still renews its lease, and no promotion follows on its own. A replica
+that cut records at fetch time since it started (its leader's history said
+they were another leadership's, such as a deposed leader's uncommitted
+tail) says how many, and where the last cut was: "cut 3 records at fetch
+(1 time); last 7->4 at epoch 2, following r2, 5s ago". --json has the same
+as fetch_truncations, fetch_truncated_records and last_fetch_truncation.
 
 A learner (a member being added: it fetches, never counts) has "(learner)"
 after its role. A member whose replica answers with another incarnation
@@ -43,9 +48,12 @@ again. A membership change in flight is named below the table.
 
 Below the table, the elected promoter's view of every range it is not
 content with: promoting; failing and retrying (how many attempts failed,
-when the next one is, and why the last failed); or no-quorum, waiting
+when the next one is, and why the last failed); no-quorum, waiting
 without promoting while too many replicas refuse connections for a
-quorum. Nothing is printed there when every range is healthy; a
+quorum; or not-serving: its leader leads but calls its lease not valid
+and refuses appends and reads, and the promoter binds the lease to it
+again and, if that does not help, promotes. Nothing is printed there
+when every range is healthy; a
 promoter that cannot be reached, or is not the elected one, is said so.
 `
 
@@ -161,7 +169,11 @@ func writePromotions(w io.Writer, v promoterView, rs []rangeStatus) error {
 		if ms := p.GetNextRetryUnixMs(); ms > 0 {
 			next = "in " + time.Until(time.UnixMilli(ms)).Round(100*time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.info.GetRangeId(), p.GetState(), p.GetAttempts(), next, orDash(p.GetLastError()))
+		last := p.GetLastError()
+		if p.GetState() == "not-serving" && last == "" {
+			last = fmt.Sprintf("WARNING: leader %s refuses appends and reads (lease not valid); rebind, then promotion, follows", orDash(p.GetLeaderId()))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.info.GetRangeId(), p.GetState(), p.GetAttempts(), next, orDash(last))
 	}
 	return tw.Flush()
 }
@@ -300,6 +312,9 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 					note += "; " + st
 				}
 			}
+			if cut := fetchCutsNote(st, time.Now()); cut != "" {
+				note = joinNotes(note, cut)
+			}
 			// A halted replica serves nothing for the range until restarted:
 			// that, and why, matters more than anything else to say.
 			if h := st.GetHalted(); h != "" {
@@ -336,6 +351,28 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 // membershipStepName is a step's short name, e.g. "add-learner".
 func membershipStepName(s tenurev1.MembershipStep) string {
 	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.String(), "MEMBERSHIP_STEP_")), "_", "-")
+}
+
+// fetchCutsNote says how much the replica cut at fetch time, and where its
+// last cut was, or "" when it cut nothing since it started.
+func fetchCutsNote(st *tenurev1.RangeStatus, now time.Time) string {
+	n := st.GetFetchTruncations()
+	if n == 0 {
+		return ""
+	}
+	ago := now.Sub(time.UnixMilli(st.GetLastFetchTruncationUnixMs())).Round(time.Second)
+	return fmt.Sprintf("cut %s at fetch (%s); last %d->%d at epoch %d, following %s, %s ago",
+		plural(int(st.GetFetchTruncatedRecords()), "record"), plural(int(n), "time"),
+		st.GetLastFetchTruncationFrom(), st.GetLastFetchTruncationTo(), st.GetLastFetchTruncationEpoch(),
+		orDash(st.GetLastFetchTruncationLeader()), max(ago, 0))
+}
+
+// joinNotes joins two notes of one row.
+func joinNotes(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 type statusJSON struct {
@@ -388,6 +425,22 @@ type replicaStatusJSON struct {
 	Answered    string `json:"answered_incarnation,omitempty"`
 	// IncarnationMismatch: the replica answering is not the member's disk.
 	IncarnationMismatch bool `json:"incarnation_mismatch"`
+	// The truncations the replica made at fetch time since it started
+	// (RangeStatus.fetch_truncations and the fields after it).
+	FetchTruncations      uint64               `json:"fetch_truncations"`
+	FetchTruncatedRecords uint64               `json:"fetch_truncated_records"`
+	LastFetchTruncation   *fetchTruncationJSON `json:"last_fetch_truncation,omitempty"`
+}
+
+// fetchTruncationJSON is a replica's last truncation at fetch time: the
+// log end it cut from, the offset it cut to, the epoch it fetched at, the
+// leader it followed, and when.
+type fetchTruncationJSON struct {
+	From   uint64 `json:"from"`
+	To     uint64 `json:"to"`
+	Epoch  uint64 `json:"epoch"`
+	Leader string `json:"leader"`
+	UnixMs int64  `json:"unix_ms"`
 }
 
 func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
@@ -410,6 +463,11 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 				rj.Reachable, rj.Role, rj.Epoch, rj.FencedEpoch = true, roleName(st.GetRole()), st.GetEpoch(), st.GetFencedEpoch()
 				rj.LogEnd, rj.HighWaterMark, rj.LeaseValid = st.GetLogEnd(), st.GetHighWaterMark(), st.GetLeaseValid()
 				rj.Halted = st.GetHalted()
+				rj.FetchTruncations, rj.FetchTruncatedRecords = st.GetFetchTruncations(), st.GetFetchTruncatedRecords()
+				if st.GetFetchTruncations() > 0 {
+					rj.LastFetchTruncation = &fetchTruncationJSON{From: st.GetLastFetchTruncationFrom(), To: st.GetLastFetchTruncationTo(),
+						Epoch: st.GetLastFetchTruncationEpoch(), Leader: st.GetLastFetchTruncationLeader(), UnixMs: st.GetLastFetchTruncationUnixMs()}
+				}
 				if n, ok := lagOf(m, leader); ok && m.replica.GetId() != sj.Leader {
 					rj.Lag = &n
 				}
@@ -629,9 +687,12 @@ type replicaEpochJSON struct {
 	LogEnd        uint64      `json:"log_end"`
 	HighWaterMark uint64      `json:"high_water_mark"`
 	// DivergencePoint is null when there is none to compute (unknown
-	// history, unreachable, or this is the reference) and when identical.
+	// history, unreachable) and when identical.
 	DivergencePoint *uint64 `json:"divergence_point"`
-	Identical       bool    `json:"identical"`
+	// Identical: the history is the reference's, the reference itself
+	// included (a script comparing every replica to the leader must not
+	// find the leader differing from itself).
+	Identical bool `json:"identical"`
 }
 
 func writeEpochsJSON(w io.Writer, rangeID string, hs []historyOf, ref int, serving bool) error {
@@ -653,7 +714,12 @@ func writeEpochsJSON(w io.Writer, rangeID string, hs []historyOf, ref int, servi
 		for j, es := range h.history {
 			rj.History = append(rj.History, entryJSON{Index: j, Epoch: es.Epoch, Start: es.Start})
 		}
-		if ref >= 0 && i != ref && h.err == nil {
+		if i == ref {
+			// The reference's history is what the others are measured
+			// against: identical to itself, by definition. (It used to be
+			// reported false, as if it diverged from itself.)
+			rj.Identical = true
+		} else if ref >= 0 && h.err == nil {
 			if p, ok := journal.DivergencePoint(hs[ref].history, h.history); ok {
 				if p == math.MaxUint64 {
 					rj.Identical = true

@@ -33,6 +33,9 @@ type rangeState struct {
 	// changed is when epoch or leader last changed; a probe answer taken
 	// before it describes an older world and is ignored.
 	changed time.Time
+	// notServing is what the probes saw of a leader at the range's epoch
+	// that does not serve (observeServing). Zero while it serves.
+	notServing notServing
 	// change is the membership change in flight, as last read; generation
 	// the range's generation (sent with reconciling fences).
 	change     *tenurev1.MembershipChange

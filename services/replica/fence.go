@@ -66,15 +66,28 @@ func (s *Replica) fence(ctx context.Context, m *tenurev1.FenceRequest) (*tenurev
 		return h.fenceAnswerLocked(h.role()), nil
 	}
 	prev := h.st.Role
-	// Stop acting under the lower epoch before anything else: from here no
-	// append is acknowledged beyond what already committed, no fetch is
-	// answered, no fetched record is written.
-	h.stopActingLocked(preconditionf("range %q: fenced at epoch %d; leader unknown", h.id, e))
 	// The answer says everything below the log end is durable: a deposed
-	// leader's last batches may still be in its group commit.
+	// leader's last batches may still be in its group commit. The wait
+	// comes before the range stops acting, so that a fence whose wait
+	// fails (the caller's deadline, on a slow disk) changes nothing: it
+	// used to stop the fetch loop first and return, leaving a follower
+	// that reported FOLLOWER with no loop, counted by nobody, until a
+	// higher fence. Waiting first is as strict: h.mu is held exclusively,
+	// so no append is assigned, no fetch answered, no fetched record
+	// written and no HWM raised meanwhile (each takes h.mu shared), and
+	// the log end waited for is the one answered. And a range that goes on
+	// acting after a failed wait keeps invariant 4: the fence at e is
+	// neither persisted nor answered, so the range is still fenced at cur,
+	// and acting at exactly cur is what a fence at cur allows; the
+	// promoter counts only replicas whose fence answer it received, so
+	// none relied on this one having stopped.
 	if err := h.r.WaitDurable(ctx, h.r.LogEnd()); err != nil {
 		return nil, fmt.Errorf("range %q: wait for the log to be durable before fencing at %d: %w", h.id, e, err)
 	}
+	// Stop acting under the lower epoch before the fence is recorded: from
+	// here no append is acknowledged beyond what already committed, no
+	// fetch is answered, no fetched record is written.
+	h.stopActingLocked(preconditionf("range %q: fenced at epoch %d; leader unknown", h.id, e))
 	next := h.st
 	next.FencedEpoch = e
 	next.Role = tenurev1.Role_ROLE_FENCED

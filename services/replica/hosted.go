@@ -41,6 +41,8 @@ type hosted struct {
 	// its state until the replica restarts: continuing would build on a log
 	// that disagrees with a committed record, or on state that did not persist.
 	halted error
+	// cuts counts the truncations fetch loops made (status).
+	cuts fetchTruncations
 }
 
 func (s *Replica) newHosted(r *logstore.Range) *hosted {

@@ -61,6 +61,7 @@ func (h *hosted) status() *tenurev1.RangeStatus {
 	if h.halted != nil {
 		st.Halted = h.halted.Error()
 	}
+	h.cuts.report(st)
 	return st
 }
 

@@ -337,7 +337,11 @@ func (s *Store) writeInline() {
 // records stay written but never become durable, and WaitDurable returns
 // the failure.
 func (s *Store) syncEnds(ends map[*Range]syncEnd) bool {
-	if err := s.syncWAL(); err != nil {
+	err := s.crash(CrashCommitSync)
+	if err == nil {
+		err = s.syncWAL()
+	}
+	if err != nil {
 		_ = s.fail(err)
 		return false
 	}

@@ -66,9 +66,12 @@ type Options struct {
 	// (a new epoch journaled, its records not yet written), "commit:write"
 	// (the group commit took a batch of records, not yet written to Badger:
 	// they are assigned, and a leader already serves them to followers).
-	// "wal:checkpoint" (a WAL checkpoint, in the background, before it
-	// syncs Badger). A CrashAt that blocks holds the operation there (the
-	// committer, at "commit:write"), which tests use to stage a slow disk.
+	// "commit:sync" (a sync of written, readable records, before its
+	// fdatasync: they are not yet durable), "wal:checkpoint" (a WAL
+	// checkpoint, in the background, before it syncs Badger). A CrashAt
+	// that blocks holds the operation there (the committer, at
+	// "commit:write"; the syncer or a follower's inline sync, at
+	// "commit:sync"), which tests use to stage a slow disk.
 	CrashAt func(point string) error
 }
 
@@ -79,6 +82,7 @@ const (
 	CrashTruncateLog     = "truncate:log"
 	CrashAppendJournal   = "append:journal"
 	CrashCommitWrite     = "commit:write"
+	CrashCommitSync      = "commit:sync"
 	CrashWALCheckpoint   = "wal:checkpoint"
 )
 

@@ -1410,9 +1410,25 @@ type RangeStatus struct {
 	// or a failure of its local store. A halted range answers Fence and
 	// nothing that acts on the log until the replica restarts; role and
 	// epochs show where it stopped.
-	Halted        string `protobuf:"bytes,13,opt,name=halted,proto3" json:"halted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Halted string `protobuf:"bytes,13,opt,name=halted,proto3" json:"halted,omitempty"`
+	// Truncations this replica made in the range at fetch time (a leader's
+	// divergence answer: the follower held another leadership's records,
+	// such as a deposed leader's uncommitted tail), since this replica
+	// process started. Not durable: the log line "truncated on divergence"
+	// is the lasting record of each.
+	FetchTruncations uint64 `protobuf:"varint,20,opt,name=fetch_truncations,json=fetchTruncations,proto3" json:"fetch_truncations,omitempty"`
+	// Records those truncations removed, in all.
+	FetchTruncatedRecords uint64 `protobuf:"varint,21,opt,name=fetch_truncated_records,json=fetchTruncatedRecords,proto3" json:"fetch_truncated_records,omitempty"`
+	// The last of them (all 0 or empty when there was none): the log end it
+	// cut from, the offset it cut to, the epoch the follower fetched at, the
+	// leader whose answer it followed, and when (Unix milliseconds).
+	LastFetchTruncationFrom   uint64 `protobuf:"varint,22,opt,name=last_fetch_truncation_from,json=lastFetchTruncationFrom,proto3" json:"last_fetch_truncation_from,omitempty"`
+	LastFetchTruncationTo     uint64 `protobuf:"varint,23,opt,name=last_fetch_truncation_to,json=lastFetchTruncationTo,proto3" json:"last_fetch_truncation_to,omitempty"`
+	LastFetchTruncationEpoch  uint64 `protobuf:"varint,24,opt,name=last_fetch_truncation_epoch,json=lastFetchTruncationEpoch,proto3" json:"last_fetch_truncation_epoch,omitempty"`
+	LastFetchTruncationLeader string `protobuf:"bytes,25,opt,name=last_fetch_truncation_leader,json=lastFetchTruncationLeader,proto3" json:"last_fetch_truncation_leader,omitempty"`
+	LastFetchTruncationUnixMs int64  `protobuf:"varint,26,opt,name=last_fetch_truncation_unix_ms,json=lastFetchTruncationUnixMs,proto3" json:"last_fetch_truncation_unix_ms,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *RangeStatus) Reset() {
@@ -1534,6 +1550,55 @@ func (x *RangeStatus) GetHalted() string {
 		return x.Halted
 	}
 	return ""
+}
+
+func (x *RangeStatus) GetFetchTruncations() uint64 {
+	if x != nil {
+		return x.FetchTruncations
+	}
+	return 0
+}
+
+func (x *RangeStatus) GetFetchTruncatedRecords() uint64 {
+	if x != nil {
+		return x.FetchTruncatedRecords
+	}
+	return 0
+}
+
+func (x *RangeStatus) GetLastFetchTruncationFrom() uint64 {
+	if x != nil {
+		return x.LastFetchTruncationFrom
+	}
+	return 0
+}
+
+func (x *RangeStatus) GetLastFetchTruncationTo() uint64 {
+	if x != nil {
+		return x.LastFetchTruncationTo
+	}
+	return 0
+}
+
+func (x *RangeStatus) GetLastFetchTruncationEpoch() uint64 {
+	if x != nil {
+		return x.LastFetchTruncationEpoch
+	}
+	return 0
+}
+
+func (x *RangeStatus) GetLastFetchTruncationLeader() string {
+	if x != nil {
+		return x.LastFetchTruncationLeader
+	}
+	return ""
+}
+
+func (x *RangeStatus) GetLastFetchTruncationUnixMs() int64 {
+	if x != nil {
+		return x.LastFetchTruncationUnixMs
+	}
+	return 0
 }
 
 // ReplicaServiceGetStatusResponse lists hosted ranges.
@@ -1980,7 +2045,7 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x03lag\x18\x03 \x01(\x04R\x03lag\x12+\n" +
 	"\x12last_fetch_unix_ms\x18\x04 \x01(\x03R\x0flastFetchUnixMs\x12(\n" +
 	"\x10fetch_waiting_ms\x18\x05 \x01(\x04R\x0efetchWaitingMs\x12\x18\n" +
-	"\alearner\x18\x06 \x01(\bR\alearner\"\xbb\x03\n" +
+	"\alearner\x18\x06 \x01(\bR\alearner\"\xd8\x06\n" +
 	"\vRangeStatus\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12#\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12!\n" +
@@ -1997,7 +2062,14 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"last_epoch\x18\v \x01(\x04R\tlastEpoch\x12\x1f\n" +
 	"\vlease_valid\x18\f \x01(\bR\n" +
 	"leaseValid\x12\x16\n" +
-	"\x06halted\x18\r \x01(\tR\x06halted\"\xc9\x01\n" +
+	"\x06halted\x18\r \x01(\tR\x06halted\x12+\n" +
+	"\x11fetch_truncations\x18\x14 \x01(\x04R\x10fetchTruncations\x126\n" +
+	"\x17fetch_truncated_records\x18\x15 \x01(\x04R\x15fetchTruncatedRecords\x12;\n" +
+	"\x1alast_fetch_truncation_from\x18\x16 \x01(\x04R\x17lastFetchTruncationFrom\x127\n" +
+	"\x18last_fetch_truncation_to\x18\x17 \x01(\x04R\x15lastFetchTruncationTo\x12=\n" +
+	"\x1blast_fetch_truncation_epoch\x18\x18 \x01(\x04R\x18lastFetchTruncationEpoch\x12?\n" +
+	"\x1clast_fetch_truncation_leader\x18\x19 \x01(\tR\x19lastFetchTruncationLeader\x12@\n" +
+	"\x1dlast_fetch_truncation_unix_ms\x18\x1a \x01(\x03R\x19lastFetchTruncationUnixMs\"\xc9\x01\n" +
 	"\x1fReplicaServiceGetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12.\n" +
