@@ -130,7 +130,7 @@ func (p *Promoter) ChangeReplicas(ctx context.Context, req *tenurev1.ChangeRepli
 	c := &changeRun{p: p, rangeID: rangeID, send: send}
 	if add != nil {
 		r := &tenurev1.Replica{Id: add.GetId(), Address: add.GetAddress(), Learner: true}
-		if err := c.add(ctx, r, lag, timeout); err != nil {
+		if err := c.add(ctx, r, lag, timeout, remove != ""); err != nil {
 			return err
 		}
 	}
@@ -158,7 +158,10 @@ type changeRun struct {
 	send    func(*tenurev1.ChangeReplicasResponse) error
 }
 
-func (c *changeRun) add(ctx context.Context, r *tenurev1.Replica, lag uint64, timeout time.Duration) error {
+// add adds r: learner, catch-up, voter. In a replace (replacing), a
+// replica that is a voter already is the add of an earlier run of the same
+// replace, which stopped before its removal: it goes on with the removal.
+func (c *changeRun) add(ctx context.Context, r *tenurev1.Replica, lag uint64, timeout time.Duration, replacing bool) error {
 	p := c.p
 	rng, err := p.getRange(ctx, c.rangeID)
 	if err != nil {
@@ -167,6 +170,9 @@ func (c *changeRun) add(ctx context.Context, r *tenurev1.Replica, lag uint64, ti
 	ch := rng.GetChange()
 	resume := ch.GetStep() == tenurev1.MembershipStep_MEMBERSHIP_STEP_ADD_LEARNER && ch.GetReplicaId() == r.GetId()
 	switch m := member(rng, r.GetId()); {
+	case m != nil && !m.GetLearner() && replacing && ch == nil:
+		return c.send(&tenurev1.ChangeReplicasResponse{Phase: "promote-learner", Range: rng,
+			Detail: fmt.Sprintf("%s is a voter already (an earlier run added it); on to the removal", r.GetId())})
 	case m != nil && !m.GetLearner():
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("replica %s is already a voter of range %s", r.GetId(), c.rangeID))
 	case m == nil || resume:

@@ -553,3 +553,71 @@ func TestLeaderKilledDuringRemoval(t *testing.T) {
 	}
 	c.checkAcked("r", acks)
 }
+
+// Replace r3 by r4 while clients append, killing the leader as each step
+// (learner added, promoted to voter, old member removed) reports: the
+// change stops or carries on through the failover, a re-run resumes it
+// where it stands, and no acknowledged record is lost.
+func TestReplaceWithLeaderKilledAtEveryStep(t *testing.T) {
+	for _, at := range []string{"add-learner", "promote-learner", "remove"} {
+		t.Run(at, func(t *testing.T) {
+			c := newCluster(t, 3)
+			c.createRange("r", "r1")
+			r4 := c.addSpare("r4")
+			p := c.newPromoter("p1", true)
+			c.leader("r", 1, 20*time.Second)
+			waitHealthy(t, p, c, "r")
+			// The load pauses while a replica is stopped or started: the
+			// harness's clients read the server a stop replaces.
+			var acks []acked
+			stop := c.load("r", 2)
+			req := &tenurev1.ChangeReplicasRequest{RangeId: "r",
+				Add: &tenurev1.Replica{Id: "r4", Address: r4.srv.URL()}, RemoveReplicaId: "r3", CatchUpLag: 8}
+			var killed *testReplica
+			var err error
+			for attempt := 0; attempt < 5; attempt++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				err = p.ChangeReplicas(ctx, req, func(m *tenurev1.ChangeReplicasResponse) error {
+					if m.GetPhase() == at && killed == nil {
+						id := m.GetTransition().GetLeaderId()
+						acks = append(acks, stop()...)
+						killed = c.byID[id]
+						c.stop(killed)
+						stop = func() []acked { return nil }
+						t.Logf("killed the leader %s as %s reported", id, at)
+					}
+					return nil
+				})
+				cancel()
+				if killed != nil && killed.srv == nil {
+					c.start(killed)
+					stop = c.load("r", 2)
+				}
+				if err == nil {
+					break
+				}
+				t.Logf("attempt %d: %v; re-running", attempt, err)
+				waitFor(t, "a leader with its epoch-start record committed", 20*time.Second, func() bool {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					defer cancel()
+					_, ok, _, err := p.epochStartCommitted(ctx, c.getRange("r"))
+					return err == nil && ok
+				})
+			}
+			acks = append(acks, stop()...)
+			if err != nil {
+				t.Fatalf("replace r3 by r4 did not finish: %v", err)
+			}
+			if killed == nil {
+				t.Fatalf("no %s phase was reported", at)
+			}
+			voters, learners := membersByRole(c.getRange("r"))
+			slices.Sort(voters)
+			if !slices.Equal(voters, []string{"r1", "r2", "r4"}) || len(learners) != 0 {
+				t.Errorf("after the replace: voters %v, learners %v; want [r1 r2 r4]", voters, learners)
+			}
+			waitHealthy(t, p, c, "r")
+			c.checkAcked("r", acks)
+		})
+	}
+}
