@@ -184,7 +184,7 @@ func Start(cfg Config, listenAddr string) (*Replica, *transport.Server, error) {
 		return nil, nil, fmt.Errorf("replica: listen on %s: %w", listenAddr, err)
 	}
 	if cfg.Address == "" {
-		cfg.Address = "http://" + ln.Addr().String()
+		cfg.Address = transport.Scheme() + "://" + ln.Addr().String()
 	}
 	s, err := New(cfg)
 	if err != nil {
