@@ -66,11 +66,14 @@
 //
 //	u64 value: v u64 | crc32c u32 over the key then v.
 //
-//	state:   version u8 (1) | fenced epoch u64 | epoch u64 | role u32 |
+//	state:   version u8 (2) | fenced epoch u64 | epoch u64 | role u32 |
 //	         leader id str | leader address str | replica count u8 |
-//	         (replica id str, replica address str) per replica |
+//	         (replica id str, replica address str, incarnation str,
+//	         flags u8 (bit 0: learner)) per replica | generation u64 |
 //	         crc32c u32 over the key then everything before it
-//	         (str: u16 length, then the bytes, at most 1024)
+//	         (str: u16 length, then the bytes, at most 1024). Version 1,
+//	         written before, has neither incarnation nor flags nor
+//	         generation, and reads as generation 0.
 //
 // dir/wal.0 and dir/wal.1 are the write-ahead log: every group commit's
 // keys and values, in generations that Open replays into Badger (see wal.go
