@@ -100,6 +100,7 @@ func (h *hosted) fenceAnswerLocked(prev tenurev1.Role) *tenurev1.FenceResponse {
 		HighWaterMark: h.r.HWM(),
 		History:       journal.ToWire(h.r.History()),
 		PreviousRole:  prev,
+		Incarnation:   h.s.incarnation,
 	}
 }
 

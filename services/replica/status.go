@@ -28,7 +28,7 @@ func (s *Replica) status(m *tenurev1.ReplicaServiceGetStatusRequest) (*tenurev1.
 			return nil, err
 		}
 	}
-	out := &tenurev1.ReplicaServiceGetStatusResponse{ReplicaId: s.cfg.ID}
+	out := &tenurev1.ReplicaServiceGetStatusResponse{ReplicaId: s.cfg.ID, Incarnation: s.incarnation}
 	for _, h := range hs {
 		out.Ranges = append(out.Ranges, h.status())
 	}
