@@ -43,6 +43,7 @@
 //	h/<id>                            high-water mark       (u64 value)
 //	d/<id>                            synced-end marker     (u64 value)
 //	t/<id>                            truncation target     (u64 value, present only mid-truncation)
+//	x/<id>                            drop intent           (u64 value 0, present only mid-drop)
 //	w/gen                             oldest WAL generation Open replays (u64 value)
 //
 //	batch:   batch magic u8 (0xB7) | count u32 | (length u32 | record) per
@@ -107,6 +108,9 @@
 // then. Open also cuts an unsynced log tail at its first hole, removes
 // journal entries beyond the log end, verifies the journal against the log
 // and rebuilds a missing, empty or corrupt journal from the records' epochs
-// before the range is served. Options.CrashAt injects crashes at the steps
+// before the range is served. DropRange persists an intent before deleting
+// a range's keys and journal, and Open finishes it before it lists the
+// ranges, so a crash never leaves a range that looks hosted with part of its
+// log. Options.CrashAt injects crashes at the steps
 // of Truncate and AppendRecords; Options.JournalFS injects journal faults.
 package logstore

@@ -20,6 +20,7 @@ const (
 	prefixHWM    = "h/" // h/<range> -> high-water mark
 	prefixSynced = "d/" // d/<range> -> synced-end marker
 	prefixIntent = "t/" // t/<range> -> pending truncation target
+	prefixDrop   = "x/" // x/<range> -> pending drop (u64 value 0)
 
 	// recordHeaderBytes precedes a record's value: epoch u64, flags u8, crc u32.
 	recordHeaderBytes = 8 + 1 + 4

@@ -91,6 +91,9 @@ type Range struct {
 	// may not rise above truncTo, so the bound checked at the start holds.
 	truncating bool
 	truncTo    uint64
+	// dropped is set once DropRange quiesced the range (truncating then
+	// stays set): waits fail with ErrDropped.
+	dropped bool
 	// truncGen counts completed truncations; lastTruncTo is the latest one's
 	// target. WaitDurable uses them to notice its offset was cut.
 	truncGen, lastTruncTo uint64
@@ -392,6 +395,10 @@ func (r *Range) WaitDurable(ctx context.Context, off uint64) error {
 	r.mu.Lock()
 	gen := r.truncGen
 	for {
+		if r.dropped {
+			r.mu.Unlock()
+			return fmt.Errorf("%w: WaitDurable(%d) on %s", ErrDropped, off, r.id)
+		}
 		if r.truncGen != gen && (r.truncGen-gen > 1 || r.lastTruncTo < off) {
 			r.mu.Unlock()
 			return fmt.Errorf("%w: WaitDurable(%d) on %s: the log was cut to %d", ErrTruncated, off, r.id, r.lastTruncTo)
