@@ -102,10 +102,12 @@ func (s *Store) forgetHWM(r *Range) {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	delete(s.dirty, r)
-	// The writer clears writerBusy without a broadcast (it is on the hot
-	// path); a drop is rare, so it polls. A commit takes a few
-	// milliseconds.
-	for s.writerBusy && s.failed == nil {
+	// Only the commit running now may carry r's HWM: one that takes the
+	// queue after this (takes moved) finds r no longer dirty. The writer
+	// clears writerBusy without a broadcast (it is on the hot path); a
+	// drop is rare, so it polls. A commit takes a few milliseconds.
+	round := s.takes
+	for s.writerBusy && s.takes == round && s.failed == nil {
 		s.qmu.Unlock()
 		time.Sleep(time.Millisecond)
 		s.qmu.Lock()

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -147,4 +149,103 @@ func TestDropSurvivesPowerLoss(t *testing.T) {
 	losePower(t, s)
 	checkDropped(t, o, "r1")
 	reopenAfterDrop(t, o, false)
+}
+
+// A drop waits only for the commit in progress, not for the writer to be
+// idle: another range appending and raising its HWM all along neither
+// starves it nor loses a record, and the dropped range's HWM, dirty when
+// the drop began, is not written back after its keys went.
+func TestDropWhileAnotherRangeAppends(t *testing.T) {
+	o := newOpener(t)
+	s := o.open()
+	r1, r2 := twoRanges(t, s)
+	if err := r1.SetHWM(r1.LogEnd()); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, r1, 1, 3) // written, and its HWM dirty, as the drop begins
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		for ; n < 5000; n++ {
+			select {
+			case <-stop:
+				done <- n
+				return
+			default:
+			}
+			if _, err := r2.Append(1, false, [][]byte{value("r2", r2.AssignedEnd())}); err != nil {
+				t.Errorf("Append on r2 = %v", err)
+				break
+			}
+			_ = r2.SetHWM(r2.DurableEnd())
+		}
+		done <- n
+	}()
+	if _, err := s.DropRange("r1"); err != nil {
+		t.Fatalf("DropRange(r1) under r2's appends = %v", err)
+	}
+	close(stop)
+	n := <-done
+	waitDurable(t, r2, r2.AssignedEnd())
+	closeStore(t, s)
+	checkDropped(t, o, "r1")
+	s = o.open()
+	defer closeStore(t, s)
+	r2, _ = s.Range("r2")
+	if got := r2.LogEnd(); got != 10+uint64(n) {
+		t.Fatalf("r2 log end after the drop = %d, want %d", got, 10+n)
+	}
+	checkConsistent(t, r2)
+}
+
+// The commit in progress when a drop begins may carry the dropped range's
+// dirty HWM: the drop waits for it, or the HWM key would be written after
+// the drop deleted it, and a range created again under the id would load
+// the deleted one's HWM.
+func TestDropWaitsForTheCommitCarryingItsHWM(t *testing.T) {
+	o := newOpener(t)
+	var holding atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	o.opts.CrashAt = func(p string) error {
+		if p == logstore.CrashCommitWrite && holding.CompareAndSwap(true, false) {
+			close(held)
+			<-release
+		}
+		return nil
+	}
+	s := o.open()
+	r1, r2 := twoRanges(t, s)
+	appendN(t, r1, 1, 3)
+	waitDurable(t, r1, 13)
+	holding.Store(true)
+	if err := r1.SetHWM(13); err != nil {
+		t.Fatal(err)
+	}
+	// r2's next write takes r1's dirty HWM into the commit held here.
+	appended := make(chan error, 1)
+	go func() {
+		_, err := r2.Append(1, false, [][]byte{[]byte("held")})
+		appended <- err
+	}()
+	<-held
+	dropped := make(chan error, 1)
+	go func() {
+		_, err := s.DropRange("r1")
+		dropped <- err
+	}()
+	select {
+	case err := <-dropped:
+		t.Fatalf("DropRange returned (%v) while the commit carrying r1's HWM was held", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-dropped; err != nil {
+		t.Fatal(err)
+	}
+	closeStore(t, s)
+	checkDropped(t, o, "r1")
 }

@@ -149,6 +149,9 @@ type Store struct {
 	stopped     bool  // the writer and the syncer exited
 	failed      error // first fatal failure; see ErrFailed
 	done        chan struct{}
+	// takes counts takeLocked calls: a commit that began after a given
+	// count took the dirty HWMs as they were then (DropRange's forgetHWM).
+	takes uint64
 
 	syncMu sync.Mutex
 	// sealed names the memtable WAL files already fsynced after Badger
