@@ -8,7 +8,11 @@
 //
 // # Roles
 //
-// A range is hosted from the first Fence that names it. Fence(E) durably
+// A range is hosted from the first Fence that names it, unless the fence
+// names this replica under another incarnation (its disk lost the range:
+// refused, reported in status) or for an older generation of the range; a
+// newer generation drops the data of the old one first (membership.go).
+// DropRange deletes a range again. Fence(E) durably
 // records fenced epoch E and stops the range acting under any lower epoch;
 // Adopt(E, role) then makes it a leader or a follower at exactly E:
 //
