@@ -123,6 +123,14 @@ func TestWipedReplicaIsRefusedAndReportsTheLostRange(t *testing.T) {
 	if err != nil || len(st.Msg.GetLostRanges()) != 0 {
 		t.Fatalf("status after re-adding = %v, %v; want no lost range", st, err)
 	}
+	// An adoption whose replica set still records the old incarnation for
+	// it is refused too: it would make this empty log the member's.
+	set := members(nil, r1, r2, r3)
+	set[1].Incarnation = recorded
+	_, err = r2.rc.Adopt(ctxT(t), connect.NewRequest(&tenurev1.AdoptRequest{
+		RangeId: rangeID, Epoch: 5, Role: tenurev1.Role_ROLE_FOLLOWER, LeaderId: r1.id, LeaderAddress: r1.url, Replicas: set,
+	}))
+	wantCode(t, "Adopt naming the wiped replica's old incarnation", err, connect.CodeFailedPrecondition)
 }
 
 // A learner fetches like a follower, but its copy never counts toward the
