@@ -81,6 +81,9 @@ func runReplica(ctx context.Context, args []string) error {
 			return fmt.Errorf("lease keeper for %s: %w", *leaseURL, err)
 		}
 		cfg.Lease = keeper
+		// The lease service's word on a range, before a fence hosts one or
+		// jumps far above the current fence (defence in depth).
+		cfg.Ranges = keeper
 	}
 	r, srv, err := replica.Start(cfg, *listen)
 	if err != nil {

@@ -45,7 +45,7 @@ func (s *Replica) fence(ctx context.Context, m *tenurev1.FenceRequest) (*tenurev
 	// A fence is what brings a replica into a range: the range is created
 	// (durably) on the first fence that names it, once the member's
 	// incarnation and the range's generation are checked (membership.go).
-	h, err := s.hostForFence(m)
+	h, err := s.hostForFence(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -55,6 +55,11 @@ func (s *Replica) fence(ctx context.Context, m *tenurev1.FenceRequest) (*tenurev
 	// epoch below E. The promotion at the lower epoch must be abandoned.
 	if e < cur {
 		return nil, preconditionf("range %q: fence at epoch %d refused: already fenced at epoch %d", h.id, e, cur)
+	}
+	// Far above the current fence, the epoch must be one the lease service
+	// granted: one fence at 2^64-1 would otherwise brick the range.
+	if err := s.checkFenceJump(ctx, h.id, cur, e); err != nil {
+		return nil, err
 	}
 	if e == cur {
 		// A repeat (a retrying promoter): the fence is already durable, and

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -45,7 +46,7 @@ const maxHostAttempts = 3
 //     it, the data here belongs to a deleted range of the same id, and is
 //     dropped before the range is hosted afresh; a range hosted at
 //     generation 0 (before generations) adopts the fence's.
-func (s *Replica) hostForFence(m *tenurev1.FenceRequest) (*hosted, error) {
+func (s *Replica) hostForFence(ctx context.Context, m *tenurev1.FenceRequest) (*hosted, error) {
 	id := m.GetRangeId()
 	if inc := m.GetIncarnation(); inc != "" {
 		if !validIncarnation(inc) {
@@ -55,6 +56,16 @@ func (s *Replica) hostForFence(m *tenurev1.FenceRequest) (*hosted, error) {
 			s.noteLost(id, inc)
 			return nil, preconditionf("range %q: fence refused: the membership records replica %s as incarnation %s, but this replica is incarnation %s: its disk was replaced or wiped and lost the range; remove the replica from the range and add it again",
 				id, s.cfg.ID, inc, s.incarnation)
+		}
+	}
+	s.mu.Lock()
+	_, hosted := s.ranges[id]
+	s.mu.Unlock()
+	if !hosted {
+		// A fence creates the range: only one the lease service lists this
+		// replica in (control.go).
+		if err := s.checkHostable(ctx, id); err != nil {
+			return nil, err
 		}
 	}
 	gen := m.GetRangeGeneration()

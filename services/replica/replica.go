@@ -85,6 +85,12 @@ type Config struct {
 	// Lease guards leaders' leases; nil means no lease service: a leader's
 	// lease is always valid.
 	Lease LeaseGuard
+	// Ranges, when set, is the lease service's word on a range, asked
+	// before a fence hosts a range this replica does not hold and before a
+	// fence jumps far above the range's current fence (control.go).
+	// package lease's Keeper implements it. nil: fences are taken on the
+	// promoter's word (mutual TLS already says who may fence).
+	Ranges RangeSource
 	// HTTPClient dials leaders for fetches; default transport.NewHTTPClient().
 	// It is the seam tests use to partition a follower from its leader.
 	HTTPClient connect.HTTPClient
