@@ -6,9 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/tenurelog/tenure/pkg/auth"
+	"github.com/tenurelog/tenure/pkg/transport"
 )
 
 func init() {
@@ -65,6 +69,7 @@ func runDev(ctx context.Context, args []string) error {
 	rangeID := fs.String("range", "demo", "id of the range the story creates")
 	records := fs.Int("records", 5, "records appended before and again after the failover (1-1000)")
 	asJSON := fs.Bool("json", false, "print one JSON ready line per process on stdout (see above); the story goes to stderr")
+	insecure := fs.Bool("insecure", false, "run every hop in cleartext, without certificates (by default the dev cluster makes its own CA and certificates in <data-dir>/certs and runs mutual TLS)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), devHelp)
 		fs.PrintDefaults()
@@ -112,6 +117,17 @@ func runDev(ctx context.Context, args []string) error {
 		fmt.Fprintln(out, "stopped.")
 	}()
 
+	if !*insecure {
+		// Secure by default, the demo too: a CA and certificates of the
+		// cluster's own, this process (lease service, promoter and the
+		// story's client) with the promoter, operator, producer and
+		// consumer roles, each replica with its own.
+		c.certs = filepath.Join(c.dir, "certs")
+		if err := setupDevTLS(c.certs, c.log); err != nil {
+			return err
+		}
+		defer transport.SetTLS(nil)
+	}
 	ports, note, err := reservePorts(*basePort)
 	if err != nil {
 		return err
@@ -167,8 +183,13 @@ func interrupted(ctx context.Context, out io.Writer, err error) error {
 
 func printTryTenurectl(out io.Writer, c *devCluster, rangeID string) {
 	flags := ""
-	if c.leaseURL() != "http://127.0.0.1:7000" || c.promoterURL() != "http://127.0.0.1:7200" {
+	if s := transport.Scheme(); c.leaseURL() != s+"://127.0.0.1:7000" || c.promoterURL() != s+"://127.0.0.1:7200" {
 		flags = fmt.Sprintf(" --lease %s --promoter %s", c.leaseURL(), c.promoterURL())
+	}
+	exports := ""
+	if c.certs != "" {
+		exports = fmt.Sprintf("  export TENURECTL_CACERT=%s TENURECTL_CERT=%s TENURECTL_KEY=%s\n",
+			filepath.Join(c.certs, auth.CAFile), filepath.Join(c.certs, "operator.pem"), filepath.Join(c.certs, "operator-key.pem"))
 	}
 	var members string
 	for i, r := range c.replicas {
@@ -181,7 +202,7 @@ func printTryTenurectl(out io.Writer, c *devCluster, rangeID string) {
 The cluster keeps running (--keep). In another terminal, try (build it with 'make build'):
 
   export PATH=$PWD/bin:$PATH
-  tenurectl%[1]s status
+%[5]s  tenurectl%[1]s status
   tenurectl%[1]s status %[2]s
   tenurectl%[1]s produce %[2]s hello world
   tenurectl%[1]s consume %[2]s --from 0
@@ -196,5 +217,26 @@ The cluster keeps running (--keep). In another terminal, try (build it with 'mak
 
 Kill a leader yourself ('tenurectl status %[2]s' names it; pids are above) and
 watch 'tenurectl transitions %[2]s'. Ctrl-C here stops everything.
-`, flags, rangeID, members, filepath.Join(c.replica("r1").dataDir, "journal", rangeID+".journal"))
+`, flags, rangeID, members, filepath.Join(c.replica("r1").dataDir, "journal", rangeID+".journal"), exports)
+}
+
+// setupDevTLS makes the dev cluster's certificates in dir and installs this
+// process's.
+func setupDevTLS(dir string, log *slog.Logger) error {
+	specs := append(auth.DefaultSpecs([]string{"r1", "r2", "r3"}, nil, nil, nil), auth.Spec{
+		Name:     "dev",
+		Identity: auth.Identity{Roles: []auth.Role{auth.RolePromoter, auth.RoleOperator, auth.RoleProducer, auth.RoleConsumer}},
+	})
+	if _, err := auth.Init(dir, specs); err != nil {
+		return fmt.Errorf("dev certificates: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	src, err := auth.Load(auth.Files{Cert: filepath.Join(dir, "dev.pem"), Key: filepath.Join(dir, "dev-key.pem"), CA: filepath.Join(dir, auth.CAFile)}, log)
+	if err != nil {
+		return err
+	}
+	transport.SetTLS(src)
+	return nil
 }

@@ -36,6 +36,9 @@ var devReplicaIDs = []string{"r1", "r2", "r3"}
 // is set by start in that order and torn down by close in reverse, so a
 // start interrupted half way is cleaned up like a finished one.
 type devCluster struct {
+	// certs is the directory of the cluster's certificates ("" with
+	// --insecure): every hop is mutual TLS.
+	certs     string
 	dir       string
 	removeDir bool // the directory is ours (a temp dir): close removes it
 	self      string
@@ -194,7 +197,7 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 	// The replicas start in parallel: each opens Badger, which is most of
 	// the start-up time.
 	for i, id := range devReplicaIDs {
-		c.replicas = append(c.replicas, newDevReplica(id, ports.replicas[i], c.dir, c.leaseURL()))
+		c.replicas = append(c.replicas, newDevReplica(id, ports.replicas[i], c.dir, c.leaseURL(), c.certs))
 	}
 	errs := make([]error, len(c.replicas))
 	var wg sync.WaitGroup

@@ -274,7 +274,14 @@ func checkDevReadyLines(t *testing.T, d *devRun, restarted string) {
 		var l readyLine
 		dec := json.NewDecoder(strings.NewReader(line))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l); err != nil || !l.Ready || !strings.HasPrefix(l.Address, "http://127.0.0.1:") {
+		err := dec.Decode(&l)
+		// The dev cluster runs mutual TLS (its embedded etcd is cleartext,
+		// on loopback, and only this process talks to it).
+		scheme := "https"
+		if l.Service == "etcd" {
+			scheme = "http"
+		}
+		if err != nil || !l.Ready || !strings.HasPrefix(l.Address, scheme+"://127.0.0.1:") {
 			t.Errorf("stdout line %q is not a ready line (%v)", line, err)
 			continue
 		}

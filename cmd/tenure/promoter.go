@@ -34,8 +34,9 @@ func runPromoter(ctx context.Context, args []string) error {
 	parallel := fs.Int("max-parallel", 1024, "at most this many promotions run at once; their calls to each replica and the lease service are batched, at most 2 batches in flight per replica and kind, 8 to the lease service")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
+	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes.\n%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp)
+		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -48,18 +49,21 @@ func runPromoter(ctx context.Context, args []string) error {
 	if err := clearReadyFile(*readyFile); err != nil {
 		return err
 	}
+	if err := tlsf.setup(log, *listen); err != nil {
+		return err
+	}
 	stopTracing, err := startTracing(ctx, log, "tenure-promoter", semconv.ServiceInstanceID(*id))
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger(), TLS: etcdTLS(*etcd)})
 	if err != nil {
 		return fmt.Errorf("etcd client for %s: %w", *etcd, err)
 	}
 	defer cli.Close()
 	p, err := promoter.New(promoter.Config{
-		ID: *id, Etcd: cli, Prefix: *prefix, LeaseURL: *leaseURL, Logger: log,
+		ID: *id, Etcd: cli, Prefix: *prefix, LeaseURL: serviceURL(*leaseURL), Logger: log,
 		ProbeInterval: *probe, ProbeMisses: *misses, StatusInterval: *status, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/auth"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -72,6 +74,9 @@ func parseGlobal(e *env, args []string) ([]string, error) {
 type clusterOpts struct {
 	lease, promoter *string
 	json            *bool
+	// cacert, cert and key are the TLS files (etcdctl's names): with all
+	// three, every call is mutual TLS as the certificate's roles allow.
+	cacert, cert, key *string
 }
 
 // addClusterFlags defines --lease, --promoter and --json on a command's
@@ -91,7 +96,29 @@ func addClusterFlags(e *env, fs *flag.FlagSet) clusterOpts {
 		lease:    fs.String("lease", pick(e.global.lease, "TENURECTL_LEASE", defaultLeaseURL), "lease service base URL (env TENURECTL_LEASE)"),
 		promoter: fs.String("promoter", pick(e.global.promoter, "TENURECTL_PROMOTER", defaultPromoterURL), "promoter base URL (env TENURECTL_PROMOTER)"),
 		json:     fs.Bool("json", e.global.json, "print JSON instead of a table"),
+		cacert:   fs.String("cacert", e.getenv("TENURECTL_CACERT"), "CA certificate the servers' certificates must chain to (env TENURECTL_CACERT); with --cert and --key, calls are mutual TLS and http:// URLs mean https://"),
+		cert:     fs.String("cert", e.getenv("TENURECTL_CERT"), "client certificate, e.g. operator.pem from tenure certs init (env TENURECTL_CERT)"),
+		key:      fs.String("key", e.getenv("TENURECTL_KEY"), "the client certificate's key (env TENURECTL_KEY)"),
 	}
+}
+
+// setupTLS installs the command's TLS identity, if its files are given.
+func (o clusterOpts) setupTLS() error {
+	files := auth.Files{CA: *o.cacert, Cert: *o.cert, Key: *o.key}
+	if !files.Configured() {
+		return nil
+	}
+	src, err := auth.Load(files, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	transport.SetTLS(src)
+	for _, u := range []*string{o.lease, o.promoter} {
+		if rest, ok := strings.CutPrefix(*u, "http://"); ok {
+			*u = "https://" + rest
+		}
+	}
+	return nil
 }
 
 // clients are the Connect clients of one command run, built the way every
@@ -105,7 +132,14 @@ type clients struct {
 }
 
 func newClients(o clusterOpts) *clients {
-	hc := transport.NewHTTPClient()
+	var hc *http.Client
+	if err := o.setupTLS(); err != nil {
+		// Every call of the command then fails with why, the way a bad
+		// URL does, rather than speaking cleartext to a TLS cluster.
+		hc = &http.Client{Transport: failingTransport{err}}
+	} else {
+		hc = transport.NewHTTPClient()
+	}
 	return &clients{
 		http:        hc,
 		leaseURL:    *o.lease,
@@ -116,6 +150,12 @@ func newClients(o clusterOpts) *clients {
 }
 
 func (c *clients) close() { c.http.CloseIdleConnections() }
+
+// failingTransport fails every request with err (a TLS setup that did not
+// load).
+type failingTransport struct{ err error }
+
+func (t failingTransport) RoundTrip(*http.Request) (*http.Response, error) { return nil, t.err }
 
 func (c *clients) replica(addr string) tenurev1connect.ReplicaServiceClient {
 	return tenurev1connect.NewReplicaServiceClient(c.http, addr, transport.ClientOptions()...)

@@ -40,21 +40,21 @@ func Decide(procedure string, id Identity, ok bool) *connect.Error {
 	return nil
 }
 
-// Handler enforces the table in front of next: a request that Decide
-// refuses is answered with its error, in the protocol the client speaks,
-// and never reaches next. A request it admits carries the identity in its
-// context (From).
-func Handler(next http.Handler, log *slog.Logger) http.Handler {
+// Handler enforces the table in front of next: the client's certificate is
+// verified against src's CA, then a request that Decide refuses is answered
+// with its error, in the protocol the client speaks, and never reaches
+// next. A request it admits carries the identity in its context (From).
+func Handler(next http.Handler, src *Source, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
 	ew := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok, err := peerIdentity(r)
+		id, ok, err := peerIdentity(r, src)
 		if err != nil {
-			// A certificate that verified but does not parse as a tenure
-			// identity: treat as none.
-			log.Warn("auth: unusable client certificate", "remote", r.RemoteAddr, "err", err)
+			// A certificate from another CA, expired, or not a tenure
+			// identity: as good as none.
+			log.Warn("auth: client certificate refused", "remote", r.RemoteAddr, "err", err)
 		}
 		if cerr := Decide(r.URL.Path, id, ok && err == nil); cerr != nil {
 			log.Warn("auth: refused", "procedure", r.URL.Path, "remote", r.RemoteAddr, "code", cerr.Code(), "peer", id.Name)
@@ -68,13 +68,17 @@ func Handler(next http.Handler, log *slog.Logger) http.Handler {
 	})
 }
 
-// peerIdentity is the identity of the request's verified client
-// certificate; ok=false when there is none (cleartext, or no certificate).
-func peerIdentity(r *http.Request) (Identity, bool, error) {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+// peerIdentity verifies the request's client certificate and reads its
+// identity; ok=false when there is none (cleartext, or no certificate).
+func peerIdentity(r *http.Request, src *Source) (Identity, bool, error) {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return Identity{}, false, nil
 	}
-	id, err := IdentityOf(r.TLS.VerifiedChains[0][0])
+	leaf, err := src.VerifyClient(r.TLS.PeerCertificates)
+	if err != nil {
+		return Identity{}, true, err
+	}
+	id, err := IdentityOf(leaf)
 	return id, true, err
 }
 

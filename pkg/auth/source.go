@@ -113,24 +113,43 @@ func (s *Source) current() (*tls.Certificate, *x509.CertPool) {
 }
 
 // ServerConfig is the TLS configuration of a server: its certificate, and
-// client certificates verified against the CA when given. They are not
-// required at the handshake so that gRPC health probes need none; Handler
-// refuses everything else without one (Unauthenticated).
+// the client's certificate requested but neither required nor verified at
+// the handshake: health probes need none, and a certificate from another CA
+// must get an answer (Unauthenticated) rather than a broken handshake that
+// looks like a network fault. Handler verifies it against the CA
+// (VerifyClient) before anything else.
 func (s *Source) ServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: []string{"h2", "http/1.1"},
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			cert, pool := s.current()
+			cert, _ := s.current()
 			return &tls.Config{
 				MinVersion:   tls.VersionTLS13,
 				NextProtos:   []string{"h2", "http/1.1"},
 				Certificates: []tls.Certificate{*cert},
-				ClientCAs:    pool,
-				ClientAuth:   tls.VerifyClientCertIfGiven,
+				ClientAuth:   tls.RequestClientCert,
 			}, nil
 		},
 	}
+}
+
+// VerifyClient verifies a client's certificate chain (as the handshake
+// received it) against the current CA, for client authentication, and
+// returns its leaf.
+func (s *Source) VerifyClient(chain []*x509.Certificate) (*x509.Certificate, error) {
+	if len(chain) == 0 {
+		return nil, errors.New("auth: no client certificate")
+	}
+	_, pool := s.current()
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil, fmt.Errorf("auth: client certificate %q: %w", chain[0].Subject.CommonName, err)
+	}
+	return chain[0], nil
 }
 
 // ClientConfig is the TLS configuration of a client: its certificate for

@@ -162,7 +162,7 @@ func ServeListener(ln net.Listener, regs ...Registration) *Server {
 		// sees it (health needs no certificate; auth.Handler says why).
 		p.SetHTTP2(true)
 		p.SetUnencryptedHTTP2(false)
-		handler, scheme = auth.Handler(mux, slog.Default()), "https"
+		handler, scheme = auth.Handler(mux, src, slog.Default()), "https"
 	}
 	drain := make(chan struct{})
 	base := context.WithValue(context.Background(), drainKey{}, (<-chan struct{})(drain))

@@ -190,6 +190,17 @@ func (k *Keeper) SessionID() int64 {
 	return k.session
 }
 
+// Range reads a range from the lease service: a replica asks it before it
+// hosts a range or takes a fence far above its current one (replica.Config
+// Ranges).
+func (k *Keeper) Range(ctx context.Context, rangeID string) (*tenurev1.RangeInfo, error) {
+	resp, err := k.client.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: rangeID}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.GetRange(), nil
+}
+
 // Session waits until the Keeper's first session is open and returns its
 // current session id. If ctx ends first, the error names the last reason
 // opening failed.

@@ -146,6 +146,7 @@ func (f *follower) step() error {
 		RangeId:          f.h.id,
 		Epoch:            f.epoch,
 		ReplicaId:        f.h.s.cfg.ID,
+		Incarnation:      f.h.s.incarnation,
 		FetchOffset:      end,
 		LastFetchedEpoch: lastEpoch,
 		MaxBytes:         wire.MaxBatchBytes,

@@ -43,6 +43,10 @@ type hosted struct {
 	halted error
 	// cuts counts the truncations fetch loops made (status).
 	cuts fetchTruncations
+	// dropped is set once the range's data was dropped (membership.go's
+	// dropLocked): it is no longer in the replica's ranges, and a fence
+	// that finds it looks the range up again.
+	dropped bool
 }
 
 func (s *Replica) newHosted(r *logstore.Range) *hosted {

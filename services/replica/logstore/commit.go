@@ -264,6 +264,7 @@ func (s *Store) take() (b batch, took, index, ok bool) {
 // takeLocked takes the queue and the dirty HWMs for the caller, which holds
 // qmu and has just set writerBusy.
 func (s *Store) takeLocked() batch {
+	s.takes++
 	b := batch{writes: s.queue}
 	for r := range s.dirty {
 		b.hwms = append(b.hwms, r)
