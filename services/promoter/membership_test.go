@@ -621,3 +621,52 @@ func TestReplaceWithLeaderKilledAtEveryStep(t *testing.T) {
 		})
 	}
 }
+
+// A learner never counts, so a learner that is down does not hold a
+// failover back: with r4 a learner and both r4 and the leader dead, the
+// two remaining voters of three are a quorum and the range fails over.
+func TestDownLearnerDoesNotHoldFailover(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	r4 := c.addSpare("r4")
+	p := c.newPromoter("p1", true)
+	c.leader("r", 1, 20*time.Second)
+	waitHealthy(t, p, c, "r")
+	c.changeMembership("r", tenurev1.MembershipStep_MEMBERSHIP_STEP_ADD_LEARNER, &tenurev1.Replica{Id: "r4", Address: r4.srv.URL(), Learner: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Promote(ctx, "r", "", "test: the learner takes effect"); err != nil {
+		t.Fatalf("Promote: %v", err)
+	}
+	waitFor(t, "the add to complete", 15*time.Second, func() bool { return c.getRange("r").GetChange() == nil })
+	a, err := c.appendOne("r", "before", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, epoch := c.leader("r", 1, 10*time.Second)
+	// The promoter must have seen r4 refuse connections before the leader
+	// dies, so its probes know both are down.
+	addr := r4.srv.URL()
+	c.stop(r4)
+	waitFor(t, "the probes to see r4 down", 10*time.Second, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		ps := p.probes[addr]
+		return ps != nil && ps.refused
+	})
+	c.stop(c.byID[leader])
+	next, _ := c.leader("r", epoch+1, 20*time.Second)
+	if next == leader || next == "r4" {
+		t.Fatalf("leader after the failover = %s", next)
+	}
+	// The new leader commits with the other voter alone. (Reads are not
+	// checked here: the replica's read confirmation still counts the
+	// learner toward its quorum, services/replica/readindex.go.)
+	b, err := c.appendOne("r", "after", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.offset <= a.offset {
+		t.Errorf("the append after the failover landed at %d, not after %d", b.offset, a.offset)
+	}
+}

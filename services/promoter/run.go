@@ -241,19 +241,36 @@ func (p *Promoter) quorumAnswering(rangeID string) error {
 	if rs == nil || len(rs.replicas) == 0 {
 		return nil // nothing known yet: the promotion reads the members itself
 	}
-	var down []string
-	for _, r := range rs.replicas {
-		if ps := p.probes[r.GetAddress()]; ps != nil && ps.refused {
-			down = append(down, r.GetId())
+	// Only voters count toward a promotion's quorum: a learner answering
+	// or not changes nothing. With a change in flight the promotion needs a
+	// quorum of the voters before it too.
+	voters := func(rs []*tenurev1.Replica) []*tenurev1.Replica {
+		var out []*tenurev1.Replica
+		for _, r := range rs {
+			if !r.GetLearner() {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	sets := [][]*tenurev1.Replica{voters(rs.replicas)}
+	if rs.change != nil {
+		sets = append(sets, voters(rs.change.GetOldReplicas()))
+	}
+	for _, set := range sets {
+		var down []string
+		for _, r := range set {
+			if ps := p.probes[r.GetAddress()]; ps != nil && ps.refused {
+				down = append(down, r.GetId())
+			}
+		}
+		if need := wire.Quorum(len(set)); len(set)-len(down) < need {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+				"range %s: %d of %d replicas refuse connections (%s) and a promotion needs %d to answer; %w",
+				rangeID, len(down), len(set), strings.Join(down, ", "), need, errHeld))
 		}
 	}
-	need := wire.Quorum(len(rs.replicas))
-	if len(rs.replicas)-len(down) >= need {
-		return nil
-	}
-	return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
-		"range %s: %d of %d replicas refuse connections (%s) and a promotion needs %d to answer; %w",
-		rangeID, len(down), len(rs.replicas), strings.Join(down, ", "), need, errHeld))
+	return nil
 }
 
 // errHeld marks a promotion quorumAnswering held back: nothing was tried,
