@@ -14,9 +14,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -83,3 +86,17 @@ func Send(hc *http.Client, baseURL string, p Procedure, body []byte) (int, error
 
 // Pick chooses a procedure by an input byte.
 func Pick(ps []Procedure, b byte) Procedure { return ps[int(b)%len(ps)] }
+
+// Seed adds m, marshalled, to f's corpus as a call of the procedure at path.
+func Seed(f *testing.F, ps []Procedure, path string, m proto.Message) {
+	f.Helper()
+	i := slices.IndexFunc(ps, func(p Procedure) bool { return p.Path == path })
+	if i < 0 {
+		f.Fatalf("rpcfuzz: no procedure %s", path)
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(byte(i), b)
+}

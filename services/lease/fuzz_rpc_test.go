@@ -22,22 +22,7 @@ import (
 func FuzzLeaseRPC(f *testing.F) {
 	env := leasetest.Start(f)
 	procs := rpcfuzz.Procedures(tenurev1.File_tenure_v1_lease_proto.Services().ByName("LeaseService"))
-	index := func(path string) byte {
-		for i, p := range procs {
-			if p.Path == path {
-				return byte(i)
-			}
-		}
-		f.Fatalf("no procedure %s", path)
-		return 0
-	}
-	seed := func(path string, m proto.Message) {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(index(path), b)
-	}
+	seed := func(path string, m proto.Message) { rpcfuzz.Seed(f, procs, path, m) }
 	seed(tenurev1connect.LeaseServiceCreateRangeProcedure, &tenurev1.CreateRangeRequest{RangeId: "r", Replicas: replicas("r1", "r2", "r3")})
 	seed(tenurev1connect.LeaseServiceOpenSessionProcedure, &tenurev1.OpenSessionRequest{HolderId: "p", TtlMs: 60_000})
 	seed(tenurev1connect.LeaseServiceGrantEpochProcedure, &tenurev1.GrantEpochRequest{RangeId: "r", HolderId: "p"})

@@ -57,19 +57,14 @@ func FuzzPromoterRPC(f *testing.F) {
 	}
 
 	procs := rpcfuzz.Procedures(tenurev1.File_tenure_v1_promoter_proto.Services().ByName("PromoterService"))
-	for i, m := range []proto.Message{
-		&tenurev1.PromoteRequest{RangeId: "r"},
-		&tenurev1.ListTransitionsRequest{RangeId: "r"},
-		&tenurev1.PromoterServiceGetStatusRequest{},
-		&tenurev1.ChangeReplicasRequest{RangeId: "r", RemoveReplicaId: "r3"},
-		&tenurev1.PromoterServiceDeleteRangeRequest{RangeId: "nope"},
-		&tenurev1.PromoteRequest{RangeId: "r", UnsafeAcceptDataLoss: true},
+	for path, m := range map[string]proto.Message{
+		tenurev1connect.PromoterServicePromoteProcedure:         &tenurev1.PromoteRequest{RangeId: "r", UnsafeAcceptDataLoss: true},
+		tenurev1connect.PromoterServiceListTransitionsProcedure: &tenurev1.ListTransitionsRequest{RangeId: "r"},
+		tenurev1connect.PromoterServiceGetStatusProcedure:       &tenurev1.PromoterServiceGetStatusRequest{},
+		tenurev1connect.PromoterServiceChangeReplicasProcedure:  &tenurev1.ChangeReplicasRequest{RangeId: "r", RemoveReplicaId: "r3"},
+		tenurev1connect.PromoterServiceDeleteRangeProcedure:     &tenurev1.PromoterServiceDeleteRangeRequest{RangeId: "nope"},
 	} {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(byte(i), b)
+		rpcfuzz.Seed(f, procs, path, m)
 	}
 	hc := transport.NewHTTPClient()
 	var highest uint64

@@ -33,22 +33,7 @@ func FuzzReplicaRPC(f *testing.F) {
 	var procs []rpcfuzz.Procedure
 	procs = append(procs, rpcfuzz.Procedures(tenurev1.File_tenure_v1_replica_proto.Services().ByName("ReplicaService"))...)
 	procs = append(procs, rpcfuzz.Procedures(tenurev1.File_tenure_v1_log_proto.Services().ByName("LogService"))...)
-	index := func(path string) byte {
-		for i, p := range procs {
-			if p.Path == path {
-				return byte(i)
-			}
-		}
-		f.Fatalf("no procedure %s", path)
-		return 0
-	}
-	seed := func(path string, m proto.Message) {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(index(path), b)
-	}
+	seed := func(path string, m proto.Message) { rpcfuzz.Seed(f, procs, path, m) }
 	// Seeds: the commands a promoter sends, in the order it sends them,
 	// then the data path.
 	seed(tenurev1connect.ReplicaServiceFenceProcedure, &tenurev1.FenceRequest{RangeId: "r", Epoch: 1})
