@@ -299,3 +299,36 @@ func TestRangeGenerationDropsAnOlderGenerationsData(t *testing.T) {
 		t.Fatalf("Fence at generation 6 after a restart = %v, %v; want generation 6's 2 records", a, err)
 	}
 }
+
+// A leader confirms it still leads with a quorum of its voters before it
+// serves a read; learners' answers count for nothing. Counted, two
+// learners' answers confirmed a leader cut off from both other voters,
+// which a later leader may have fenced: a stale read. Counted in the size
+// only, learners down failed reads a voter quorum would serve.
+func TestReadConfirmationCountsVotersOnly(t *testing.T) {
+	c := newCluster(t, 5)
+	r1, r2, r3, r4, r5 := c.node(1), c.node(2), c.node(3), c.node(4), c.node(5)
+	c.electSet(1, members([]*node{r4, r5}, r1, r2, r3, r4, r5), r1, r2, r3, r4, r5)
+	c.mustAppend(r1, values("before", 2)...)
+	c.waitCaughtUp(r1, r2, r3, r4, r5)
+	read := func() error {
+		ctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
+		defer cancel()
+		_, err := r1.lc.Read(ctx, connect.NewRequest(&tenurev1.ReadRequest{RangeId: rangeID}))
+		return err
+	}
+	// One voter and both learners down: r1 and r2 are a voter quorum.
+	c.stop(r3)
+	c.stop(r4)
+	c.stop(r5)
+	if err := read(); err != nil {
+		t.Errorf("Read with 2 of 3 voters up and the learners down = %v", err)
+	}
+	// Both other voters down, both learners up: no voter quorum.
+	c.start(r4)
+	c.start(r5)
+	c.stop(r2)
+	if err := read(); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("Read with only the leader and the learners up = %v, want unavailable", err)
+	}
+}
