@@ -368,6 +368,26 @@ func TestEveryProcedureRefusesWhomTheTableRefuses(t *testing.T) {
 		}{"role " + string(r), load(dir, "as-"+string(r)).ClientConfig(), []auth.Role{r}})
 	}
 
+	// Settle first: followers still catching up on the appends would move
+	// their fetch offsets under the comparison.
+	waitFor(t, "every replica to hold and commit the whole log", 20*time.Second, func() bool {
+		snap := c.snapshot(t, "r")
+		if len(snap.Replicas) != len(c.replicas) {
+			return false
+		}
+		end := snap.Replicas[0].GetLogEnd()
+		for _, rs := range snap.Replicas {
+			if rs.GetLogEnd() != end || rs.GetHighWaterMark() != end {
+				return false
+			}
+			for _, f := range rs.GetFollowers() {
+				if f.GetFetchOffset() != end {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	before := c.snapshot(t, "r")
 	calls := authzCalls(leaderID)
 	if len(calls) != len(auth.Table) {
