@@ -27,6 +27,7 @@ func runCerts(ctx context.Context, args []string) error {
 	replicas := fs.String("replicas", "r1,r2,r3", "comma-separated replica ids: one certificate each, role replica, bound to its id")
 	promoters := fs.String("promoters", "1,2", "comma-separated promoter names: one certificate each (promoter-<name>), role promoter")
 	leases := fs.String("leases", "1,2", "comma-separated lease service names: one certificate each (lease-<name>), no role")
+	servers := fs.String("servers", "", "comma-separated names of other servers (etcd members, Jaeger): one certificate each, <name>, no role, carrying --hosts too")
 	hosts := fs.String("hosts", "", "comma-separated extra DNS names or IPs every server certificate carries (compose service names, a host name); localhost and 127.0.0.1 always are")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: tenure certs init DIR [flags]
@@ -59,7 +60,11 @@ Flags:
 	} else if fs.NArg() > 0 || dir == "" {
 		return errors.New("tenure certs init: give exactly one directory (see --help)")
 	}
-	wrote, err := auth.Init(dir, auth.DefaultSpecs(list(*replicas), list(*promoters), list(*leases), list(*hosts)))
+	specs := auth.DefaultSpecs(list(*replicas), list(*promoters), list(*leases), list(*hosts))
+	for _, name := range list(*servers) {
+		specs = append(specs, auth.Spec{Name: name, Hosts: list(*hosts)})
+	}
+	wrote, err := auth.Init(dir, specs)
 	if err != nil {
 		return err
 	}
