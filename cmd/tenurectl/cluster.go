@@ -211,11 +211,19 @@ func (c *clients) promoterErr(err error) error {
 
 // explain turns a Connect error into what happened and what to do.
 func explain(err error, who, url, flagHint string) error {
+	if strings.HasPrefix(url, "http://") && hungUp(err) {
+		// Cleartext HTTP/2 to a TLS server: it hangs up on the preface.
+		return fmt.Errorf("%s at %s hung up (%v): it probably runs mutual TLS; pass --cacert, --cert and --key (or TENURECTL_CACERT, TENURECTL_CERT, TENURECTL_KEY; 'tenure dev --keep' prints them)", who, url, connectMessage(err))
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable:
 		if isDialError(err) {
 			return fmt.Errorf("cannot reach %s at %s (%v): is it running? 'make demo ARGS=--keep' starts a local cluster; otherwise pass %s", who, url, connectMessage(err), flagHint)
 		}
+	case connect.CodeUnauthenticated:
+		return fmt.Errorf("%s at %s wants a client certificate signed by the cluster's CA (%v): pass --cacert, --cert and --key", who, url, connectMessage(err))
+	case connect.CodePermissionDenied:
+		return fmt.Errorf("%s at %s refused this certificate (%v): use one with the role the command needs (operator, for most)", who, url, connectMessage(err))
 	case connect.CodeDeadlineExceeded:
 		return fmt.Errorf("%s at %s did not answer within %v: it may be overloaded or partitioned; retry, or check its log", who, url, rpcTimeout)
 	case connect.CodeUnimplemented, connect.CodeUnknown:
@@ -224,6 +232,13 @@ func explain(err error, who, url, flagHint string) error {
 		}
 	}
 	return fmt.Errorf("%s at %s: %v", who, url, err)
+}
+
+// hungUp reports an error of a server closing the connection under the
+// request, as a TLS server does on a cleartext HTTP/2 preface.
+func hungUp(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "EOF") || strings.Contains(s, "broken pipe") || strings.Contains(s, "connection reset by peer")
 }
 
 func isDialError(err error) bool {
