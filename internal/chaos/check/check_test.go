@@ -513,3 +513,39 @@ func TestTwoAcksAtOneOffsetAreIllegal(t *testing.T) {
 		t.Errorf("problems:\n%s", strings.Join(rep.Problems, "\n"))
 	}
 }
+
+// TestLivenessBound pins the in-process harness's bound to its derivation
+// (check.LivenessBound's comment): 2 x TTL, detection, three attempts.
+func TestLivenessBound(t *testing.T) {
+	got := LivenessBound(LivenessTimings{LeaseTTL: 2 * time.Second, StatusInterval: time.Second, ProbeInterval: 100 * time.Millisecond,
+		ProbeTimeout: 300 * time.Millisecond, ProbeMisses: 3, FenceTimeout: time.Second, RPCTimeout: 2 * time.Second, RetryMax: 2 * time.Second})
+	if want := 26600 * time.Millisecond; got != want {
+		t.Errorf("LivenessBound = %v, want %v", got, want)
+	}
+}
+
+// TestLivenessStuck: each way a range can fail to come back is one stuck
+// range with its own description; a live range is none.
+func TestLivenessStuck(t *testing.T) {
+	run := cleanRun()
+	run.Liveness = []Liveness{
+		{Range: "live", Appended: true, Read: true, Agreed: true},
+		{Range: "noappend", Read: true, Agreed: true, Detail: "x"},
+		{Range: "noread", Appended: true, Agreed: true},
+		{Range: "disagree", Appended: true, Read: true},
+	}
+	rep := Check(run)
+	if rep.Stuck != 3 || !rep.Safe() {
+		t.Fatalf("Stuck = %d, Safe() = %v, want 3, true", rep.Stuck, rep.Safe())
+	}
+	all := strings.Join(rep.Problems, "\n")
+	for _, want := range []string{"range noappend: no append acknowledged", "range noread: appended, but no read answered",
+		"range disagree: served, but the promoter's view never agreed"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("problems lack %q:\n%s", want, all)
+		}
+	}
+	if strings.Contains(all, "range live") {
+		t.Errorf("a live range reported stuck:\n%s", all)
+	}
+}

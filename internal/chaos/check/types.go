@@ -214,4 +214,7 @@ type Run struct {
 	HWMs                         []HWMSample
 	Epochs                       []EpochEvent
 	Truncations                  []Truncation
+	// Liveness is what each range of the run did after healing; every
+	// harness fills one per range.
+	Liveness []Liveness
 }
