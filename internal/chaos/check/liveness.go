@@ -2,7 +2,10 @@ package check
 
 import (
 	"fmt"
+	"strings"
 	"time"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
 // Liveness is what one range did once every fault of a run was healed: the
@@ -103,4 +106,36 @@ func (l Liveness) String() string {
 		return fmt.Sprintf("range %s live %v after healing (bound %v)", l.Range, l.Took.Round(time.Millisecond), l.Bound)
 	}
 	return fmt.Sprintf("range %s STUCK (bound %v): appended %t, read %t, promoter agreed %t: %s", l.Range, l.Bound, l.Appended, l.Read, l.Agreed, l.Detail)
+}
+
+// PromoterAgrees says whether the elected promoter's view of a range (ps,
+// nil when it has none) agrees with what its replicas report (statuses, by
+// replica id; a replica that did not answer is missing): the promoter
+// calls the range healthy, and the leader it names leads at the
+// promoter's epoch, fenced at it, with a valid lease and not halted. Why
+// not, when it does not, is the second result. The wedge of issue 31 is
+// a promoter saying healthy of a leader with lease_valid=false.
+func PromoterAgrees(ps *tenurev1.RangePromotionState, statuses map[string]*tenurev1.RangeStatus) (bool, string) {
+	if ps == nil {
+		return false, "the elected promoter does not know the range"
+	}
+	view := fmt.Sprintf("promoter: %s at epoch %d led by %q", ps.GetState(), ps.GetEpoch(), ps.GetLeaderId())
+	if ps.GetLastError() != "" {
+		view += fmt.Sprintf(" (last error: %s)", ps.GetLastError())
+	}
+	if ps.GetState() != "healthy" {
+		return false, view
+	}
+	st := statuses[ps.GetLeaderId()]
+	if st == nil {
+		return false, view + fmt.Sprintf("; %s does not answer", ps.GetLeaderId())
+	}
+	view += fmt.Sprintf("; %s: %s at epoch %d (fenced %d), lease_valid=%t", ps.GetLeaderId(),
+		strings.ToLower(strings.TrimPrefix(st.GetRole().String(), "ROLE_")), st.GetEpoch(), st.GetFencedEpoch(), st.GetLeaseValid())
+	if st.GetHalted() != "" {
+		view += ", halted: " + st.GetHalted()
+	}
+	ok := st.GetRole() == tenurev1.Role_ROLE_LEADER && st.GetEpoch() == ps.GetEpoch() && st.GetFencedEpoch() == ps.GetEpoch() &&
+		st.GetLeaseValid() && st.GetHalted() == ""
+	return ok, view
 }
