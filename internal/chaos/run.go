@@ -147,8 +147,13 @@ func RunOne(t testing.TB, rc RunConfig) check.Run {
 			run.TrafficDuring = during
 		}
 		if ep < rc.Episodes-1 {
-			// Settle: the cluster recovers, traffic resumes.
+			// Settle: the cluster recovers and traffic resumes before the
+			// next fault (bounded: a range that does not recover is the
+			// liveness checker's to report, after the last episode),
+			// so that the next episode's traffic is its own.
 			time.Sleep(time.Second)
+			settled := w.OK()
+			waitUntil(livenessBound, func() bool { return w.OK() >= settled+5 })
 		}
 	}
 
