@@ -82,9 +82,9 @@ type Report struct {
 	// effect) whose value is in some replica's log or in a read.
 	FailedButApplied int
 
-	// Stuck counts ranges that did not serve an acknowledged append and a
-	// read, or whose promoter view did not agree with their replicas',
-	// within the liveness bound after healing (Run.Liveness). It is no
+	// Stuck counts, per healing, the ranges that did not serve an
+	// acknowledged append and a read, or whose promoter view did not agree
+	// with their replicas', within the liveness bound (Run.Liveness). It is no
 	// safety column (nothing wrong was accepted) but must be zero too, and
 	// it counts in void runs as well: a run whose final append failed is
 	// void for the safety columns precisely because it may be stuck.

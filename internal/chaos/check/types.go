@@ -215,6 +215,7 @@ type Run struct {
 	Epochs                       []EpochEvent
 	Truncations                  []Truncation
 	// Liveness is what each range of the run did after healing; every
-	// harness fills one per range.
+	// harness fills one per range and healing (the in-process one heals
+	// once per episode).
 	Liveness []Liveness
 }
