@@ -54,12 +54,13 @@ func (c *Cluster) checkLiveness(w *workload.Workload, healed time.Time) check.Li
 		}
 	}
 	// The promoter's view lags what it acts on by up to a status probe:
-	// polled until it agrees. Once the range has not served, the view is
-	// read once, for the report.
-	var view string
+	// polled until it calls the range healthy and agrees, and judged on
+	// its last answer at the bound. Once the range has not served, the
+	// view is read once, for the report.
 	for {
-		l.Agreed, view = c.promoterAgrees(rangeID)
-		if l.Agreed || !l.Appended || !l.Read || time.Now().After(deadline) {
+		agrees, healthy, view := c.promoterAgrees(rangeID)
+		l.Agreed, l.Promoter = agrees, view
+		if (agrees && healthy) || !l.Appended || !l.Read || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -68,13 +69,13 @@ func (c *Cluster) checkLiveness(w *workload.Workload, healed time.Time) check.Li
 		l.Took = time.Since(healed)
 		return l
 	}
-	l.Detail = strings.Join(append(detail, view), "; ")
+	l.Detail = strings.Join(append(detail, l.Promoter), "; ")
 	return l
 }
 
 // promoterAgrees asks the elected promoter (around the Network) for its
 // view of rangeID and compares it with the replicas' (check.PromoterAgrees).
-func (c *Cluster) promoterAgrees(rangeID string) (bool, string) {
+func (c *Cluster) promoterAgrees(rangeID string) (agrees, healthy bool, view string) {
 	var ps *tenurev1.RangePromotionState
 	elected := false
 	for _, q := range c.promoters {
@@ -93,7 +94,7 @@ func (c *Cluster) promoterAgrees(rangeID string) (bool, string) {
 		}
 	}
 	if !elected {
-		return false, "no promoter is elected"
+		return false, false, "no promoter is elected"
 	}
 	statuses := map[string]*tenurev1.RangeStatus{}
 	for _, rn := range c.replicas {

@@ -82,10 +82,12 @@ func (sc *scenario) checkLiveness(ctx context.Context, w *workload.Workload, his
 	if later := time.Now().Add(agreementWindow); later.After(until) {
 		until = later
 	}
-	var view string
+	// Polled until the promoter calls the range healthy and agrees, and
+	// judged on its last answer (check.PromoterAgrees).
 	for {
-		l.Agreed, view = sc.promoterAgrees(ctx)
-		if l.Agreed || !l.Appended || !l.Read || time.Now().After(until) || ctx.Err() != nil {
+		agrees, healthy, view := sc.promoterAgrees(ctx)
+		l.Agreed, l.Promoter = agrees, view
+		if (agrees && healthy) || !l.Appended || !l.Read || time.Now().After(until) || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -94,13 +96,13 @@ func (sc *scenario) checkLiveness(ctx context.Context, w *workload.Workload, his
 		l.Took = served.Sub(healed)
 		return l
 	}
-	l.Detail = strings.Join(append(detail, view), "; ")
+	l.Detail = strings.Join(append(detail, l.Promoter), "; ")
 	return l
 }
 
 // promoterAgrees asks both promoters for their status and compares the
 // elected one's view of the range with the replicas' (check.PromoterAgrees).
-func (sc *scenario) promoterAgrees(ctx context.Context) (bool, string) {
+func (sc *scenario) promoterAgrees(ctx context.Context) (agrees, healthy bool, view string) {
 	var ps *tenurev1.RangePromotionState
 	elected := false
 	for _, p := range []string{"promoter-1", "promoter-2"} {
@@ -119,7 +121,7 @@ func (sc *scenario) promoterAgrees(ctx context.Context) (bool, string) {
 		}
 	}
 	if !elected {
-		return false, "no promoter is elected"
+		return false, false, "no promoter is elected"
 	}
 	return check.PromoterAgrees(ps, sc.statuses(ctx))
 }

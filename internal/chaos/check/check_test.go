@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
 // t0 is the fixtures' clock origin; at(n) is n milliseconds after it.
@@ -547,5 +549,34 @@ func TestLivenessStuck(t *testing.T) {
 	}
 	if strings.Contains(all, "range live") {
 		t.Errorf("a live range reported stuck:\n%s", all)
+	}
+}
+
+// TestPromoterAgrees: the wedge (healthy, but the leader's lease is not
+// valid) and a stale healthy view disagree; a promoter not claiming health
+// claims nothing to disagree with.
+func TestPromoterAgrees(t *testing.T) {
+	leader := func(epoch uint64, valid bool) *tenurev1.RangeStatus {
+		return &tenurev1.RangeStatus{Role: tenurev1.Role_ROLE_LEADER, Epoch: epoch, FencedEpoch: epoch, LeaseValid: valid}
+	}
+	follower := &tenurev1.RangeStatus{Role: tenurev1.Role_ROLE_FOLLOWER, Epoch: 3, FencedEpoch: 3}
+	healthy := &tenurev1.RangePromotionState{State: "healthy", Epoch: 2, LeaderId: "A"}
+	for _, tc := range []struct {
+		name           string
+		ps             *tenurev1.RangePromotionState
+		sts            map[string]*tenurev1.RangeStatus
+		agrees, health bool
+	}{
+		{"serving", healthy, map[string]*tenurev1.RangeStatus{"A": leader(2, true)}, true, true},
+		{"wedge", healthy, map[string]*tenurev1.RangeStatus{"A": leader(2, false)}, false, true},
+		{"stale epoch", healthy, map[string]*tenurev1.RangeStatus{"A": follower, "B": leader(3, true)}, false, true},
+		{"leader silent", healthy, map[string]*tenurev1.RangeStatus{"B": leader(3, true)}, false, true},
+		{"unavailable", &tenurev1.RangePromotionState{State: "unavailable", Epoch: 2, LeaderId: "A"}, map[string]*tenurev1.RangeStatus{"A": leader(2, false)}, true, false},
+		{"unknown range", nil, nil, false, false},
+	} {
+		agrees, health, view := PromoterAgrees(tc.ps, tc.sts)
+		if agrees != tc.agrees || health != tc.health {
+			t.Errorf("%s: PromoterAgrees = %v, %v (%s), want %v, %v", tc.name, agrees, health, view, tc.agrees, tc.health)
+		}
 	}
 }

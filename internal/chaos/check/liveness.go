@@ -20,10 +20,15 @@ type Liveness struct {
 	// Appended and Read say that an append was acknowledged and a read
 	// answered OK, both through the workload's clients, within Bound.
 	Appended, Read bool
-	// Agreed says that, within Bound and after the append and the read,
-	// the elected promoter called the range healthy at an epoch whose
-	// leader, asked directly, led at that epoch with a valid lease.
+	// Agreed says that, polled within Bound after the append and the
+	// read, the elected promoter's view agreed with the replicas'
+	// (PromoterAgrees): polled until it calls the range healthy, and
+	// judged on its last answer.
 	Agreed bool
+	// Promoter is the elected promoter's last view, for the report (a
+	// promoter still not calling a serving range healthy at the bound is
+	// worth a look, though not stuck).
+	Promoter string
 	// Took is how long after healing all three held (0 when they did not).
 	Took time.Duration
 	// Detail is what the harness last saw when the range did not make it:
@@ -103,39 +108,44 @@ func checkLiveness(ls []Liveness, p *problems) int {
 // String is the range's liveness in one line, for logs.
 func (l Liveness) String() string {
 	if !l.Stuck() {
-		return fmt.Sprintf("range %s live %v after healing (bound %v)", l.Range, l.Took.Round(time.Millisecond), l.Bound)
+		return fmt.Sprintf("range %s live %v after healing (bound %v; %s)", l.Range, l.Took.Round(time.Millisecond), l.Bound, l.Promoter)
 	}
 	return fmt.Sprintf("range %s STUCK (bound %v): appended %t, read %t, promoter agreed %t: %s", l.Range, l.Bound, l.Appended, l.Read, l.Agreed, l.Detail)
 }
 
 // PromoterAgrees says whether the elected promoter's view of a range (ps,
 // nil when it has none) agrees with what its replicas report (statuses, by
-// replica id; a replica that did not answer is missing): the promoter
-// calls the range healthy, and the leader it names leads at the
-// promoter's epoch, fenced at it, with a valid lease and not halted. Why
-// not, when it does not, is the second result. The wedge of issue 31 is
-// a promoter saying healthy of a leader with lease_valid=false.
-func PromoterAgrees(ps *tenurev1.RangePromotionState, statuses map[string]*tenurev1.RangeStatus) (bool, string) {
+// replica id; a replica that did not answer is missing): when the promoter
+// calls the range healthy, the leader it names must lead at the
+// promoter's epoch, fenced at it, with a valid lease and not halted. The
+// wedge of issue 31 is a promoter saying healthy of a leader with
+// lease_valid=false: it will never act on a range it believes healthy. A
+// promoter that does not call the range healthy (promoting, unavailable,
+// no-quorum) claims nothing to disagree with; whether the range serves is
+// the append's and the read's to say. A promoter that does not know the
+// range at all will never act on it: that disagrees. healthy reports the
+// promoter's state, view what was compared, for the report.
+func PromoterAgrees(ps *tenurev1.RangePromotionState, statuses map[string]*tenurev1.RangeStatus) (agrees, healthy bool, view string) {
 	if ps == nil {
-		return false, "the elected promoter does not know the range"
+		return false, false, "the elected promoter does not know the range"
 	}
-	view := fmt.Sprintf("promoter: %s at epoch %d led by %q", ps.GetState(), ps.GetEpoch(), ps.GetLeaderId())
+	view = fmt.Sprintf("promoter: %s at epoch %d led by %q", ps.GetState(), ps.GetEpoch(), ps.GetLeaderId())
 	if ps.GetLastError() != "" {
 		view += fmt.Sprintf(" (last error: %s)", ps.GetLastError())
 	}
 	if ps.GetState() != "healthy" {
-		return false, view
+		return true, false, view
 	}
 	st := statuses[ps.GetLeaderId()]
 	if st == nil {
-		return false, view + fmt.Sprintf("; %s does not answer", ps.GetLeaderId())
+		return false, true, view + fmt.Sprintf("; %s does not answer", ps.GetLeaderId())
 	}
 	view += fmt.Sprintf("; %s: %s at epoch %d (fenced %d), lease_valid=%t", ps.GetLeaderId(),
 		strings.ToLower(strings.TrimPrefix(st.GetRole().String(), "ROLE_")), st.GetEpoch(), st.GetFencedEpoch(), st.GetLeaseValid())
 	if st.GetHalted() != "" {
 		view += ", halted: " + st.GetHalted()
 	}
-	ok := st.GetRole() == tenurev1.Role_ROLE_LEADER && st.GetEpoch() == ps.GetEpoch() && st.GetFencedEpoch() == ps.GetEpoch() &&
+	agrees = st.GetRole() == tenurev1.Role_ROLE_LEADER && st.GetEpoch() == ps.GetEpoch() && st.GetFencedEpoch() == ps.GetEpoch() &&
 		st.GetLeaseValid() && st.GetHalted() == ""
-	return ok, view
+	return agrees, true, view
 }
