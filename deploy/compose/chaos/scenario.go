@@ -59,7 +59,7 @@ type scenario struct {
 	expectFailed []string
 	unattributed int
 	// healed is when the scenario last undid its fault (started, unpaused
-	// or reconnected a replica): the liveness bound counts from it.
+	// or reconnected a container): the liveness bound counts from it.
 	healed time.Time
 }
 
