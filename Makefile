@@ -111,7 +111,7 @@ CHAOS_FLAGS ?=
 .PHONY: chaos
 chaos: ## In-process chaos: SEEDS (default 5) seeded runs of every fault kind, ending with the scoreboard.
 	@mkdir -p $(BIN)
-	$(GO) test -race -count=1 -timeout $$(( $(SEEDS) * 7 * 60 + 300 ))s -run '^TestChaos$$' ./internal/chaos \
+	$(GO) test -race -count=1 -timeout $$(( $(SEEDS) * 11 * 60 + 300 ))s -run '^TestChaos$$' ./internal/chaos \
 		-chaos.seeds=$(SEEDS) -chaos.scoreboard=$(BIN)/chaos-scoreboard.txt $(CHAOS_FLAGS) -v 2>&1 | grep -v '^=== RUN'
 	@echo ">> scoreboard also in $(BIN)/chaos-scoreboard.txt"
 
@@ -218,7 +218,7 @@ $(BIN)/static/chaos: $(wildcard deploy/compose/chaos/*.go) $(GOFILES) go.mod go.
 	$(STATIC_GO) -o $@ ./deploy/compose/chaos
 
 .PHONY: chaos-compose
-chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kill, pause, disconnect, majority restart, damaged journal) under load, check it, print the scoreboard; always tears it down.
+chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kill, pause, disconnect, majority restart, damaged journal, paused lease services) under load, check safety and liveness, print the scoreboard; always tears it down.
 	COMPOSE="$(COMPOSE)" CHAOS_BIN=$(BIN)/static/chaos CHAOS_TENURECTL=$(BIN)/static/tenurectl timeout --kill-after=60 $(CHAOS_COMPOSE_TIMEOUT) deploy/compose/chaos.sh
 
 .PHONY: ctl

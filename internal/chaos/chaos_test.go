@@ -38,8 +38,9 @@ var (
 )
 
 // TestChaos runs the seeded chaos runs and judges each: every safety
-// column must be zero, and every fault kind must have at least one run that
-// counts (traffic before and during its faults, a successful final append).
+// column must be zero, no run may leave its range stuck after healing, and
+// every fault kind must have at least one run that counts (traffic before
+// and during its faults, a successful final append).
 func TestChaos(t *testing.T) {
 	kinds := Kinds
 	if *chaosKinds != "" {
@@ -76,8 +77,14 @@ func TestChaos(t *testing.T) {
 				} else {
 					counted[kind]++
 				}
-				if !rep.Safe() || run.Void() != "" {
+				if !rep.Safe() || !rep.Live() || run.Void() != "" {
 					dumpRun(t, run)
+				}
+				if !rep.Live() {
+					// Not a safety finding, and not a void run to shrug
+					// off: the range did not come back (check.Liveness).
+					t.Errorf("seed %d kind %s: STUCK (reproduce: go test ./internal/chaos -run TestChaos -chaos.kinds=%s -chaos.seed=%d):\n  %s",
+						seed, kind, kind, seed, strings.Join(rep.Problems, "\n  "))
 				}
 				if !rep.Safe() {
 					t.Errorf("seed %d kind %s: UNSAFE (reproduce: go test ./internal/chaos -run TestChaos -chaos.kinds=%s -chaos.seed=%d):\n  %s",

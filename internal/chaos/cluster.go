@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/tenurelog/tenure/internal/chaos/check"
 	"github.com/tenurelog/tenure/pkg/journal/journaltest"
@@ -20,7 +22,6 @@ import (
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 	"github.com/tenurelog/tenure/services/lease"
-	"github.com/tenurelog/tenure/services/lease/leasetest"
 	"github.com/tenurelog/tenure/services/promoter"
 	"github.com/tenurelog/tenure/services/replica"
 	"github.com/tenurelog/tenure/services/replica/logstore"
@@ -30,15 +31,26 @@ import (
 // lease-expiry faults (pause, partition) resolve in seconds.
 const sessionTTL = 2 * time.Second
 
-// Cluster is one chaos run's tenure: embedded etcd, the lease service,
-// replicas r1..rN and promoters p1..pM, every node's traffic through one
-// Network and every replica observed by one Observer.
+// promoterRefresh is the promoters' range-list refresh (their other
+// timings are promoterTimings).
+const promoterRefresh = 300 * time.Millisecond
+
+// Cluster is one chaos run's tenure: embedded etcd (one member, or three
+// for the etcd kinds), the lease service, replicas r1..rN and promoters
+// p1..pM, every node's traffic through one Network and every replica
+// observed by one Observer.
 type Cluster struct {
-	t         testing.TB
-	log       *slog.Logger
-	net       *Network
-	obs       *Observer
-	lease     *leasetest.Env
+	t       testing.TB
+	log     *slog.Logger
+	net     *Network
+	obs     *Observer
+	etcd    *etcdCluster
+	etcdCli *clientv3.Client
+	// lease is the running lease service (nil while killed); leaseAddr
+	// stays the same across restarts, since every node was given its URL.
+	lease     *leaseNode
+	leaseAddr string
+	leaseCli  tenurev1connect.LeaseServiceClient
 	replicas  []*replicaNode
 	promoters []*promoterNode
 	// direct reaches servers around the Network: the harness's own status
@@ -60,9 +72,17 @@ type replicaNode struct {
 }
 
 type promoterNode struct {
-	id   string
-	p    *promoter.Promoter
+	id string
+	p  *promoter.Promoter
+	// srv serves the promoter's status (PromoterService), which the
+	// liveness checker compares with the replicas'.
+	srv  *transport.Server
 	stop func()
+}
+
+type leaseNode struct {
+	svc *lease.Service
+	srv *transport.Server
 }
 
 func testLogger() *slog.Logger {
@@ -74,14 +94,24 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
-// startCluster starts etcd, the lease service, n replicas and m promoters.
-func startCluster(t testing.TB, seed uint64, n, m int) *Cluster {
+// startCluster starts etcd (etcdMembers members), the lease service, n
+// replicas and m promoters.
+func startCluster(t testing.TB, seed uint64, n, m, etcdMembers int) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, log: testLogger(), net: NewNetwork(seed), obs: newObserver(), direct: transport.NewHTTPClient()}
 	c.obs.install()
 	t.Cleanup(c.obs.uninstall)
-	c.lease = leasetest.Start(t)
-	c.net.Register("lease", c.lease.Server.Addr)
+	c.etcd = startEtcd(t, etcdMembers)
+	// Configured as the tenure binaries configure theirs.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("dial etcd: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	c.etcdCli = cli
+	c.leaseAddr = "127.0.0.1:0"
+	c.startLease()
+	c.leaseCli = tenurev1connect.NewLeaseServiceClient(c.direct, c.leaseURL(), transport.ClientOptions()...)
 	for i := 1; i <= n; i++ {
 		rn := &replicaNode{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", jfs: journaltest.NewMemFS()}
 		c.replicas = append(c.replicas, rn)
@@ -106,6 +136,64 @@ func (c *Cluster) nodes() []string {
 	return out
 }
 
+func (c *Cluster) leaseURL() string { return "http://" + c.leaseAddr }
+
+// startLease (re)starts the lease service on etcd, at the same address
+// after the first start. Its handler goes through the Network as node
+// "lease", so Pause("lease") stops it as SIGSTOP would: requests and
+// stream messages wait, and etcd expires the sessions nobody renews.
+func (c *Cluster) startLease() {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	svc, err := lease.New(ctx, c.etcdCli, lease.WithLogger(c.log))
+	if err != nil {
+		c.t.Fatalf("lease service: %v", err)
+	}
+	ln := c.listen("lease", c.leaseAddr)
+	reg := svc.Registration()
+	reg.Handler = c.net.Handler("lease", reg.Handler)
+	srv := transport.ServeListener(ln, reg)
+	c.net.Register("lease", srv.Addr)
+	c.mu.Lock()
+	c.lease, c.leaseAddr = &leaseNode{svc: svc, srv: srv}, srv.Addr
+	c.mu.Unlock()
+}
+
+// killLease stops the lease service at once: its streams and connections
+// drop, and it releases nothing (it holds no state etcd does not).
+func (c *Cluster) killLease() {
+	c.mu.Lock()
+	l := c.lease
+	c.lease = nil
+	c.mu.Unlock()
+	if l == nil {
+		return
+	}
+	c.net.Resume("lease")
+	l.svc.Close()
+	l.srv.Close()
+}
+
+// listen listens on addr, waiting a little for a port a stopped server
+// of the same node may still hold.
+func (c *Cluster) listen(node, addr string) net.Listener {
+	c.t.Helper()
+	var ln net.Listener
+	var err error
+	for attempt := 0; attempt < 100; attempt++ {
+		ln, err = net.Listen("tcp", addr)
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		c.t.Fatalf("listen for %s: %v", node, err)
+	}
+	return ln
+}
+
 func (c *Cluster) replica(id string) *replicaNode {
 	for _, r := range c.replicas {
 		if r.id == id {
@@ -120,23 +208,12 @@ func (c *Cluster) replica(id string) *replicaNode {
 // the first start, its address, so the range's membership stays true.
 func (c *Cluster) startReplica(rn *replicaNode) {
 	c.t.Helper()
-	leaseClient := tenurev1connect.NewLeaseServiceClient(c.net.Client(rn.id), c.lease.Server.URL(), transport.ClientOptions()...)
+	leaseClient := tenurev1connect.NewLeaseServiceClient(c.net.Client(rn.id), c.leaseURL(), transport.ClientOptions()...)
 	k, err := lease.NewKeeper(leaseClient, rn.id, "", lease.WithSessionTTL(sessionTTL), lease.WithKeeperLogger(c.log))
 	if err != nil {
 		c.t.Fatalf("keeper for %s: %v", rn.id, err)
 	}
-	var ln net.Listener
-	// The old listener's port may take a moment to be reusable.
-	for attempt := 0; attempt < 100; attempt++ {
-		ln, err = net.Listen("tcp", rn.listen)
-		if err == nil || !strings.Contains(err.Error(), "address already in use") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		c.t.Fatalf("listen for %s: %v", rn.id, err)
-	}
+	ln := c.listen(rn.id, rn.listen)
 	r, err := replica.New(replica.Config{
 		ID: rn.id, Address: "http://" + ln.Addr().String(), DataDir: rn.dir, Logger: c.log, Lease: k,
 		HTTPClient: c.net.Client(rn.id), FetchWait: 200 * time.Millisecond,
@@ -185,16 +262,23 @@ func (c *Cluster) killReplica(rn *replicaNode) {
 func (c *Cluster) startPromoter(id string) {
 	c.t.Helper()
 	p, err := promoter.New(promoter.Config{
-		ID: id, Etcd: c.lease.EtcdClient, LeaseURL: c.lease.Server.URL(), Logger: c.log,
-		HTTPClient: c.net.Client(id), RefreshInterval: 300 * time.Millisecond, SessionTTL: sessionTTL,
+		ID: id, Etcd: c.etcdCli, LeaseURL: c.leaseURL(), Logger: c.log,
+		HTTPClient: c.net.Client(id), RefreshInterval: promoterRefresh, SessionTTL: sessionTTL,
+		StatusInterval: promoterTimings.StatusInterval, ProbeInterval: promoterTimings.ProbeInterval,
+		ProbeTimeout: promoterTimings.ProbeTimeout, ProbeMisses: promoterTimings.ProbeMisses,
+		FenceTimeout: promoterTimings.FenceTimeout, RPCTimeout: promoterTimings.RPCTimeout, RetryMax: promoterTimings.RetryMax,
 	})
+	if err != nil {
+		c.t.Fatalf("promoter %s: %v", id, err)
+	}
+	srv, err := transport.Serve("127.0.0.1:0", p.Handlers()...)
 	if err != nil {
 		c.t.Fatalf("promoter %s: %v", id, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
-	c.promoters = append(c.promoters, &promoterNode{id: id, p: p, stop: sync.OnceFunc(func() { cancel(); <-done })})
+	c.promoters = append(c.promoters, &promoterNode{id: id, p: p, srv: srv, stop: sync.OnceFunc(func() { cancel(); <-done; srv.Close() })})
 }
 
 // handover asks the elected promoter (as an operator would, over the
@@ -225,6 +309,7 @@ func (c *Cluster) stopAll() {
 	for _, r := range c.replicas {
 		c.killReplica(r)
 	}
+	c.killLease()
 }
 
 func (c *Cluster) createRange(id string) {
@@ -235,7 +320,7 @@ func (c *Cluster) createRange(id string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.lease.Client.CreateRange(ctx, connect.NewRequest(&tenurev1.CreateRangeRequest{RangeId: id, Replicas: members, PreferredReplicaId: "r1"})); err != nil {
+	if _, err := c.leaseCli.CreateRange(ctx, connect.NewRequest(&tenurev1.CreateRangeRequest{RangeId: id, Replicas: members, PreferredReplicaId: "r1"})); err != nil {
 		c.t.Fatalf("CreateRange(%s): %v", id, err)
 	}
 }

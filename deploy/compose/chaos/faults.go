@@ -79,6 +79,7 @@ func (sc *scenario) pauseLeader(ctx context.Context) error {
 	if _, err := docker(context.WithoutCancel(ctx), "unpause", sc.stack.ids[leader]); err != nil {
 		return err
 	}
+	sc.healed = time.Now()
 	return sc.waitRejoined(ctx, leader)
 }
 
@@ -119,6 +120,7 @@ func (sc *scenario) disconnectLeader(ctx context.Context) error {
 	if _, err := docker(context.WithoutCancel(ctx), args...); err != nil {
 		return err
 	}
+	sc.healed = time.Now()
 	if err := sc.stack.refreshPort(ctx, leader, "7100"); err != nil {
 		return err
 	}
@@ -269,4 +271,38 @@ func (sc *scenario) handover(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return fmt.Errorf("planned handover: %w", errors.Join(errs...))
+}
+
+// pauseLease: docker pause both lease service containers (every replica
+// and promoter loses its lease service; etcd carries on and expires the
+// sessions nobody renews) for 1.1-2.5 x the lease TTL, the window in which
+// issue 31's wedge was found, then unpause them. Nothing needs to be
+// promoted; the range must serve again (the liveness check) with every
+// replica following.
+func (sc *scenario) pauseLease(ctx context.Context) error {
+	leader, epoch, err := sc.currentLeader(ctx)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, svc := range []string{"lease-1", "lease-2"} {
+		if id := sc.stack.ids[svc]; id != "" {
+			ids = append(ids, id)
+		}
+	}
+	ttl := sc.cfg.leaseTTL
+	hold := ttl*11/10 + time.Duration(sc.rng.Int64N(int64(ttl*14/10)))
+	logf("%s: docker pause the lease services for %v (leader %s at epoch %d)", sc.name, hold.Round(time.Millisecond), leader, epoch)
+	if _, err := docker(ctx, append([]string{"pause"}, ids...)...); err != nil {
+		return err
+	}
+	sc.faults["lease-pause"]++
+	time.Sleep(hold)
+	logf("%s: docker unpause the lease services", sc.name)
+	// Unpaused even when ctx was cancelled, as pauseLeader does.
+	if _, err := docker(context.WithoutCancel(ctx), append([]string{"unpause"}, ids...)...); err != nil {
+		return err
+	}
+	sc.healed = time.Now()
+	return sc.waitRejoined(ctx, replicaIDs...)
 }

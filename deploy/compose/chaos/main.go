@@ -21,14 +21,20 @@
 //     history, every 100ms);
 //  3. after traffic, inject the fault, heal it, and wait until the faulted
 //     replicas have rejoined: that window is "during";
-//  4. stop the workload, append one final record (the run counts only if
+//  4. check liveness: within the bound after healing (check.LivenessBound,
+//     from the lease TTL and the promoter's timings) the range must have
+//     served an acknowledged append and a read, and the elected promoter's
+//     view must agree with the replicas' (a range it calls healthy is led
+//     at its epoch by a leader with a valid lease), or the run is stuck;
+//  5. stop the workload, append one final record (the run counts only if
 //     it is acknowledged), wait until all replicas hold the same log;
-//  5. read the final state through tenurectl: the transition records
+//  6. read the final state through tenurectl: the transition records
 //     (tenurectl transitions) and, from a copy of each stopped replica's
 //     data directory, its whole log of the range (tenurectl log dump);
-//  6. check.Check the run, print the report, add it to the scoreboard.
+//  7. check.Check the run, print the report, add it to the scoreboard.
 //
-// The exit status is non-zero if any counted run is unsafe, any run is void
+// The exit status is non-zero if any counted run is unsafe, any run is
+// stuck (the scoreboard's stuck column), any run is void
 // (no traffic before or during the fault, or the final append failed), or a
 // scenario's expectation failed (no promotion after the leader's fault, a
 // corrupted journal not rebuilt, the replicas not converging).
@@ -145,7 +151,7 @@ func run(ctx context.Context, cfg config) int {
 		logf("render: %v", err)
 	}
 	if !board.Safe() {
-		failures = append(failures, fmt.Sprintf("unsafe seeds: %v", board.Failed()))
+		failures = append(failures, fmt.Sprintf("unsafe or stuck seeds: %v", board.Failed()))
 	}
 	if len(failures) > 0 {
 		fmt.Printf("FAIL (seed %d):\n  %s\n", cfg.seed, strings.Join(failures, "\n  "))
@@ -162,9 +168,9 @@ func printReport(name string, r check.Run, rep check.Report, sc *scenario) {
 		ops[check.Append][check.OK], ops[check.Append][check.Failed], ops[check.Append][check.Unknown],
 		ops[check.Read][check.OK], ops[check.Read][check.Failed], ops[check.Read][check.Unknown],
 		r.TrafficBefore, r.TrafficDuring, r.FinalAppendOK)
-	logf("report %s: lost %d, duplicates %d, inconsistent offsets %d, divergent prefixes %d, hwm regressions %d, stale-epoch %d, acked truncated %d, failed-but-applied %d, linearizable %s, check %s",
+	logf("report %s: lost %d, duplicates %d, inconsistent offsets %d, divergent prefixes %d, hwm regressions %d, stale-epoch %d, acked truncated %d, failed-but-applied %d, stuck %d, linearizable %s, check %s",
 		name, rep.Lost, rep.Duplicates, rep.InconsistentOffsets, rep.DivergentPrefixes, rep.HWMRegressions,
-		rep.StaleEpochAcceptances, rep.AckedTruncated, rep.FailedButApplied, rep.Linearizable, rep.CheckTime.Round(time.Millisecond))
+		rep.StaleEpochAcceptances, rep.AckedTruncated, rep.FailedButApplied, rep.Stuck, rep.Linearizable, rep.CheckTime.Round(time.Millisecond))
 	logf("report %s: %d truncations from transition records (%d without a fence-time history, not attributable); %d HWM samples; %d epoch events; final logs of %d replicas",
 		name, len(r.Truncations), sc.unattributed, len(r.HWMs), len(r.Epochs), len(r.Final))
 	if v := r.Void(); v != "" {

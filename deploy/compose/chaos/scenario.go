@@ -21,7 +21,7 @@ import (
 )
 
 // allScenarios is the default order. Each names one fault kind.
-var allScenarios = []string{"kill-leader", "pause-leader", "disconnect-leader", "restart-majority", "corrupt-journal"}
+var allScenarios = []string{"kill-leader", "pause-leader", "disconnect-leader", "restart-majority", "corrupt-journal", "pause-lease"}
 
 var scenarioFuncs = map[string]func(*scenario, context.Context) error{
 	"kill-leader":       (*scenario).killLeader,
@@ -29,6 +29,7 @@ var scenarioFuncs = map[string]func(*scenario, context.Context) error{
 	"disconnect-leader": (*scenario).disconnectLeader,
 	"restart-majority":  (*scenario).restartMajority,
 	"corrupt-journal":   (*scenario).corruptJournal,
+	"pause-lease":       (*scenario).pauseLease,
 }
 
 // Bounds of the scenario's waits.
@@ -57,6 +58,9 @@ type scenario struct {
 
 	expectFailed []string
 	unattributed int
+	// healed is when the scenario last undid its fault (started, unpaused
+	// or reconnected a container): the liveness bound counts from it.
+	healed time.Time
 }
 
 func (sc *scenario) expect(format string, args ...any) {
@@ -111,6 +115,11 @@ func (sc *scenario) run(ctx context.Context) (*check.Run, error) {
 	if faultErr == nil {
 		time.Sleep(afterHeal)
 	}
+	// Judged whatever the scenario's own waits said: a wedged range is
+	// exactly one whose rejoin wait gave up.
+	live := sc.checkLiveness(ctx, w, hist)
+	logf("%s: liveness: %s", sc.name, live)
+	r.Liveness = []check.Liveness{live}
 	stopWl()
 	if faultErr == nil {
 		if err := w.AppendOne(ctx, finalWithin); err != nil {
@@ -362,6 +371,7 @@ func (sc *scenario) startReplicas(ctx context.Context, ids ...string) error {
 			return err
 		}
 	}
+	sc.healed = time.Now()
 	return nil
 }
 

@@ -82,6 +82,14 @@ type Report struct {
 	// effect) whose value is in some replica's log or in a read.
 	FailedButApplied int
 
+	// Stuck counts, per healing, the ranges that did not serve an
+	// acknowledged append and a read, or whose promoter view did not agree
+	// with their replicas', within the liveness bound (Run.Liveness). It is no
+	// safety column (nothing wrong was accepted) but must be zero too, and
+	// it counts in void runs as well: a run whose final append failed is
+	// void for the safety columns precisely because it may be stuck.
+	Stuck int
+
 	// Linearizable is porcupine's verdict over the client history;
 	// IllegalRanges names the ranges without a linearization.
 	Linearizable  Verdict
@@ -104,6 +112,9 @@ func (r Report) Safe() bool {
 		r.StaleEpochAcceptances == 0 && r.AckedTruncated == 0 &&
 		r.FailedButApplied == 0 && r.Linearizable != VerdictIllegal
 }
+
+// Live says whether every range of the run came back after healing.
+func (r Report) Live() bool { return r.Stuck == 0 }
 
 // Void says why the run does not count, or "" if it does. A run without
 // traffic before the first fault or while faults were active exercised
@@ -157,6 +168,7 @@ func CheckWith(run Run, opts Options) Report {
 	}
 	rep.HWMRegressions = checkHWMRegressions(run.HWMs, p)
 	rep.StaleEpochAcceptances = checkStaleEpochs(run.Epochs, p)
+	rep.Stuck = checkLiveness(run.Liveness, p)
 
 	rep.Linearizable, rep.IllegalRanges = checkLinearizable(ranges, opts.LinearizabilityTimeout, p)
 

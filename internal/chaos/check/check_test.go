@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
 // t0 is the fixtures' clock origin; at(n) is n milliseconds after it.
@@ -511,5 +513,70 @@ func TestTwoAcksAtOneOffsetAreIllegal(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(rep.Problems, "\n"), `appends "a" and "b" both took effect at offset 1`) {
 		t.Errorf("problems:\n%s", strings.Join(rep.Problems, "\n"))
+	}
+}
+
+// TestLivenessBound pins the in-process harness's bound to its derivation
+// (check.LivenessBound's comment): 2 x TTL, detection, three attempts.
+func TestLivenessBound(t *testing.T) {
+	got := LivenessBound(LivenessTimings{LeaseTTL: 2 * time.Second, StatusInterval: time.Second, ProbeInterval: 100 * time.Millisecond,
+		ProbeTimeout: 300 * time.Millisecond, ProbeMisses: 3, FenceTimeout: time.Second, RPCTimeout: 2 * time.Second, RetryMax: 2 * time.Second})
+	if want := 26600 * time.Millisecond; got != want {
+		t.Errorf("LivenessBound = %v, want %v", got, want)
+	}
+}
+
+// TestLivenessStuck: each way a range can fail to come back is one stuck
+// range with its own description; a live range is none.
+func TestLivenessStuck(t *testing.T) {
+	run := cleanRun()
+	run.Liveness = []Liveness{
+		{Range: "live", Appended: true, Read: true, Agreed: true},
+		{Range: "noappend", Read: true, Agreed: true, Detail: "x"},
+		{Range: "noread", Appended: true, Agreed: true},
+		{Range: "disagree", Appended: true, Read: true},
+	}
+	rep := Check(run)
+	if rep.Stuck != 3 || !rep.Safe() {
+		t.Fatalf("Stuck = %d, Safe() = %v, want 3, true", rep.Stuck, rep.Safe())
+	}
+	all := strings.Join(rep.Problems, "\n")
+	for _, want := range []string{"range noappend: no append acknowledged", "range noread: appended, but no read answered",
+		"range disagree: served, but the promoter's view never agreed"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("problems lack %q:\n%s", want, all)
+		}
+	}
+	if strings.Contains(all, "range live") {
+		t.Errorf("a live range reported stuck:\n%s", all)
+	}
+}
+
+// TestPromoterAgrees: the wedge (healthy, but the leader's lease is not
+// valid) and a stale healthy view disagree; a promoter not claiming health
+// claims nothing to disagree with.
+func TestPromoterAgrees(t *testing.T) {
+	leader := func(epoch uint64, valid bool) *tenurev1.RangeStatus {
+		return &tenurev1.RangeStatus{Role: tenurev1.Role_ROLE_LEADER, Epoch: epoch, FencedEpoch: epoch, LeaseValid: valid}
+	}
+	follower := &tenurev1.RangeStatus{Role: tenurev1.Role_ROLE_FOLLOWER, Epoch: 3, FencedEpoch: 3}
+	healthy := &tenurev1.RangePromotionState{State: "healthy", Epoch: 2, LeaderId: "A"}
+	for _, tc := range []struct {
+		name           string
+		ps             *tenurev1.RangePromotionState
+		sts            map[string]*tenurev1.RangeStatus
+		agrees, health bool
+	}{
+		{"serving", healthy, map[string]*tenurev1.RangeStatus{"A": leader(2, true)}, true, true},
+		{"wedge", healthy, map[string]*tenurev1.RangeStatus{"A": leader(2, false)}, false, true},
+		{"stale epoch", healthy, map[string]*tenurev1.RangeStatus{"A": follower, "B": leader(3, true)}, false, true},
+		{"leader silent", healthy, map[string]*tenurev1.RangeStatus{"B": leader(3, true)}, false, true},
+		{"unavailable", &tenurev1.RangePromotionState{State: "unavailable", Epoch: 2, LeaderId: "A"}, map[string]*tenurev1.RangeStatus{"A": leader(2, false)}, true, false},
+		{"unknown range", nil, nil, false, false},
+	} {
+		agrees, health, view := PromoterAgrees(tc.ps, tc.sts)
+		if agrees != tc.agrees || health != tc.health {
+			t.Errorf("%s: PromoterAgrees = %v, %v (%s), want %v, %v", tc.name, agrees, health, view, tc.agrees, tc.health)
+		}
 	}
 }

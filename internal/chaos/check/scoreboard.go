@@ -37,7 +37,7 @@ func (s *Scoreboard) Add(kind string, run Run, rep Report) {
 	for k, n := range run.Faults {
 		faults[k] = n
 	}
-	if rep.Safe() {
+	if rep.Safe() && rep.Live() {
 		// Kept only where Render prints them: under a failed seed.
 		rep.Problems = nil
 	}
@@ -46,23 +46,28 @@ func (s *Scoreboard) Add(kind string, run Run, rep Report) {
 	s.mu.Unlock()
 }
 
-// Failed returns the seeds of counted runs whose report is not Safe, in
-// the order they were added.
+// failed says whether a run fails the suite: a counted run that is not
+// Safe, or any run, void or not, with a stuck range.
+func (x scored) failed() bool { return (x.counts() && !x.rep.Safe()) || !x.rep.Live() }
+
+// Failed returns the seeds of runs that fail the suite (counted runs whose
+// report is not Safe, and runs with a stuck range), in the order they were
+// added.
 func (s *Scoreboard) Failed() []int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var seeds []int64
 	for _, r := range s.runs {
-		if r.counts() && !r.rep.Safe() {
+		if r.failed() {
 			seeds = append(seeds, r.seed)
 		}
 	}
 	return seeds
 }
 
-// Safe says whether every counted run was safe. Void runs neither pass nor
-// fail the suite; Render lists any that had findings. With no counted run
-// it is vacuously true: check Counted too.
+// Safe says whether every counted run was safe and no run was stuck. Void
+// runs neither pass nor fail the safety columns; Render lists any that had
+// findings. With no counted run it is vacuously true: check Counted too.
 func (s *Scoreboard) Safe() bool { return len(s.Failed()) == 0 }
 
 // Counted is how many runs counted (were not void).
@@ -86,14 +91,18 @@ type row struct {
 	divergent, stale   int
 	truncated, failed  int
 	hwm                int
+	stuck              int
 	verdicts           map[Verdict]int
 	times              []time.Duration
 }
 
 func (r *row) add(x scored) {
+	// Stuck counts every run: a void run (its final append failed) is
+	// the likeliest to be stuck.
+	r.stuck += x.rep.Stuck
 	if !x.counts() {
 		// A void run says nothing about safety or availability: it is
-		// counted here and excluded from every other column.
+		// counted here and in stuck, and excluded from every other column.
 		r.void++
 		return
 	}
@@ -138,15 +147,15 @@ func (r *row) cells(kind string) string {
 		outcomes(Append), outcomes(Read),
 		fmt.Sprint(r.lost), fmt.Sprint(r.dups), fmt.Sprint(r.incons), fmt.Sprint(r.divergent),
 		fmt.Sprint(r.stale), fmt.Sprint(r.truncated), fmt.Sprint(r.failed), fmt.Sprint(r.hwm),
-		lin, check}, "\t")
+		fmt.Sprint(r.stuck), lin, check}, "\t")
 }
 
 // scoreboardHeader names the columns; the safety columns are lost through
-// hwm-back, each of which must read 0.
+// hwm-back, each of which must read 0, and so must stuck (liveness).
 var scoreboardHeader = strings.Join([]string{"kind", "runs", "void", "faults",
 	"appends ok/failed/unknown", "reads ok/failed/unknown",
 	"lost", "dup", "inconsistent", "divergent", "stale-epoch", "acked-truncated", "failed-applied", "hwm-back",
-	"linearizable ok/illegal/unknown", "check p50/max"}, "\t")
+	"stuck", "linearizable ok/illegal/unknown", "check p50/max"}, "\t")
 
 func roundDuration(d time.Duration) time.Duration {
 	if d < time.Millisecond {
@@ -202,10 +211,20 @@ func (s *Scoreboard) Render(w io.Writer) error {
 	fmt.Fprintf(&b, "faults injected: %s\n", strings.Join(fs, " "))
 
 	var failed, voidUnsafe, void []string
+	unsafe, stuck := 0, 0
 	for _, x := range runs {
+		if x.counts() && !x.rep.Safe() {
+			unsafe++
+		}
+		if !x.rep.Live() {
+			stuck++
+		}
 		switch {
-		case x.counts() && !x.rep.Safe():
+		case x.failed():
 			failed = append(failed, fmt.Sprintf("%d (%s: %s)", x.seed, x.kind, findings(x.rep)))
+			if !x.counts() {
+				void = append(void, fmt.Sprintf("%d (%s)", x.seed, x.void))
+			}
 		case !x.counts():
 			void = append(void, fmt.Sprintf("%d (%s)", x.seed, x.void))
 			if !x.rep.Safe() {
@@ -219,7 +238,7 @@ func (s *Scoreboard) Render(w io.Writer) error {
 		fmt.Fprintf(&b, "failed seeds: %s\n", strings.Join(failed, ", "))
 	}
 	for _, x := range runs {
-		if x.counts() && !x.rep.Safe() {
+		if x.failed() {
 			fmt.Fprintf(&b, "seed %d (%s):\n", x.seed, x.kind)
 			for _, pr := range x.rep.Problems {
 				fmt.Fprintf(&b, "  %s\n", pr)
@@ -233,12 +252,14 @@ func (s *Scoreboard) Render(w io.Writer) error {
 		fmt.Fprintf(&b, "void runs with findings (not counted, worth a look): %s\n", strings.Join(voidUnsafe, ", "))
 	}
 	switch {
+	case unsafe > 0:
+		fmt.Fprintf(&b, "verdict: UNSAFE (%d of %d counted runs failed; %d runs stuck)\n", unsafe, total.runs, stuck)
+	case stuck > 0:
+		fmt.Fprintf(&b, "verdict: STUCK (%d runs left a range unavailable after healing)\n", stuck)
 	case total.runs == 0:
 		fmt.Fprintf(&b, "verdict: NOTHING TESTED (no run counted)\n")
-	case len(failed) > 0:
-		fmt.Fprintf(&b, "verdict: UNSAFE (%d of %d counted runs failed)\n", len(failed), total.runs)
 	default:
-		fmt.Fprintf(&b, "verdict: safe (%d counted runs, every safety column 0)\n", total.runs)
+		fmt.Fprintf(&b, "verdict: safe (%d counted runs, every safety column 0, none stuck)\n", total.runs)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -254,7 +275,7 @@ func findings(r Report) string {
 		{"lost", r.Lost}, {"dup", r.Duplicates}, {"inconsistent", r.InconsistentOffsets},
 		{"divergent", r.DivergentPrefixes}, {"stale-epoch", r.StaleEpochAcceptances},
 		{"acked-truncated", r.AckedTruncated}, {"failed-applied", r.FailedButApplied},
-		{"hwm-back", r.HWMRegressions},
+		{"hwm-back", r.HWMRegressions}, {"stuck", r.Stuck},
 	} {
 		if c.n > 0 {
 			f = append(f, fmt.Sprintf("%s %d", c.name, c.n))

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestScoreboardRender(t *testing.T) {
@@ -94,6 +95,7 @@ func TestScoreboardRender(t *testing.T) {
 		{"total", "dup", "0"},
 		{"total", "stale-epoch", "0"},
 		{"total", "linearizable ok/illegal/unknown", "4/0/0"},
+		{"total", "stuck", "0"},
 	} {
 		row := cells(tc.row)
 		if len(row) != len(header) {
@@ -109,7 +111,7 @@ func TestScoreboardRender(t *testing.T) {
 		`  lost: range r1 offset 3 value "c"`,
 		"void runs (not counted): 11 (no traffic during faults)\n",
 		"void runs with findings (not counted, worth a look): 11 (partition: lost 1)\n",
-		"verdict: UNSAFE (1 of 4 counted runs failed)\n",
+		"verdict: UNSAFE (1 of 4 counted runs failed; 0 runs stuck)\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -139,7 +141,7 @@ func TestScoreboardConcurrentAdd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !sb.Safe() || sb.Counted() != 8 || !strings.Contains(b.String(), "failed seeds: none") ||
-		!strings.Contains(b.String(), "verdict: safe (8 counted runs, every safety column 0)") {
+		!strings.Contains(b.String(), "verdict: safe (8 counted runs, every safety column 0, none stuck)") {
 		t.Errorf("8 clean runs: Safe() = %v, Counted() = %d\n%s", sb.Safe(), sb.Counted(), b.String())
 	}
 }
@@ -155,5 +157,58 @@ func TestScoreboardNothingCounted(t *testing.T) {
 	}
 	if sb.Counted() != 0 || !strings.Contains(b.String(), "verdict: NOTHING TESTED (no run counted)") {
 		t.Errorf("Counted() = %d\n%s", sb.Counted(), b.String())
+	}
+}
+
+// TestScoreboardStuck: a run whose range never came back fails the suite
+// and shows in the stuck column even though it is void (its final append
+// failed) and every safety column is zero.
+func TestScoreboardStuck(t *testing.T) {
+	var sb Scoreboard
+	live := cleanRun()
+	live.Liveness = []Liveness{{Range: "r1", Bound: time.Second, Appended: true, Read: true, Agreed: true, Took: 100 * time.Millisecond}}
+	sb.Add("lease-pause", live, Check(live))
+	wedged := cleanRun()
+	wedged.Seed = 12
+	wedged.FinalAppendOK = false
+	wedged.Liveness = []Liveness{{Range: "r1", Bound: time.Second, Agreed: false,
+		Detail: "promoter: healthy at epoch 2 led by A; A: leader at epoch 2, lease_valid=false"}}
+	rep := Check(wedged)
+	if rep.Stuck != 1 || !rep.Safe() || rep.Live() {
+		t.Fatalf("wedged run: Stuck = %d, Safe() = %v, Live() = %v, want 1, true, false", rep.Stuck, rep.Safe(), rep.Live())
+	}
+	sb.Add("lease-pause", wedged, rep)
+	if got := sb.Failed(); len(got) != 1 || got[0] != 12 {
+		t.Errorf("Failed() = %v, want [12]", got)
+	}
+	if sb.Safe() {
+		t.Errorf("Safe() = true with a stuck run")
+	}
+	var b strings.Builder
+	if err := sb.Render(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Logf("\n%s", out)
+	for _, want := range []string{
+		"failed seeds: 12 (lease-pause: stuck 1)\n",
+		"  stuck: range r1: no append acknowledged within 1s of healing: promoter: healthy at epoch 2 led by A; A: leader at epoch 2, lease_valid=false\n",
+		"void runs (not counted): 12 (final append failed)\n",
+		"verdict: STUCK (1 runs left a range unavailable after healing)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	var row []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "lease-pause ") {
+			row = strings.Fields(l)
+		}
+	}
+	// kind runs void faults appends reads lost dup inconsistent divergent
+	// stale acked-truncated failed-applied hwm-back stuck ...
+	if len(row) < 15 || row[14] != "1" {
+		t.Errorf("lease-pause row %q: stuck column is not 1", row)
 	}
 }

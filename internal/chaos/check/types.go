@@ -214,4 +214,8 @@ type Run struct {
 	HWMs                         []HWMSample
 	Epochs                       []EpochEvent
 	Truncations                  []Truncation
+	// Liveness is what each range of the run did after healing; every
+	// harness fills one per range and healing (the in-process one heals
+	// once per episode).
+	Liveness []Liveness
 }

@@ -188,6 +188,27 @@ func (w *Workload) AppendOne(ctx context.Context, within time.Duration) error {
 	return fmt.Errorf("workload: no append acknowledged within %v: %w", within, last)
 }
 
+// ReadOne reads from the highest HWM seen, retrying (each try recorded)
+// until a read is answered OK or within passes: with AppendOne, the
+// liveness checker's proof that the range serves again.
+func (w *Workload) ReadOne(ctx context.Context, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	var belief atomic.Pointer[string]
+	rng := rand.New(rand.NewPCG(w.cfg.Seed, 0x72656164))
+	var last error
+	for ctx.Err() == nil {
+		if last = w.read(ctx, -1, &belief, rng); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("workload: no read answered within %v: %w", within, last)
+}
+
 // append appends one value to the believed leader and records the outcome:
 // on the client's stream to it if streams holds one, else with Append.
 func (w *Workload) append(ctx context.Context, c int, value string, streams map[string]*appender.Appender) error {
@@ -224,11 +245,11 @@ func (w *Workload) append(ctx context.Context, c int, value string, streams map[
 }
 
 // read reads from a little below the highest HWM seen to the tail, at the
-// leader belief names.
-func (w *Workload) read(ctx context.Context, c int, belief *atomic.Pointer[string], rng *rand.Rand) {
+// leader belief names, and returns the read's error.
+func (w *Workload) read(ctx context.Context, c int, belief *atomic.Pointer[string], rng *rand.Rand) error {
 	id := w.findLeader(ctx, belief)
 	if id == "" {
-		return
+		return errors.New("no leader found")
 	}
 	from := w.hwm.Load()
 	from -= min(from, uint64(rng.IntN(16)))
@@ -245,7 +266,7 @@ func (w *Workload) read(ctx context.Context, c int, belief *atomic.Pointer[strin
 		op.Err = fmt.Sprintf("%s: %v", id, err)
 		forget(belief, id)
 		w.cfg.History.Add(op)
-		return
+		return err
 	}
 	op.HWM = resp.Msg.GetHighWaterMark()
 	for _, r := range resp.Msg.GetRecords() {
@@ -259,6 +280,7 @@ func (w *Workload) read(ctx context.Context, c int, belief *atomic.Pointer[strin
 	w.seenHWM(op.HWM)
 	w.ok.Add(1)
 	w.cfg.History.Add(op)
+	return nil
 }
 
 func (w *Workload) seenHWM(h uint64) {
