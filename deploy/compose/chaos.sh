@@ -34,6 +34,11 @@ cd "$(dirname "$0")/../.."
 PROJECT=${CHAOS_PROJECT:-tenurechaos}
 COMPOSE_FILE=deploy/compose/docker-compose.yml
 CHAOS_BIN=$(realpath "${CHAOS_BIN:-bin/static/chaos}")
+# The stack runs mutual TLS: the driver and tenurectl use the operator's
+# certificate (make compose-certs; the Makefile exports the path).
+CERTS=$(realpath "${TENURE_CERTS_DIR:-bin/compose-certs}")
+[ -f "$CERTS/ca.pem" ] || { echo "chaos.sh: no certificates in $CERTS (make compose-certs makes them)" >&2; exit 2; }
+export TENURE_CERTS_DIR=$CERTS
 TENURECTL=$(realpath "${CHAOS_TENURECTL:-bin/static/tenurectl}")
 for f in "$CHAOS_BIN" "$TENURECTL"; do
 	[ -f "$f" ] && [ -x "$f" ] || { echo "chaos.sh: no executable $f (make chaos-compose builds it)" >&2; exit 2; }
@@ -79,4 +84,5 @@ COMPOSE="$COMPOSE" timeout --foreground 300 deploy/compose/wait-healthy.sh "$PRO
 log "running the chaos driver ($SCENARIOS)"
 # The driver bounds each of its waits; this bounds the whole.
 timeout --foreground --kill-after=30 "${CHAOS_DRIVER_TIMEOUT:-1500}" \
-	"$CHAOS_BIN" --project "$PROJECT" --tenurectl "$TENURECTL" --work "$work" --seed "$SEED" --scenarios "$SCENARIOS"
+	"$CHAOS_BIN" --project "$PROJECT" --tenurectl "$TENURECTL" --work "$work" --seed "$SEED" --scenarios "$SCENARIOS" \
+	--cacert "$CERTS/ca.pem" --cert "$CERTS/operator.pem" --key "$CERTS/operator-key.pem"

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tenurelog/tenure/pkg/auth"
 )
 
 // dockerTimeout bounds one docker CLI call. docker stop waits up to its own
@@ -127,7 +130,19 @@ func (s *stack) hostAddr(addr string) string {
 }
 
 // url is the host URL of svc's port.
-func (s *stack) url(svc, port string) string { return "http://" + s.hostAddr(svc+":"+port) }
+func (s *stack) url(svc, port string) string { return scheme() + "://" + s.hostAddr(svc+":"+port) }
+
+// tlsSource is the operator's certificate for a stack that runs mutual TLS
+// (--cacert/--cert/--key), nil for a cleartext one.
+var tlsSource *auth.Source
+
+// scheme is the stack's URL scheme.
+func scheme() string {
+	if tlsSource != nil {
+		return "https"
+	}
+	return "http"
+}
 
 // httpClient speaks HTTP/2 cleartext like transport.NewHTTPClient, but
 // dials compose addresses at their published host ports, so the workload
@@ -137,10 +152,18 @@ func (s *stack) url(svc, port string) string { return "http://" + s.hostAddr(svc
 func (s *stack) httpClient() *http.Client {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
+	var tlsConfig *tls.Config
+	if tlsSource != nil {
+		// The server's name is the compose one (replica-1), which its
+		// certificate carries, whatever host port it is dialled at.
+		p.SetHTTP2(true)
+		tlsConfig = tlsSource.ClientConfig()
+	}
 	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 5 * time.Second}
 	return &http.Client{Transport: &http.Transport{
-		Protocols: &p,
-		HTTP2:     &http.HTTP2Config{SendPingTimeout: time.Second, PingTimeout: time.Second},
+		Protocols:       &p,
+		TLSClientConfig: tlsConfig,
+		HTTP2:           &http.HTTP2Config{SendPingTimeout: time.Second, PingTimeout: time.Second},
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return d.DialContext(ctx, network, s.hostAddr(addr))
 		},

@@ -52,7 +52,12 @@ import (
 	"time"
 
 	"github.com/tenurelog/tenure/internal/chaos/check"
+	"github.com/tenurelog/tenure/pkg/auth"
 )
+
+// tenurectlTLSEnv is the environment that gives tenurectl the same
+// certificate.
+var tenurectlTLSEnv []string
 
 type config struct {
 	project   string
@@ -76,7 +81,20 @@ func main() {
 	flag.IntVar(&cfg.clients, "clients", 3, "concurrent workload clients")
 	flag.DurationVar(&cfg.pace, "pace", 10*time.Millisecond, "a client's pause between operations (bounds the history, and so the linearizability check)")
 	flag.DurationVar(&cfg.leaseTTL, "lease-ttl", 2*time.Second, "the replicas' lease TTL in the stack (the lease service's default); the pause lasts past it")
+	var files auth.Files
+	flag.StringVar(&files.CA, "cacert", "", "CA certificate of a stack that runs mutual TLS (with --cert and --key: the operator's, which may also produce and consume)")
+	flag.StringVar(&files.Cert, "cert", "", "client certificate")
+	flag.StringVar(&files.Key, "key", "", "its key")
 	flag.Parse()
+	if files.Configured() {
+		src, err := auth.Load(files, nil)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
+			os.Exit(2)
+		}
+		tlsSource = src
+		tenurectlTLSEnv = []string{"TENURECTL_CACERT=" + files.CA, "TENURECTL_CERT=" + files.Cert, "TENURECTL_KEY=" + files.Key}
+	}
 	if cfg.project == "" || cfg.workDir == "" {
 		fmt.Fprintln(os.Stderr, "chaos: --project and --work are required")
 		os.Exit(2)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -24,7 +25,7 @@ import (
 var replicaIDs = []string{"replica-1", "replica-2", "replica-3"}
 
 // replicaURL is how replicas, the promoter and this driver name a replica.
-func replicaURL(id string) string { return "http://" + id + ":7100" }
+func replicaURL(id string) string { return scheme() + "://" + id + ":7100" }
 
 // statusOf asks one replica for its status of range rng, bounded.
 func statusOf(ctx context.Context, c tenurev1connect.ReplicaServiceClient, rng string) (*tenurev1.RangeStatus, error) {
@@ -166,6 +167,7 @@ func runTenurectl(ctx context.Context, tenurectl string, args ...string) ([]byte
 	var out, errOut bytes.Buffer
 	cmd := exec.CommandContext(ctx, tenurectl, args...)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.Env = append(os.Environ(), tenurectlTLSEnv...)
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("tenurectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
 	}

@@ -152,7 +152,7 @@ func (sc *scenario) run(ctx context.Context) (*check.Run, error) {
 }
 
 func (sc *scenario) createRange(ctx context.Context) error {
-	lc := tenurev1connect.NewLeaseServiceClient(sc.stack.httpClient(), "http://lease-1:7000", transport.ClientOptions()...)
+	lc := tenurev1connect.NewLeaseServiceClient(sc.stack.httpClient(), scheme()+"://lease-1:7000", transport.ClientOptions()...)
 	req := &tenurev1.CreateRangeRequest{RangeId: sc.rangeID}
 	for _, id := range replicaIDs {
 		req.Replicas = append(req.Replicas, &tenurev1.Replica{Id: id, Address: replicaURL(id)})
