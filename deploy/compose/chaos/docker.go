@@ -62,7 +62,7 @@ func discover(ctx context.Context, project string) (*stack, error) {
 			s.ids[svc] = id
 		}
 	}
-	for _, svc := range append([]string{"lease-1", "promoter-1", "promoter-2"}, replicaIDs...) {
+	for _, svc := range append([]string{"lease-1", "promoter-1", "promoter-2"}, allReplicaIDs...) {
 		if s.ids[svc] == "" {
 			return nil, fmt.Errorf("compose project %s has no %s container (is the stack up?)", project, svc)
 		}
@@ -72,7 +72,7 @@ func discover(ctx context.Context, project string) (*stack, error) {
 			return nil, err
 		}
 	}
-	for _, id := range replicaIDs {
+	for _, id := range allReplicaIDs {
 		if err := s.lookupPort(ctx, id, "7100"); err != nil {
 			return nil, err
 		}

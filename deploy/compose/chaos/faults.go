@@ -4,10 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"github.com/tenurelog/tenure/pkg/journal"
+	"github.com/tenurelog/tenure/pkg/transport"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
 
 // journalEntryBytes is one journal entry: epoch u64, start u64, crc32c u32
@@ -163,7 +170,7 @@ func (sc *scenario) restartMajority(ctx context.Context) error {
 	if _, err := sc.waitLeader(ctx, epoch, ""); err != nil {
 		sc.expect("no leader above epoch %d after the restart: %v", epoch, err)
 	}
-	return sc.waitRejoined(ctx, replicaIDs...)
+	return sc.waitRejoined(ctx, sc.members...)
 }
 
 // corruptJournal: stop a follower, corrupt or truncate its journal of the
@@ -304,5 +311,170 @@ func (sc *scenario) pauseLease(ctx context.Context) error {
 		return err
 	}
 	sc.healed = time.Now()
-	return sc.waitRejoined(ctx, replicaIDs...)
+	return sc.waitRejoined(ctx, sc.members...)
+}
+
+// Bounds of replace-replica.
+const (
+	// replaceCatchUp is the learner's catch-up bound (--catch-up-timeout):
+	// the spare fetches a few thousand small records.
+	replaceCatchUp = 90 * time.Second
+	// replaceWithin bounds the whole change, every try of it: the catch-up
+	// and three step promotions, each waiting for its epoch-start record.
+	replaceWithin = 4 * time.Minute
+	dropWait      = 30 * time.Second
+)
+
+// replaceReplica: under traffic, `tenurectl range replace-replica` swaps one
+// of the range's three members, picked by the seed (the leader a third of
+// the time: it hands over first), for the idle spare replica-4: add it as
+// a learner, catch it up, promote it to voter, remove the old member, which
+// then drops its copy. The range must then have exactly {the two kept,
+// replica-4} as voters, with no change in flight; the removed replica must
+// no longer host the range, and the spare must follow the leader with the
+// log. Convergence, liveness and the final logs are judged over the new
+// members; every acknowledged record must be on them.
+func (sc *scenario) replaceReplica(ctx context.Context) error {
+	leader, epoch, err := sc.currentLeader(ctx)
+	if err != nil {
+		return err
+	}
+	gone := sc.members[sc.rng.IntN(len(sc.members))]
+	what := "a follower"
+	if gone == leader {
+		what = "the leader"
+	}
+	logf("%s: tenurectl range replace-replica %s --remove %s (%s; leader %s at epoch %d) --add %s",
+		sc.name, sc.rangeID, gone, what, leader, epoch, spareID)
+	sc.faults["replace"]++
+	changeErr := sc.replace(ctx, gone)
+	// The membership as the lease service has it, whatever the command
+	// said: a try whose output was lost may have done the change.
+	rng, err := sc.rangeInfo(ctx)
+	if err != nil {
+		return errors.Join(changeErr, err)
+	}
+	var voters, learners []string
+	for _, m := range rng.GetReplicas() {
+		if m.GetLearner() {
+			learners = append(learners, m.GetId())
+		} else {
+			voters = append(voters, m.GetId())
+		}
+	}
+	var want []string
+	for _, id := range sc.members {
+		if id != gone {
+			want = append(want, id)
+		}
+	}
+	want = append(want, spareID)
+	slices.Sort(voters)
+	if !slices.Equal(voters, want) || len(learners) > 0 || rng.GetChange() != nil {
+		inFlight := "none"
+		if ch := rng.GetChange(); ch != nil {
+			inFlight = fmt.Sprintf("%s %s since epoch %d", ch.GetStep(), ch.GetReplicaId(), ch.GetEpoch())
+		}
+		sc.expect("after replacing %s with %s the range has voters %v, learners %v, change in flight: %s; want voters %v and no change (%v)",
+			gone, spareID, voters, learners, inFlight, want, changeErr)
+	}
+	if len(voters) > 0 {
+		// Judged over whom the range has now, as it says.
+		sc.members = voters
+	}
+	if changeErr != nil {
+		return changeErr
+	}
+	sc.healed = time.Now()
+	sc.checkDropped(ctx, gone)
+	return sc.waitRejoined(ctx, sc.members...)
+}
+
+// replace runs `tenurectl range replace-replica` against the elected
+// promoter (the other refuses) until it succeeds, within replaceWithin. A
+// try that fails midway leaves its step in flight, and running the same
+// command again resumes it (cmd/tenurectl/membership.go).
+func (sc *scenario) replace(ctx context.Context, gone string) error {
+	ctx, cancel := context.WithTimeout(ctx, replaceWithin)
+	defer cancel()
+	var last error
+	for try := 1; ctx.Err() == nil; try++ {
+		for _, p := range []string{"promoter-1", "promoter-2"} {
+			start := time.Now()
+			out, err := runTenurectlWithin(ctx, replaceWithin, sc.cfg.tenurectl, "--lease", sc.stack.url("lease-1", "7000"), "--promoter", sc.stack.url(p, "7200"),
+				"--json", "range", "replace-replica", sc.rangeID, "--remove", gone, "--add", spareID+"="+replicaURL(spareID),
+				"--catch-up-timeout", replaceCatchUp.String())
+			// The phases that arrived, also of a failed try.
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				msg := &tenurev1.ChangeReplicasResponse{}
+				if line == "" || protojson.Unmarshal([]byte(line), msg) != nil {
+					continue
+				}
+				detail := msg.GetDetail()
+				if tr := msg.GetTransition(); tr != nil {
+					detail += fmt.Sprintf(" (epoch %d -> %d, committed bound %d, reason %q)", tr.GetPreviousEpoch(), tr.GetEpoch(), tr.GetCommittedBound(), tr.GetReason())
+				}
+				logf("%s: %s: %s: %s", sc.name, p, msg.GetPhase(), detail)
+			}
+			if err == nil {
+				logf("%s: replace-replica through %s took %v (try %d)", sc.name, p, time.Since(start).Round(time.Millisecond), try)
+				return nil
+			}
+			last = err
+			if !strings.Contains(err.Error(), "is not elected") {
+				logf("%s: replace-replica through %s, try %d: %v", sc.name, p, try, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	return fmt.Errorf("replace-replica %s with %s did not succeed within %v: %w", gone, spareID, replaceWithin, last)
+}
+
+// rangeInfo reads the range's membership from the lease service.
+func (sc *scenario) rangeInfo(ctx context.Context) (*tenurev1.RangeInfo, error) {
+	lc := tenurev1connect.NewLeaseServiceClient(sc.stack.httpClient(), scheme()+"://lease-1:7000", transport.ClientOptions()...)
+	var rng *tenurev1.RangeInfo
+	err := retry(ctx, 30*time.Second, "the membership of "+sc.rangeID, func(ctx context.Context) error {
+		resp, err := lc.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: sc.rangeID}))
+		if err != nil {
+			return err
+		}
+		rng = resp.Msg.GetRange()
+		return nil
+	})
+	return rng, err
+}
+
+// checkDropped waits until the removed replica answers that it no longer
+// hosts the range: the promoter fenced it and had it drop its copy.
+func (sc *scenario) checkDropped(ctx context.Context, id string) {
+	c := sc.replicas[id]
+	err := retry(ctx, dropWait, id+" dropping "+sc.rangeID, func(ctx context.Context) error {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		resp, err := c.GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: sc.rangeID}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, r := range resp.Msg.GetRanges() {
+			if r.GetRangeId() == sc.rangeID {
+				return fmt.Errorf("%s still hosts the range: %s at epoch %d (fenced %d), log end %d", id, roleOf(r), r.GetEpoch(), r.GetFencedEpoch(), r.GetLogEnd())
+			}
+		}
+		if lost := resp.Msg.GetLostRanges(); len(lost) > 0 {
+			return fmt.Errorf("%s reports the range lost (%v), not dropped", id, lost)
+		}
+		return nil
+	})
+	if err != nil {
+		sc.expect("the removed replica did not drop the range: %v", err)
+		return
+	}
+	logf("%s: %s no longer hosts the range", sc.name, id)
 }

@@ -15,7 +15,11 @@
 //
 // Each scenario runs on a range of its own, created for it:
 //
-//  1. create the range on the three replicas, wait for a leader;
+//  1. create the range on replica-1..3, wait for a leader (replica-4 is
+//     the spare: idle until replace-replica makes it a member, in place of
+//     one of the three; from then on the checks below cover the range's
+//     new members, and the removed replica, which dropped its copy, is
+//     no member whose log must agree);
 //  2. start the workload (concurrent appends and reads, each recorded with
 //     its outcome) and a poller (every replica's HWM, fenced epoch and epoch
 //     history, every 100ms);
@@ -27,9 +31,9 @@
 //     view must agree with the replicas' (a range it calls healthy is led
 //     at its epoch by a leader with a valid lease), or the run is stuck;
 //  5. stop the workload, append one final record (the run counts only if
-//     it is acknowledged), wait until all replicas hold the same log;
+//     it is acknowledged), wait until all members hold the same log;
 //  6. read the final state through tenurectl: the transition records
-//     (tenurectl transitions) and, from a copy of each stopped replica's
+//     (tenurectl transitions) and, from a copy of each stopped member's
 //     data directory, its whole log of the range (tenurectl log dump);
 //  7. check.Check the run, print the report, add it to the scoreboard.
 //

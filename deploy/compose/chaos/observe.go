@@ -21,8 +21,19 @@ import (
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
 
-// replicaIDs are the compose services (and replica ids) of the replicas.
+// replicaIDs are the compose services (and replica ids) every scenario's
+// range is created on: its members until a membership change (a scenario's
+// current members are scenario.members).
 var replicaIDs = []string{"replica-1", "replica-2", "replica-3"}
+
+// spareID is the fourth replica: in the stack, a member of no range until a
+// scenario adds it (replace-replica).
+const spareID = "replica-4"
+
+// allReplicaIDs are every replica container: the ones the workload, the
+// poller and the checks' clients can reach, so that a client follows a
+// leader wherever the range's members are.
+var allReplicaIDs = append(append([]string(nil), replicaIDs...), spareID)
 
 // replicaURL is how replicas, the promoter and this driver name a replica.
 func replicaURL(id string) string { return scheme() + "://" + id + ":7100" }
@@ -161,15 +172,24 @@ func transitions(ctx context.Context, tenurectl string, s *stack, rng string) ([
 	return nil, fmt.Errorf("no promoter listed the transitions: %s", strings.Join(errs, "; "))
 }
 
+// runTenurectl runs tenurectl with the operator's certificate, bounded, and
+// returns its stdout.
 func runTenurectl(ctx context.Context, tenurectl string, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	return runTenurectlWithin(ctx, 60*time.Second, tenurectl, args...)
+}
+
+// runTenurectlWithin is runTenurectl bounded by within instead: a
+// membership change waits for a learner's catch-up.
+func runTenurectlWithin(ctx context.Context, within time.Duration, tenurectl string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	var out, errOut bytes.Buffer
 	cmd := exec.CommandContext(ctx, tenurectl, args...)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	cmd.Env = append(os.Environ(), tenurectlTLSEnv...)
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("tenurectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
+		// What it printed before failing too: a membership change's phases.
+		return out.Bytes(), fmt.Errorf("tenurectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
 	}
 	return out.Bytes(), nil
 }
@@ -277,7 +297,7 @@ func finalLog(ctx context.Context, tenurectl, replica, dataDir, rng string) (che
 func newReplicaClients(s *stack) map[string]tenurev1connect.ReplicaServiceClient {
 	hc := s.httpClient()
 	m := map[string]tenurev1connect.ReplicaServiceClient{}
-	for _, id := range replicaIDs {
+	for _, id := range allReplicaIDs {
 		m[id] = tenurev1connect.NewReplicaServiceClient(hc, replicaURL(id), transport.ClientOptions()...)
 	}
 	return m

@@ -21,7 +21,7 @@ import (
 )
 
 // allScenarios is the default order. Each names one fault kind.
-var allScenarios = []string{"kill-leader", "pause-leader", "disconnect-leader", "restart-majority", "corrupt-journal", "pause-lease"}
+var allScenarios = []string{"kill-leader", "pause-leader", "disconnect-leader", "restart-majority", "corrupt-journal", "pause-lease", "replace-replica"}
 
 var scenarioFuncs = map[string]func(*scenario, context.Context) error{
 	"kill-leader":       (*scenario).killLeader,
@@ -30,6 +30,7 @@ var scenarioFuncs = map[string]func(*scenario, context.Context) error{
 	"restart-majority":  (*scenario).restartMajority,
 	"corrupt-journal":   (*scenario).corruptJournal,
 	"pause-lease":       (*scenario).pauseLease,
+	"replace-replica":   (*scenario).replaceReplica,
 }
 
 // Bounds of the scenario's waits.
@@ -52,9 +53,16 @@ type scenario struct {
 	rng         *rand.Rand
 	incarnation map[string]int // shared across scenarios: kills so far per replica
 
+	// replicas has a client of every replica container (allReplicaIDs),
+	// members or not.
 	replicas map[string]tenurev1connect.ReplicaServiceClient
-	obs      *observer
-	faults   map[string]int
+	// members are the range's members now: replicaIDs at creation, changed
+	// by a membership change (replace-replica). Convergence, rejoining and
+	// the final logs are judged over them; a removed replica dropped its
+	// copy of the range and is no member whose log must agree.
+	members []string
+	obs     *observer
+	faults  map[string]int
 
 	expectFailed []string
 	unattributed int
@@ -74,6 +82,7 @@ func (sc *scenario) expect(format string, args ...any) {
 // got a leader); the Run returned with it, if any, is still judged.
 func (sc *scenario) run(ctx context.Context) (*check.Run, error) {
 	sc.replicas = newReplicaClients(sc.stack)
+	sc.members = append([]string(nil), replicaIDs...)
 	sc.faults = map[string]int{}
 	if err := sc.createRange(ctx); err != nil {
 		return nil, err
@@ -83,10 +92,15 @@ func (sc *scenario) run(ctx context.Context) (*check.Run, error) {
 	}
 
 	hist := &check.History{}
+	// Every replica, the spare too: after a membership change the leader
+	// may be one the range was not created on.
+	urls := map[string]string{}
+	for _, id := range allReplicaIDs {
+		urls[id] = replicaURL(id)
+	}
 	w, err := workload.New(workload.Config{
-		Range: sc.rangeID, HTTP: sc.stack.httpClient(), History: hist,
-		Replicas: map[string]string{"replica-1": replicaURL("replica-1"), "replica-2": replicaURL("replica-2"), "replica-3": replicaURL("replica-3")},
-		Prefix:   fmt.Sprintf("s%d", sc.seed), Clients: sc.cfg.clients, Pace: sc.cfg.pace, Seed: uint64(sc.seed),
+		Range: sc.rangeID, HTTP: sc.stack.httpClient(), History: hist, Replicas: urls,
+		Prefix: fmt.Sprintf("s%d", sc.seed), Clients: sc.cfg.clients, Pace: sc.cfg.pace, Seed: uint64(sc.seed),
 	})
 	if err != nil {
 		return nil, err
@@ -276,18 +290,20 @@ func roleOf(st *tenurev1.RangeStatus) string {
 	return strings.ToLower(strings.TrimPrefix(st.GetRole().String(), "ROLE_"))
 }
 
-// waitConverged waits, with no traffic, until all replicas hold the same log
+// waitConverged waits, with no traffic, until all members hold the same log
 // with everything committed: the settled state the final logs are read in.
 func (sc *scenario) waitConverged(ctx context.Context) {
 	err := retry(ctx, convergeWait, "convergence", func(ctx context.Context) error {
 		sts := sc.statuses(ctx)
-		if len(sts) != len(replicaIDs) {
-			return fmt.Errorf("only %d replicas answer", len(sts))
+		for _, id := range sc.members {
+			if sts[id] == nil {
+				return fmt.Errorf("member %s does not answer for the range", id)
+			}
 		}
 		var desc []string
 		same := true
-		first := sts[replicaIDs[0]]
-		for _, id := range replicaIDs {
+		first := sts[sc.members[0]]
+		for _, id := range sc.members {
 			st := sts[id]
 			desc = append(desc, fmt.Sprintf("%s %s epoch %d end %d hwm %d", id, roleOf(st), st.GetEpoch(), st.GetLogEnd(), st.GetHighWaterMark()))
 			same = same && st.GetEpoch() == first.GetEpoch() && st.GetLogEnd() == first.GetLogEnd() && st.GetHighWaterMark() == st.GetLogEnd()
@@ -303,9 +319,10 @@ func (sc *scenario) waitConverged(ctx context.Context) {
 	}
 }
 
-// finalLogs stops the replicas (a clean stop: the store closes, the HWM is
+// finalLogs stops the members (a clean stop: the store closes, the HWM is
 // persisted), copies each one's data directory out, starts them again, and
-// reads each copy with tenurectl log dump.
+// reads each copy with tenurectl log dump. A replica removed from the range
+// dropped its copy: it has no log of the range to judge.
 func (sc *scenario) finalLogs(ctx context.Context) ([]check.ReplicaLog, error) {
 	stopping := time.Now()
 	if err := sc.eachReplica(ctx, func(ctx context.Context, id string) error {
@@ -320,12 +337,12 @@ func (sc *scenario) finalLogs(ctx context.Context) ([]check.ReplicaLog, error) {
 		return sc.stack.copyOut(ctx, id, "/data", filepath.Join(dir, id))
 	})
 	// Started again whatever happened: later scenarios need them.
-	startErr := sc.startReplicas(ctx, replicaIDs...)
+	startErr := sc.startReplicas(ctx, sc.members...)
 	if err := errors.Join(copyErr, startErr); err != nil {
 		return nil, err
 	}
 	var logs []check.ReplicaLog
-	for _, id := range replicaIDs {
+	for _, id := range sc.members {
 		l, err := finalLog(ctx, sc.cfg.tenurectl, id, filepath.Join(dir, id, "data"), sc.rangeID)
 		if err != nil {
 			return logs, fmt.Errorf("final log of %s: %w", id, err)
@@ -339,11 +356,11 @@ func (sc *scenario) finalLogs(ctx context.Context) ([]check.ReplicaLog, error) {
 	return logs, nil
 }
 
-// eachReplica runs f for every replica concurrently.
+// eachReplica runs f for every member concurrently.
 func (sc *scenario) eachReplica(ctx context.Context, f func(context.Context, string) error) error {
-	errs := make([]error, len(replicaIDs))
+	errs := make([]error, len(sc.members))
 	var wg sync.WaitGroup
-	for i, id := range replicaIDs {
+	for i, id := range sc.members {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = f(ctx, id) }()
 	}
@@ -375,10 +392,10 @@ func (sc *scenario) startReplicas(ctx context.Context, ids ...string) error {
 	return nil
 }
 
-// follower picks one of the replicas other than leader, by the seed.
+// follower picks one of the members other than leader, by the seed.
 func (sc *scenario) follower(leader string) string {
 	var fs []string
-	for _, id := range replicaIDs {
+	for _, id := range sc.members {
 		if id != leader {
 			fs = append(fs, id)
 		}
