@@ -193,10 +193,10 @@ compose-certs: $(BIN)/static/tenure
 	@chmod a+rx $(COMPOSE_CERTS) && chmod a+r $(COMPOSE_CERTS)/*.pem
 
 .PHONY: up
-up: images ## Start the compose stack (etcd x3, lease x2, replica x3, promoter x2, Jaeger) and wait for it to be healthy.
+up: images ## Start the compose stack (etcd x3, lease x2, replica x4 of which replica-4 is an idle spare, promoter x2, Jaeger) and wait for it to be healthy.
 	$(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE) up -d
 	COMPOSE="$(COMPOSE)" deploy/compose/wait-healthy.sh $(COMPOSE_PROJECT) 180
-	@echo "lease-1 http://127.0.0.1:7000, replicas 127.0.0.1:7101-7103, promoters 127.0.0.1:7201-7202"
+	@echo "lease-1 https://127.0.0.1:7000, replicas 127.0.0.1:7101-7104 (replica-4: the spare), promoters 127.0.0.1:7201-7202"
 	@echo "Jaeger query API: http://127.0.0.1:16686/api/traces/<trace id> (/api/services lists services)"
 	@echo "tenurectl on the stack's network: make ctl ARGS=status"
 
@@ -218,7 +218,7 @@ $(BIN)/static/chaos: $(wildcard deploy/compose/chaos/*.go) $(GOFILES) go.mod go.
 	$(STATIC_GO) -o $@ ./deploy/compose/chaos
 
 .PHONY: chaos-compose
-chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kill, pause, disconnect, majority restart, damaged journal, paused lease services) under load, check safety and liveness, print the scoreboard; always tears it down.
+chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kill, pause, disconnect, majority restart, damaged journal, paused lease services, replica replaced by the spare) under load, check safety and liveness, print the scoreboard; always tears it down.
 	COMPOSE="$(COMPOSE)" CHAOS_BIN=$(BIN)/static/chaos CHAOS_TENURECTL=$(BIN)/static/tenurectl timeout --kill-after=60 $(CHAOS_COMPOSE_TIMEOUT) deploy/compose/chaos.sh
 
 .PHONY: ctl
