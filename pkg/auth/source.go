@@ -34,6 +34,12 @@ type Source struct {
 	files Files
 	log   *slog.Logger
 
+	// verified holds the chains VerifyClient verified against
+	// verifiedPool (VerifyClient).
+	verifiedMu   sync.Mutex
+	verified     map[verifiedKey]bool
+	verifiedPool *x509.CertPool
+
 	mu      sync.Mutex
 	cert    *tls.Certificate
 	pool    *x509.CertPool
@@ -137,11 +143,28 @@ func (s *Source) ServerConfig() *tls.Config {
 // VerifyClient verifies a client's certificate chain (as the handshake
 // received it) against the current CA, for client authentication, and
 // returns its leaf.
+//
+// A chain verification is an ECDSA signature check and more, and every
+// request asks (Handler), while a connection carries thousands of requests
+// with the same certificate: a verdict is kept per leaf for as long as the
+// CA pool it was reached with is the current one, and the leaf is within
+// its validity. A reloaded CA starts afresh.
 func (s *Source) VerifyClient(chain []*x509.Certificate) (*x509.Certificate, error) {
 	if len(chain) == 0 {
 		return nil, errors.New("auth: no client certificate")
 	}
 	_, pool := s.current()
+	key := verifiedKey{leaf: string(chain[0].Raw)}
+	now := time.Now()
+	s.verifiedMu.Lock()
+	if s.verifiedPool != pool {
+		s.verified, s.verifiedPool = map[verifiedKey]bool{}, pool
+	}
+	ok := s.verified[key]
+	s.verifiedMu.Unlock()
+	if ok && now.After(chain[0].NotBefore) && now.Before(chain[0].NotAfter) {
+		return chain[0], nil
+	}
 	inter := x509.NewCertPool()
 	for _, c := range chain[1:] {
 		inter.AddCert(c)
@@ -149,8 +172,27 @@ func (s *Source) VerifyClient(chain []*x509.Certificate) (*x509.Certificate, err
 	if _, err := chain[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return nil, fmt.Errorf("auth: client certificate %q: %w", chain[0].Subject.CommonName, err)
 	}
+	// Only a chain of one (a leaf signed by the CA, which is what tenure
+	// issues) is remembered: with intermediates the verdict also depends on
+	// them, and the key would have to name them too.
+	if len(chain) == 1 {
+		s.verifiedMu.Lock()
+		if s.verifiedPool == pool {
+			if len(s.verified) >= maxVerified {
+				clear(s.verified)
+			}
+			s.verified[key] = true
+		}
+		s.verifiedMu.Unlock()
+	}
 	return chain[0], nil
 }
+
+// maxVerified bounds the verdicts a Source keeps: the distinct client
+// certificates of a cluster are a few per process.
+const maxVerified = 1024
+
+type verifiedKey struct{ leaf string }
 
 // ClientConfig is the TLS configuration of a client: its certificate for
 // the server to verify, and the server's verified against the CA, the
