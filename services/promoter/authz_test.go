@@ -369,11 +369,18 @@ func TestEveryProcedureRefusesWhomTheTableRefuses(t *testing.T) {
 	}
 
 	// Settle first: followers still catching up on the appends would move
-	// their fetch offsets under the comparison.
-	waitFor(t, "every replica to hold and commit the whole log", 20*time.Second, func() bool {
+	// their fetch offsets under the comparison, and the promoter records
+	// the members' incarnations after the first promotion, in the
+	// background (each a membership revision).
+	waitFor(t, "every replica to hold and commit the whole log, and every incarnation recorded", 20*time.Second, func() bool {
 		snap := c.snapshot(t, "r")
 		if len(snap.Replicas) != len(c.replicas) {
 			return false
+		}
+		for _, m := range snap.Range.GetReplicas() {
+			if m.GetIncarnation() == "" {
+				return false
+			}
 		}
 		end := snap.Replicas[0].GetLogEnd()
 		for _, rs := range snap.Replicas {
