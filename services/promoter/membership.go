@@ -170,6 +170,13 @@ func (c *changeRun) add(ctx context.Context, r *tenurev1.Replica, lag uint64, ti
 	ch := rng.GetChange()
 	resume := ch.GetStep() == tenurev1.MembershipStep_MEMBERSHIP_STEP_ADD_LEARNER && ch.GetReplicaId() == r.GetId()
 	switch m := member(rng, r.GetId()); {
+	case m != nil && !m.GetLearner() && ch.GetStep() == tenurev1.MembershipStep_MEMBERSHIP_STEP_PROMOTE_LEARNER && ch.GetReplicaId() == r.GetId():
+		// An earlier run recorded the step that makes it a voter, and that
+		// step's promotion failed: resume it (stepThen gives it its
+		// promotion). Answering "already a voter" left it in flight for as
+		// long as the leader stayed healthy, with the new member counted
+		// by no leader.
+		return c.step(ctx, tenurev1.MembershipStep_MEMBERSHIP_STEP_PROMOTE_LEARNER, &tenurev1.Replica{Id: r.GetId()})
 	case m != nil && !m.GetLearner() && replacing && ch == nil:
 		return c.send(&tenurev1.ChangeReplicasResponse{Phase: "promote-learner", Range: rng,
 			Detail: fmt.Sprintf("%s is a voter already (an earlier run added it); on to the removal", r.GetId())})

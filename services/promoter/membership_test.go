@@ -670,3 +670,40 @@ func TestDownLearnerDoesNotHoldFailover(t *testing.T) {
 		t.Errorf("the append after the failover landed at %d, not after %d", b.offset, a.offset)
 	}
 }
+
+// An add whose promote-learner step was recorded but whose promotion failed
+// is resumed by running the add again: the step gets its promotion and
+// completes. It used to answer "already a voter" and leave the step in
+// flight for as long as the leader stayed healthy (found by the wipe chaos
+// kind, with five replicas on a loaded box).
+func TestAddResumesAPromoteLearnerLeftInFlight(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	r4 := c.addSpare("r4")
+	p := c.newPromoter("p1", true)
+	c.leader("r", 1, 20*time.Second)
+	waitHealthy(t, p, c, "r")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// r4 a learner, in effect.
+	c.changeMembership("r", tenurev1.MembershipStep_MEMBERSHIP_STEP_ADD_LEARNER, &tenurev1.Replica{Id: "r4", Address: r4.srv.URL(), Learner: true})
+	if _, err := p.Promote(ctx, "r", "", "test: put the learner in effect"); err != nil {
+		t.Fatalf("Promote: %v", err)
+	}
+	waitFor(t, "add-learner r4 to complete", 15*time.Second, func() bool { return c.getRange("r").GetChange() == nil })
+	// The step that makes it a voter, recorded; its promotion never came.
+	c.changeMembership("r", tenurev1.MembershipStep_MEMBERSHIP_STEP_PROMOTE_LEARNER, &tenurev1.Replica{Id: "r4"})
+
+	phases, err := change(p, &tenurev1.ChangeReplicasRequest{RangeId: "r", Add: &tenurev1.Replica{Id: "r4", Address: r4.srv.URL()}})
+	if err != nil {
+		t.Fatalf("add r4 again, its promote-learner step in flight: %v (phases %v)", err, phaseNames(phases))
+	}
+	rng := c.getRange("r")
+	if rng.GetChange() != nil {
+		t.Fatalf("change still in flight after the re-run: %v", rng.GetChange())
+	}
+	if voters, learners := membersByRole(rng); !slices.Contains(voters, "r4") || len(learners) != 0 {
+		t.Fatalf("voters %v, learners %v after the re-run; want r4 a voter", voters, learners)
+	}
+}
