@@ -84,9 +84,18 @@ bench-check: ## The bench module (its own go.mod, so ./... above skips it): vet,
 	cd bench && $(GO) vet ./...
 	cd bench && $(GO) test -race -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) -bench=. -benchtime=1x -bench.duration=300ms ./...
 
+# Every RPC fuzzed against a real server (internal/rpcfuzz): an input is a
+# network round trip, ~500-2500 a second here, so these take a count of
+# their own. A long run: make fuzz RPC_FUZZTIME=1000000x (about 10 minutes a
+# target).
+RPC_FUZZTIME ?= 5000x
+
 .PHONY: fuzz
-fuzz: ## A short fuzz run of the journal decoder (FUZZTIME=200000x inputs; a duration like 30s also works).
+fuzz: ## Short fuzz runs: the journal decoder (FUZZTIME=200000x inputs), then every RPC of each service against a real server (RPC_FUZZTIME=5000x).
 	$(GO) test -run='^$$' -fuzz=FuzzOpen -fuzztime=$(FUZZTIME) ./pkg/journal
+	$(GO) test -run='^$$' -fuzz=FuzzReplicaRPC -fuzztime=$(RPC_FUZZTIME) ./services/replica
+	$(GO) test -run='^$$' -fuzz=FuzzLeaseRPC -fuzztime=$(RPC_FUZZTIME) ./services/lease
+	$(GO) test -run='^$$' -fuzz=FuzzPromoterRPC -fuzztime=$(RPC_FUZZTIME) ./services/promoter
 
 .PHONY: test
 test: fmt-check vet lint proto-check gotest bench-check chaos-short fuzz ## Everything CI checks, in order, stopping at the first failure.
@@ -166,7 +175,22 @@ image-jaeger: $(BIN)/static/jaeger $(BIN)/static/httpcheck deploy/compose/jaeger
 	$(call image,jaeger,$(JAEGER_IMAGE),$^)
 
 .PHONY: images
-images: image-tenure image-etcd image-jaeger ## Build the tenure, etcd and Jaeger images FROM scratch (static binaries; nothing is pulled).
+images: image-tenure image-etcd image-jaeger compose-certs ## Build the tenure, etcd and Jaeger images FROM scratch (static binaries; nothing is pulled), and the compose stack's certificates.
+
+# The compose stack runs mutual TLS on every hop (etcd client and peer too):
+# its CA and certificates, made by tenure itself (crypto/x509) into
+# bin/compose-certs and mounted read-only at /certs in every container.
+# Test certificates: the keys are made readable to the containers' uid
+# 65532. Kept across runs (tenure certs init only adds what is missing).
+COMPOSE_CERTS := $(BIN)/compose-certs
+COMPOSE_HOSTS := lease-1,lease-2,replica-1,replica-2,replica-3,replica-4,promoter-1,promoter-2,etcd-1,etcd-2,etcd-3,jaeger
+export TENURE_CERTS_DIR := $(COMPOSE_CERTS)
+
+.PHONY: compose-certs
+compose-certs: $(BIN)/static/tenure
+	$(BIN)/static/tenure certs init $(COMPOSE_CERTS) --replicas replica-1,replica-2,replica-3,replica-4 \
+		--promoters 1,2 --leases 1,2 --servers etcd-1,etcd-2,etcd-3,jaeger --hosts $(COMPOSE_HOSTS)
+	@chmod a+rx $(COMPOSE_CERTS) && chmod a+r $(COMPOSE_CERTS)/*.pem
 
 .PHONY: up
 up: images ## Start the compose stack (etcd x3, lease x2, replica x3, promoter x2, Jaeger) and wait for it to be healthy.
@@ -199,4 +223,6 @@ chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kil
 
 .PHONY: ctl
 ctl: ## Run tenurectl on the compose stack's network: make ctl ARGS="status".
-	docker run --rm -i --network $(COMPOSE_PROJECT)_tenure -e TENURECTL_LEASE=http://lease-1:7000 -e TENURECTL_PROMOTER=http://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 $(TENURE_IMAGE) tenurectl $(ARGS)
+	docker run --rm -i --network $(COMPOSE_PROJECT)_tenure -v $(COMPOSE_CERTS):/certs:ro \
+		-e TENURECTL_CACERT=/certs/ca.pem -e TENURECTL_CERT=/certs/operator.pem -e TENURECTL_KEY=/certs/operator-key.pem \
+		-e TENURECTL_LEASE=https://lease-1:7000 -e TENURECTL_PROMOTER=https://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 $(TENURE_IMAGE) tenurectl $(ARGS)

@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/tenurelog/tenure/pkg/appender"
+	"github.com/tenurelog/tenure/pkg/auth"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -30,6 +32,24 @@ func BenchmarkTenure(b *testing.B) { benchTenure(b, false) }
 // BenchmarkTenureUnary is BenchmarkTenure with one unary LogService.Append
 // per append, for comparing the two client paths in one run.
 func BenchmarkTenureUnary(b *testing.B) { benchTenure(b, true) }
+
+// BenchmarkTenureTLS is BenchmarkTenure with every hop mutual TLS (a CA
+// and certificate of its own, pkg/auth; the authorisation table checked on
+// every request): the cost of TLS, side by side with BenchmarkTenure in one
+// run.
+func BenchmarkTenureTLS(b *testing.B) {
+	dir := b.TempDir()
+	if _, err := auth.Init(dir, []auth.Spec{{Name: "bench", Identity: auth.Identity{Roles: auth.Roles}}}); err != nil {
+		b.Fatal(err)
+	}
+	src, err := auth.Load(auth.Files{Cert: filepath.Join(dir, "bench.pem"), Key: filepath.Join(dir, "bench-key.pem"), CA: filepath.Join(dir, auth.CAFile)}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	transport.SetTLS(src)
+	b.Cleanup(func() { transport.SetTLS(nil) })
+	benchTenure(b, false)
+}
 
 func benchTenure(b *testing.B, unary bool) {
 	runTenureShapes(b, startTenureCluster(b, 3), unary)

@@ -5,9 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/tenurelog/tenure/pkg/auth"
+	"github.com/tenurelog/tenure/pkg/transport"
 )
 
 func init() {
@@ -36,6 +41,15 @@ cluster keeps running for tenurectl until Ctrl-C. Ctrl-C stops everything
 at any point: replica processes are stopped and reaped, etcd is stopped, and
 the data directory is removed unless --data-dir named it.
 
+With --json, stdout carries only machine-readable lines and the story goes
+to stderr: one JSON object per process as it comes up, the same ready line
+the servers print (see 'tenure replica --help'), e.g.
+  {"ready":true,"service":"replica","id":"r1","address":"http://127.0.0.1:7101","pid":4242}
+with service etcd, lease, replica (one per replica) or promoter; etcd, the
+lease service and the promoter run in this process, so their pid is this
+one's. A replica restarted by the story prints a new line with its new pid:
+the last line for an id is the current process.
+
 Ports: with --base-port 7000 (the default) the lease service listens on
 7000, the replicas on 7101-7103 and the promoter on 7200, the services'
 own defaults, so tenurectl needs no flags. If one is taken, free ports are
@@ -54,6 +68,8 @@ func runDev(ctx context.Context, args []string) error {
 	basePort := fs.Int("base-port", 7000, "lease port; replicas on base+101.., promoter on base+200 (0: free ports)")
 	rangeID := fs.String("range", "demo", "id of the range the story creates")
 	records := fs.Int("records", 5, "records appended before and again after the failover (1-1000)")
+	asJSON := fs.Bool("json", false, "print one JSON ready line per process on stdout (see above); the story goes to stderr")
+	insecure := fs.Bool("insecure", false, "run every hop in cleartext, without certificates (by default the dev cluster makes its own CA and certificates in <data-dir>/certs and runs mutual TLS)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), devHelp)
 		fs.PrintDefaults()
@@ -68,8 +84,14 @@ func runDev(ctx context.Context, args []string) error {
 		return fmt.Errorf("--base-port %d: want 0 (free ports) or a port up to %d", *basePort, 65535-300)
 	}
 	out := os.Stdout
-
 	c := &devCluster{}
+	if *asJSON {
+		out = os.Stderr
+		c.announce = func(l readyLine) {
+			// Nothing to do about a stdout that fails: the story goes on.
+			_ = announceReady(os.Stdout, "", l)
+		}
+	}
 	if *dataDir != "" {
 		if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 			return fmt.Errorf("--data-dir: %w", err)
@@ -95,6 +117,17 @@ func runDev(ctx context.Context, args []string) error {
 		fmt.Fprintln(out, "stopped.")
 	}()
 
+	if !*insecure {
+		// Secure by default, the demo too: a CA and certificates of the
+		// cluster's own, this process (lease service, promoter and the
+		// story's client) with the promoter, operator, producer and
+		// consumer roles, each replica with its own.
+		c.certs = filepath.Join(c.dir, "certs")
+		if err := setupDevTLS(c.certs, c.log); err != nil {
+			return err
+		}
+		defer transport.SetTLS(nil)
+	}
 	ports, note, err := reservePorts(*basePort)
 	if err != nil {
 		return err
@@ -110,7 +143,7 @@ func runDev(ctx context.Context, args []string) error {
 	sctx, cancel := context.WithTimeout(ctx, devStartTimeout)
 	err = startDevCluster(sctx, c, ports, out)
 	cancel()
-	if err := interrupted(ctx, err); err != nil {
+	if err := interrupted(ctx, out, err); err != nil {
 		return fmt.Errorf("start the dev cluster: %w", err)
 	}
 	if ctx.Err() != nil {
@@ -119,7 +152,7 @@ func runDev(ctx context.Context, args []string) error {
 
 	began := time.Now()
 	st := &story{c: c, w: out, rangeID: *rangeID, records: *records}
-	if err := interrupted(ctx, st.run(ctx)); err != nil {
+	if err := interrupted(ctx, out, st.run(ctx)); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -130,28 +163,33 @@ func runDev(ctx context.Context, args []string) error {
 		fmt.Fprintf(out, "Run 'make demo ARGS=--keep' (or 'bin/tenure dev --keep') to keep the cluster running for tenurectl.\n")
 		return nil
 	}
-	printTryTenurectl(c, *rangeID)
+	printTryTenurectl(out, c, *rangeID)
 	<-ctx.Done()
 	return nil
 }
 
 // interrupted turns an error caused by Ctrl-C into a message and nil: an
 // interrupted demo is not a failure.
-func interrupted(ctx context.Context, err error) error {
+func interrupted(ctx context.Context, out io.Writer, err error) error {
 	if err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, ctx.Err())) {
-		fmt.Fprintln(os.Stdout, "\ninterrupted.")
+		fmt.Fprintln(out, "\ninterrupted.")
 		return nil
 	}
 	if err == nil && ctx.Err() != nil {
-		fmt.Fprintln(os.Stdout, "\ninterrupted.")
+		fmt.Fprintln(out, "\ninterrupted.")
 	}
 	return err
 }
 
-func printTryTenurectl(c *devCluster, rangeID string) {
+func printTryTenurectl(out io.Writer, c *devCluster, rangeID string) {
 	flags := ""
-	if c.leaseURL() != "http://127.0.0.1:7000" || c.promoterURL() != "http://127.0.0.1:7200" {
+	if s := transport.Scheme(); c.leaseURL() != s+"://127.0.0.1:7000" || c.promoterURL() != s+"://127.0.0.1:7200" {
 		flags = fmt.Sprintf(" --lease %s --promoter %s", c.leaseURL(), c.promoterURL())
+	}
+	exports := ""
+	if c.certs != "" {
+		exports = fmt.Sprintf("  export TENURECTL_CACERT=%s TENURECTL_CERT=%s TENURECTL_KEY=%s\n",
+			filepath.Join(c.certs, auth.CAFile), filepath.Join(c.certs, "operator.pem"), filepath.Join(c.certs, "operator-key.pem"))
 	}
 	var members string
 	for i, r := range c.replicas {
@@ -160,11 +198,11 @@ func printTryTenurectl(c *devCluster, rangeID string) {
 		}
 		members += r.id + "=" + r.url()
 	}
-	fmt.Printf(`
+	fmt.Fprintf(out, `
 The cluster keeps running (--keep). In another terminal, try (build it with 'make build'):
 
   export PATH=$PWD/bin:$PATH
-  tenurectl%[1]s status
+%[5]s  tenurectl%[1]s status
   tenurectl%[1]s status %[2]s
   tenurectl%[1]s produce %[2]s hello world
   tenurectl%[1]s consume %[2]s --from 0
@@ -179,5 +217,26 @@ The cluster keeps running (--keep). In another terminal, try (build it with 'mak
 
 Kill a leader yourself ('tenurectl status %[2]s' names it; pids are above) and
 watch 'tenurectl transitions %[2]s'. Ctrl-C here stops everything.
-`, flags, rangeID, members, filepath.Join(c.replica("r1").dataDir, "journal", rangeID+".journal"))
+`, flags, rangeID, members, filepath.Join(c.replica("r1").dataDir, "journal", rangeID+".journal"), exports)
+}
+
+// setupDevTLS makes the dev cluster's certificates in dir and installs this
+// process's.
+func setupDevTLS(dir string, log *slog.Logger) error {
+	specs := append(auth.DefaultSpecs([]string{"r1", "r2", "r3"}, nil, nil, nil), auth.Spec{
+		Name:     "dev",
+		Identity: auth.Identity{Roles: []auth.Role{auth.RolePromoter, auth.RoleOperator, auth.RoleProducer, auth.RoleConsumer}},
+	})
+	if _, err := auth.Init(dir, specs); err != nil {
+		return fmt.Errorf("dev certificates: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	src, err := auth.Load(auth.Files{Cert: filepath.Join(dir, "dev.pem"), Key: filepath.Join(dir, "dev-key.pem"), CA: filepath.Join(dir, auth.CAFile)}, log)
+	if err != nil {
+		return err
+	}
+	transport.SetTLS(src)
+	return nil
 }

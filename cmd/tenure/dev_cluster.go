@@ -36,6 +36,9 @@ var devReplicaIDs = []string{"r1", "r2", "r3"}
 // is set by start in that order and torn down by close in reverse, so a
 // start interrupted half way is cleaned up like a finished one.
 type devCluster struct {
+	// certs is the directory of the cluster's certificates ("" with
+	// --insecure): every hop is mutual TLS.
+	certs     string
 	dir       string
 	removeDir bool // the directory is ours (a temp dir): close removes it
 	self      string
@@ -56,11 +59,26 @@ type devCluster struct {
 	promoterSrv *transport.Server
 	stopRun     context.CancelFunc
 	runDone     chan struct{}
+	// announce, when set (--json), receives a ready line for every process
+	// as it comes up, replicas again after a restart.
+	announce func(readyLine)
 
 	// Clients, built the way every tenure client is.
 	http           *http.Client
 	leaseClient    tenurev1connect.LeaseServiceClient
 	promoterClient tenurev1connect.PromoterServiceClient
+}
+
+// ready announces a process that serves, if anyone listens (announce).
+func (c *devCluster) ready(service, id, address string, pid int) {
+	if c.announce != nil {
+		c.announce(readyLine{Ready: true, Service: service, ID: id, Address: address, PID: pid})
+	}
+}
+
+// readyReplica announces replica r's running process.
+func (c *devCluster) readyReplica(r *devReplica) {
+	c.ready("replica", r.id, r.url(), r.cmd.Process.Pid)
 }
 
 func (c *devCluster) leaseURL() string    { return c.leaseSrv.URL() }
@@ -163,6 +181,7 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	fmt.Fprintf(out, "  %-12s %-26s embedded, data in %s\n", "etcd", c.etcd.Endpoints()[0], c.etcd.Dir())
+	c.ready("etcd", "", c.etcd.Endpoints()[0], os.Getpid())
 
 	lctx, cancel := context.WithTimeout(ctx, leaseStartTimeout)
 	c.leaseSvc, err = lease.New(lctx, c.etcdClient, lease.WithLogger(c.log.With("service", "lease")))
@@ -173,11 +192,12 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 	c.leaseSrv, c.ports.lease = transport.ServeListener(ports.lease, c.leaseSvc.Registration()), nil
 	c.leaseClient = tenurev1connect.NewLeaseServiceClient(c.http, c.leaseURL(), transport.ClientOptions()...)
 	fmt.Fprintf(out, "  %-12s %-26s in this process\n", "lease", c.leaseURL())
+	c.ready("lease", "", c.leaseURL(), os.Getpid())
 
 	// The replicas start in parallel: each opens Badger, which is most of
 	// the start-up time.
 	for i, id := range devReplicaIDs {
-		c.replicas = append(c.replicas, newDevReplica(id, ports.replicas[i], c.dir, c.leaseURL()))
+		c.replicas = append(c.replicas, newDevReplica(id, ports.replicas[i], c.dir, c.leaseURL(), c.certs))
 	}
 	errs := make([]error, len(c.replicas))
 	var wg sync.WaitGroup
@@ -190,6 +210,7 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 	}
 	for _, r := range c.replicas {
 		fmt.Fprintf(out, "  %-12s %-26s pid %d, log %s\n", "replica "+r.id, r.url(), r.cmd.Process.Pid, r.logPath)
+		c.readyReplica(r)
 	}
 
 	c.promoter, err = promoter.New(promoter.Config{
@@ -211,6 +232,7 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 		return err
 	}
 	fmt.Fprintf(out, "  %-12s %-26s in this process, elected\n", "promoter", c.promoterURL())
+	c.ready("promoter", "dev-promoter", c.promoterURL(), os.Getpid())
 	fmt.Fprintf(out, "  %-12s %s\n", "logs", filepath.Join(c.dir, "*.log"))
 	fmt.Fprintf(out, "  up in %v\n", time.Since(started).Round(time.Millisecond))
 	return nil

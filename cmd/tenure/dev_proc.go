@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/auth"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -44,6 +45,8 @@ type devReplica struct {
 	dataDir  string
 	logPath  string
 	leaseURL string
+	// certs is the cluster's certificate directory ("" for cleartext).
+	certs string
 
 	// cmd is the running process; nil while down.
 	cmd *exec.Cmd
@@ -54,19 +57,24 @@ type devReplica struct {
 	paused bool
 }
 
-func (r *devReplica) url() string { return "http://" + r.listen }
+func (r *devReplica) url() string { return transport.Scheme() + "://" + r.listen }
 
-func newDevReplica(id, listen, root, leaseURL string) *devReplica {
-	return &devReplica{id: id, listen: listen, dataDir: filepath.Join(root, id), logPath: filepath.Join(root, id+".log"), leaseURL: leaseURL}
+func newDevReplica(id, listen, root, leaseURL, certs string) *devReplica {
+	return &devReplica{id: id, listen: listen, dataDir: filepath.Join(root, id), logPath: filepath.Join(root, id+".log"), leaseURL: leaseURL, certs: certs}
 }
 
 func (r *devReplica) args() []string {
-	return []string{"replica", "--id", r.id, "--listen", r.listen, "--data-dir", r.dataDir, "--lease", r.leaseURL,
+	args := []string{"replica", "--id", r.id, "--listen", r.listen, "--data-dir", r.dataDir, "--lease", r.leaseURL,
 		// The lease TTL only matters for a leader that hangs without
 		// dying (a killed one refuses connections and is promoted away at
 		// once); 4s keeps the followers' sessions alive through the
 		// story's pause. A short fetch wait keeps long polls brief.
 		"--lease-ttl", devLeaseTTL.String(), "--fetch-wait", devFetchWait.String()}
+	if r.certs != "" {
+		name := filepath.Join(r.certs, "replica-"+r.id)
+		args = append(args, "--tls-cert", name+".pem", "--tls-key", name+"-key.pem", "--tls-ca", filepath.Join(r.certs, auth.CAFile))
+	}
+	return args
 }
 
 // start launches the replica process. Its output goes to its log file

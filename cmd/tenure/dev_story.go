@@ -244,6 +244,7 @@ func (s *story) run(ctx context.Context) error {
 	if err := old.waitReady(ctx, replicaClient(s.c.http, old.url())); err != nil {
 		return err
 	}
+	s.c.readyReplica(old)
 	end, err := s.waitFollower(ctx, old, next, nextEpoch)
 	if err != nil {
 		return err

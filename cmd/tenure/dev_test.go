@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,7 +71,8 @@ type devRun struct {
 	cmd    *exec.Cmd
 	tmp    string
 	mu     sync.Mutex
-	out    strings.Builder
+	out    strings.Builder // stdout and stderr, as they came
+	stdout strings.Builder // stdout alone
 	lines  chan string
 	exited chan error
 }
@@ -81,26 +84,38 @@ func startDev(t *testing.T, bin string, args ...string) *devRun {
 	// Its temp dir goes under ours, so the test can see it removed.
 	d.cmd.Env = append(os.Environ(), "TMPDIR="+d.tmp)
 	pr, pw := io.Pipe()
-	d.cmd.Stdout, d.cmd.Stderr = pw, pw
+	opr, opw := io.Pipe()
+	d.cmd.Stdout, d.cmd.Stderr = opw, pw
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		sc := bufio.NewScanner(pr)
+	var readers sync.WaitGroup
+	read := func(r io.Reader, alone *strings.Builder) {
+		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			d.mu.Lock()
 			d.out.WriteString(sc.Text() + "\n")
+			if alone != nil {
+				alone.WriteString(sc.Text() + "\n")
+			}
 			d.mu.Unlock()
 			select {
 			case d.lines <- sc.Text():
 			default:
 			}
 		}
+	}
+	readers.Go(func() { read(pr, nil) })
+	readers.Go(func() { read(opr, &d.stdout) })
+	go func() {
+		readers.Wait()
 		close(d.lines)
 	}()
 	go func() {
+		// Wait returns once the process is gone and its output copied.
 		err := d.cmd.Wait()
 		pw.Close()
+		opw.Close()
 		d.exited <- err
 	}()
 	t.Cleanup(func() {
@@ -178,7 +193,7 @@ func (d *devRun) checkCleanedUp(t *testing.T) {
 // promoted, and every acknowledged record is readable from it afterwards.
 func TestDevStory(t *testing.T) {
 	bin := buildTenure(t)
-	d := startDev(t, bin)
+	d := startDev(t, bin, "--json")
 	start := time.Now()
 	if err := d.wait(t, 90*time.Second); err != nil {
 		t.Fatalf("tenure dev: %v\n%s", err, d.output())
@@ -220,6 +235,7 @@ func TestDevStory(t *testing.T) {
 	if !regexp.MustCompile(`trace id: [0-9a-f]{32}`).MatchString(out) {
 		t.Errorf("output lacks the promotion's trace id")
 	}
+	checkDevReadyLines(t, d, first)
 	if t.Failed() {
 		t.Logf("output:\n%s", out)
 	}
@@ -242,4 +258,57 @@ func TestDevKeepInterrupt(t *testing.T) {
 		t.Errorf("output lacks %q:\n%s", "stopped.", d.output())
 	}
 	d.checkCleanedUp(t)
+}
+
+// checkDevReadyLines checks what tenure dev --json printed on stdout: only
+// ready lines, one per process as it came up: etcd, the lease service and
+// the promoter in dev's own process, each replica in its own, and the
+// restarted replica again with its new pid, the one the story names.
+func checkDevReadyLines(t *testing.T, d *devRun, restarted string) {
+	t.Helper()
+	d.mu.Lock()
+	stdout := d.stdout.String()
+	d.mu.Unlock()
+	pids := map[string][]int{}
+	for _, line := range strings.Split(strings.TrimSuffix(stdout, "\n"), "\n") {
+		var l readyLine
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&l)
+		// The dev cluster runs mutual TLS (its embedded etcd is cleartext,
+		// on loopback, and only this process talks to it).
+		scheme := "https"
+		if l.Service == "etcd" {
+			scheme = "http"
+		}
+		if err != nil || !l.Ready || !strings.HasPrefix(l.Address, scheme+"://127.0.0.1:") {
+			t.Errorf("stdout line %q is not a ready line (%v)", line, err)
+			continue
+		}
+		key := l.Service
+		if l.Service == "replica" {
+			key += " " + l.ID
+		}
+		pids[key] = append(pids[key], l.PID)
+	}
+	self := d.cmd.Process.Pid
+	for _, key := range []string{"etcd", "lease", "promoter"} {
+		if got := pids[key]; len(got) != 1 || got[0] != self {
+			t.Errorf("%s ready lines name pids %v, want one line with dev's pid %d", key, got, self)
+		}
+	}
+	for _, id := range devReplicaIDs {
+		got := pids["replica "+id]
+		want := 1
+		if id == restarted {
+			want = 2
+		}
+		if len(got) != want || slices.Contains(got, self) || (want == 2 && got[0] == got[1]) {
+			t.Errorf("replica %s ready lines name pids %v, want %d line(s) with pids of its own", id, got, want)
+			continue
+		}
+		if id == restarted && !strings.Contains(d.output(), fmt.Sprintf("%s (pid %d) follows", id, got[1])) {
+			t.Errorf("the restarted %s's last ready line names pid %d, which the story does not", id, got[1])
+		}
+	}
 }

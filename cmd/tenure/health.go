@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -25,13 +26,18 @@ func runHealth(ctx context.Context, args []string) error {
 	url := fs.String("url", "http://127.0.0.1:7000", "base URL of the server to check")
 	service := fs.String("service", "", "service name to check (e.g. tenure.v1.LogService); empty asks about the server as a whole")
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
+	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure health [--url URL] [--service NAME]\n\nChecks a tenure server's gRPC health (grpc.health.v1.Health/Check) and exits\n0 when it answers SERVING, 1 otherwise. Container health checks use it, since\nthe images have no shell. Flags (env TENURE_<FLAG> as fallback):\n")
+		fmt.Fprintf(fs.Output(), "Usage: tenure health [--url URL] [--service NAME]\n\nChecks a tenure server's gRPC health (grpc.health.v1.Health/Check) and exits\n0 when it answers SERVING, 1 otherwise. Container health checks use it, since\nthe images have no shell. Against a TLS server give --tls-ca (and, as every\nservice's environment does, --tls-cert and --tls-key): health needs no client\ncertificate, only the CA to trust the server's. Flags (env TENURE_<FLAG> as\nfallback):\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := tlsf.setup(slog.New(slog.DiscardHandler), ""); err != nil {
+		return err
+	}
+	*url = serviceURL(*url)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	c := grpchealth.NewClient(transport.NewHTTPClient(), *url, connect.WithGRPC())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -24,13 +25,15 @@ const leaseStartTimeout = 30 * time.Second
 func runLease(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("lease", flag.ContinueOnError)
 	etcd := fs.String("etcd", "127.0.0.1:2379", "comma-separated etcd endpoints; all state lives there, so any number of lease services can share one etcd")
-	listen := fs.String("listen", "127.0.0.1:7000", "address to serve LeaseService on (HTTP/2 cleartext: Connect, gRPC and gRPC-Web clients)")
+	listen := fs.String("listen", "127.0.0.1:7000", "address to serve LeaseService on (HTTP/2, TLS with --tls-*: Connect, gRPC and gRPC-Web clients)")
 	defaultTTL := fs.Duration("default-ttl", lease.DefaultSessionTTL, "TTL of sessions opened with ttl_ms 0; whole seconds, at least etcd's minimum lease TTL (1.5 election timeouts rounded up: 2s for etcd's defaults)")
 	prefix := fs.String("prefix", lease.DefaultPrefix, "etcd key prefix for ranges, epochs, leases and sessions; lease services and promoters of one cluster must agree on it")
 	requestTimeout := fs.Duration("request-timeout", lease.DefaultRequestTimeout, "bound on the etcd work of one request; an etcd slower than this answers Unavailable")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	readyFile := readyFileFlag(fs)
+	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure lease [flags]\n\nRuns the lease service. Per range it keeps in etcd the current epoch (granted\nby compare-and-swap, strictly increasing), the lease of that epoch (bound to a\nholder session with a TTL) and the membership, and streams lease events.\nFlags (env TENURE_<FLAG> as fallback):\n")
+		fmt.Fprintf(fs.Output(), "Usage: tenure lease [flags]\n\nRuns the lease service. Per range it keeps in etcd the current epoch (granted\nby compare-and-swap, strictly increasing), the lease of that epoch (bound to a\nholder session with a TTL) and the membership, and streams lease events.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -40,12 +43,18 @@ func runLease(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := clearReadyFile(*readyFile); err != nil {
+		return err
+	}
+	if err := tlsf.setup(log, *listen); err != nil {
+		return err
+	}
 	stopTracing, err := startTracing(ctx, log, "tenure-lease")
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger(), TLS: etcdTLS(*etcd)})
 	if err != nil {
 		return fmt.Errorf("etcd client for %s: %w", *etcd, err)
 	}
@@ -64,6 +73,12 @@ func runLease(ctx context.Context, args []string) error {
 		return err
 	}
 	log.Info("lease service serving", "addr", srv.URL(), "etcd", *etcd, "prefix", *prefix, "default_ttl", *defaultTTL)
+	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "lease", Address: srv.URL(), PID: os.Getpid()}); err != nil {
+		svc.Close()
+		_ = srv.Close()
+		return err
+	}
+	defer removeReadyFile(*readyFile)
 
 	<-ctx.Done()
 	// Watch streams end first (Unavailable: their clients resume elsewhere

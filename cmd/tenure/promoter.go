@@ -33,8 +33,10 @@ func runPromoter(ctx context.Context, args []string) error {
 	fenceTimeout := fs.Duration("fence-timeout", time.Second, "how long a promotion waits for fence answers; replicas not answering by then do not count")
 	parallel := fs.Int("max-parallel", 1024, "at most this many promotions run at once; their calls to each replica and the lease service are batched, at most 2 batches in flight per replica and kind, 8 to the lease service")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	readyFile := readyFileFlag(fs)
+	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes. Flags (env TENURE_<FLAG> as fallback):\n")
+		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -44,18 +46,24 @@ func runPromoter(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := clearReadyFile(*readyFile); err != nil {
+		return err
+	}
+	if err := tlsf.setup(log, *listen); err != nil {
+		return err
+	}
 	stopTracing, err := startTracing(ctx, log, "tenure-promoter", semconv.ServiceInstanceID(*id))
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger(), TLS: etcdTLS(*etcd)})
 	if err != nil {
 		return fmt.Errorf("etcd client for %s: %w", *etcd, err)
 	}
 	defer cli.Close()
 	p, err := promoter.New(promoter.Config{
-		ID: *id, Etcd: cli, Prefix: *prefix, LeaseURL: *leaseURL, Logger: log,
+		ID: *id, Etcd: cli, Prefix: *prefix, LeaseURL: serviceURL(*leaseURL), Logger: log,
 		ProbeInterval: *probe, ProbeMisses: *misses, StatusInterval: *status, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
 	})
 	if err != nil {
@@ -66,6 +74,11 @@ func runPromoter(ctx context.Context, args []string) error {
 		return err
 	}
 	log.Info("promoter serving", "id", *id, "addr", srv.URL(), "etcd", *etcd, "lease", *leaseURL)
+	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "promoter", ID: *id, Address: srv.URL(), PID: os.Getpid()}); err != nil {
+		_ = srv.Close()
+		return err
+	}
+	defer removeReadyFile(*readyFile)
 	runErr := p.Run(ctx)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

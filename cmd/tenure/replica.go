@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -35,8 +36,10 @@ func runReplica(ctx context.Context, args []string) error {
 	leaseTTL := fs.Duration("lease-ttl", 0, "TTL of this replica's lease session, whole seconds (0: the lease service's default); only with --lease")
 	fetchWait := fs.Duration("fetch-wait", time.Second, fmt.Sprintf("how long a follower lets its leader hold a fetch with nothing new (at most %dms)", wire.MaxFetchWaitMillis))
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	readyFile := readyFileFlag(fs)
+	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure replica --id ID [flags]\n\nRuns a replica. It hosts a range from the first Fence that names it (the\npromoter brings replicas into ranges), stores the range's log in Badger, and\nleads or follows it as Adopt says: a leader assigns offsets and acknowledges\nappends once a quorum holds them durably; a follower fetches from its leader.\nA restarted replica reloads every range; a follower resumes fetching, a leader\nwaits to be fenced and adopted again.\n\nFlags (env TENURE_<FLAG> as fallback):\n")
+		fmt.Fprintf(fs.Output(), "Usage: tenure replica --id ID [flags]\n\nRuns a replica. It hosts a range from the first Fence that names it (the\npromoter brings replicas into ranges), stores the range's log in Badger, and\nleads or follows it as Adopt says: a leader assigns offsets and acknowledges\nappends once a quorum holds them durably; a follower fetches from its leader.\nA restarted replica reloads every range; a follower resumes fetching, a leader\nwaits to be fenced and adopted again.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -55,6 +58,12 @@ func runReplica(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := clearReadyFile(*readyFile); err != nil {
+		return err
+	}
+	if err := tlsf.setup(log, *listen); err != nil {
+		return err
+	}
 	stopTracing, err := startTracing(ctx, log, "tenure-replica", semconv.ServiceInstanceID(*id))
 	if err != nil {
 		return err
@@ -64,7 +73,7 @@ func runReplica(ctx context.Context, args []string) error {
 	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait}
 	var keeper *lease.Keeper
 	if *leaseURL != "" {
-		lc := tenurev1connect.NewLeaseServiceClient(transport.NewHTTPClient(), *leaseURL, transport.ClientOptions()...)
+		lc := tenurev1connect.NewLeaseServiceClient(transport.NewHTTPClient(), serviceURL(*leaseURL), transport.ClientOptions()...)
 		// The Keeper opens its session in the background and retries, so a
 		// replica can start before the lease service does.
 		keeper, err = lease.NewKeeper(lc, *id, advertiseURL(*advertise, *listen), lease.WithSessionTTL(*leaseTTL), lease.WithKeeperLogger(log))
@@ -72,12 +81,23 @@ func runReplica(ctx context.Context, args []string) error {
 			return fmt.Errorf("lease keeper for %s: %w", *leaseURL, err)
 		}
 		cfg.Lease = keeper
+		// The lease service's word on a range, before a fence hosts one or
+		// jumps far above the current fence (defence in depth).
+		cfg.Ranges = keeper
 	}
 	r, srv, err := replica.Start(cfg, *listen)
 	if err != nil {
 		return err
 	}
 	log.Info("replica serving", "id", *id, "addr", srv.URL(), "advertise", r.Address(), "data_dir", *dataDir, "lease", *leaseURL)
+	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "replica", ID: *id, Address: srv.URL(), PID: os.Getpid()}); err != nil {
+		_ = srv.Close()
+		if cerr := r.Close(); cerr != nil {
+			log.Error("replica: close", "err", cerr)
+		}
+		return err
+	}
+	defer removeReadyFile(*readyFile)
 
 	<-ctx.Done()
 	// Stop taking requests and let in-flight ones end (bounded), then stop
@@ -107,5 +127,5 @@ func advertiseURL(advertise, listen string) string {
 	if advertise != "" {
 		return advertise
 	}
-	return "http://" + listen
+	return transport.Scheme() + "://" + listen
 }

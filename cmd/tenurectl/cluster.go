@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/auth"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -72,6 +74,9 @@ func parseGlobal(e *env, args []string) ([]string, error) {
 type clusterOpts struct {
 	lease, promoter *string
 	json            *bool
+	// cacert, cert and key are the TLS files (etcdctl's names): with all
+	// three, every call is mutual TLS as the certificate's roles allow.
+	cacert, cert, key *string
 }
 
 // addClusterFlags defines --lease, --promoter and --json on a command's
@@ -91,7 +96,29 @@ func addClusterFlags(e *env, fs *flag.FlagSet) clusterOpts {
 		lease:    fs.String("lease", pick(e.global.lease, "TENURECTL_LEASE", defaultLeaseURL), "lease service base URL (env TENURECTL_LEASE)"),
 		promoter: fs.String("promoter", pick(e.global.promoter, "TENURECTL_PROMOTER", defaultPromoterURL), "promoter base URL (env TENURECTL_PROMOTER)"),
 		json:     fs.Bool("json", e.global.json, "print JSON instead of a table"),
+		cacert:   fs.String("cacert", e.getenv("TENURECTL_CACERT"), "CA certificate the servers' certificates must chain to (env TENURECTL_CACERT); with --cert and --key, calls are mutual TLS and http:// URLs mean https://"),
+		cert:     fs.String("cert", e.getenv("TENURECTL_CERT"), "client certificate, e.g. operator.pem from tenure certs init (env TENURECTL_CERT)"),
+		key:      fs.String("key", e.getenv("TENURECTL_KEY"), "the client certificate's key (env TENURECTL_KEY)"),
 	}
+}
+
+// setupTLS installs the command's TLS identity, if its files are given.
+func (o clusterOpts) setupTLS() error {
+	files := auth.Files{CA: *o.cacert, Cert: *o.cert, Key: *o.key}
+	if !files.Configured() {
+		return nil
+	}
+	src, err := auth.Load(files, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	transport.SetTLS(src)
+	for _, u := range []*string{o.lease, o.promoter} {
+		if rest, ok := strings.CutPrefix(*u, "http://"); ok {
+			*u = "https://" + rest
+		}
+	}
+	return nil
 }
 
 // clients are the Connect clients of one command run, built the way every
@@ -105,7 +132,14 @@ type clients struct {
 }
 
 func newClients(o clusterOpts) *clients {
-	hc := transport.NewHTTPClient()
+	var hc *http.Client
+	if err := o.setupTLS(); err != nil {
+		// Every call of the command then fails with why, the way a bad
+		// URL does, rather than speaking cleartext to a TLS cluster.
+		hc = &http.Client{Transport: failingTransport{err}}
+	} else {
+		hc = transport.NewHTTPClient()
+	}
 	return &clients{
 		http:        hc,
 		leaseURL:    *o.lease,
@@ -116,6 +150,12 @@ func newClients(o clusterOpts) *clients {
 }
 
 func (c *clients) close() { c.http.CloseIdleConnections() }
+
+// failingTransport fails every request with err (a TLS setup that did not
+// load).
+type failingTransport struct{ err error }
+
+func (t failingTransport) RoundTrip(*http.Request) (*http.Response, error) { return nil, t.err }
 
 func (c *clients) replica(addr string) tenurev1connect.ReplicaServiceClient {
 	return tenurev1connect.NewReplicaServiceClient(c.http, addr, transport.ClientOptions()...)
@@ -171,11 +211,19 @@ func (c *clients) promoterErr(err error) error {
 
 // explain turns a Connect error into what happened and what to do.
 func explain(err error, who, url, flagHint string) error {
+	if strings.HasPrefix(url, "http://") && hungUp(err) {
+		// Cleartext HTTP/2 to a TLS server: it hangs up on the preface.
+		return fmt.Errorf("%s at %s hung up (%v): it probably runs mutual TLS; pass --cacert, --cert and --key (or TENURECTL_CACERT, TENURECTL_CERT, TENURECTL_KEY; 'tenure dev --keep' prints them)", who, url, connectMessage(err))
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable:
 		if isDialError(err) {
 			return fmt.Errorf("cannot reach %s at %s (%v): is it running? 'make demo ARGS=--keep' starts a local cluster; otherwise pass %s", who, url, connectMessage(err), flagHint)
 		}
+	case connect.CodeUnauthenticated:
+		return fmt.Errorf("%s at %s wants a client certificate signed by the cluster's CA (%v): pass --cacert, --cert and --key", who, url, connectMessage(err))
+	case connect.CodePermissionDenied:
+		return fmt.Errorf("%s at %s refused this certificate (%v): use one with the role the command needs (operator, for most)", who, url, connectMessage(err))
 	case connect.CodeDeadlineExceeded:
 		return fmt.Errorf("%s at %s did not answer within %v: it may be overloaded or partitioned; retry, or check its log", who, url, rpcTimeout)
 	case connect.CodeUnimplemented, connect.CodeUnknown:
@@ -184,6 +232,13 @@ func explain(err error, who, url, flagHint string) error {
 		}
 	}
 	return fmt.Errorf("%s at %s: %v", who, url, err)
+}
+
+// hungUp reports an error of a server closing the connection under the
+// request, as a TLS server does on a cleartext HTTP/2 preface.
+func hungUp(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "EOF") || strings.Contains(s, "broken pipe") || strings.Contains(s, "connection reset by peer")
 }
 
 func isDialError(err error) bool {
@@ -204,6 +259,26 @@ type memberStatus struct {
 	replica *tenurev1.Replica
 	status  *tenurev1.RangeStatus // nil when err is set or the range is not hosted
 	err     error
+	// incarnation is the replica's own (its data directory's), when it
+	// answered; lost is set when its disk lost the range (the membership
+	// records another incarnation for it).
+	incarnation string
+	lost        *tenurev1.LostRange
+}
+
+// mismatch says whether the replica answering is not the member's disk.
+func (m memberStatus) mismatch() bool {
+	return m.lost != nil || (m.incarnation != "" && m.replica.GetIncarnation() != "" && m.incarnation != m.replica.GetIncarnation())
+}
+
+// lostRange finds rangeID among a replica's lost ranges.
+func lostRange(resp *tenurev1.ReplicaServiceGetStatusResponse, rangeID string) *tenurev1.LostRange {
+	for _, l := range resp.GetLostRanges() {
+		if l.GetRangeId() == rangeID {
+			return l
+		}
+	}
+	return nil
 }
 
 // memberStatuses asks every member of r for its status of the range, in
@@ -217,7 +292,21 @@ func (c *clients) memberStatuses(ctx context.Context, r *tenurev1.RangeInfo) []m
 			cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 			defer cancel()
 			resp, err := c.replica(m.GetAddress()).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: r.GetRangeId()}))
+			if err != nil && connect.CodeOf(err) == connect.CodeNotFound {
+				// Not hosted: a replica whose disk lost the range says so in
+				// its full status.
+				if full, ferr := c.replica(m.GetAddress()).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{})); ferr == nil {
+					out[i].incarnation, out[i].lost = full.Msg.GetIncarnation(), lostRange(full.Msg, r.GetRangeId())
+				}
+			}
+			if err == nil {
+				out[i].incarnation, out[i].lost = resp.Msg.GetIncarnation(), lostRange(resp.Msg, r.GetRangeId())
+			}
 			switch {
+			case out[i].mismatch():
+				out[i].err = fmt.Errorf("INCARNATION MISMATCH: the member is incarnation %s, the replica answering is %s (its disk was replaced or wiped); it does not serve the range: remove it and add it again",
+					orDash(m.GetIncarnation()), orDash(out[i].incarnation))
+				out[i].status = nil
 			case err != nil && connect.CodeOf(err) == connect.CodeNotFound:
 				out[i].err = errors.New("does not host the range yet (no promotion has fenced it)")
 			case err != nil:

@@ -27,6 +27,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"promote and transitions", testPromoteTransitions},
 		{"bench", testBench},
 		{"epochs with a diverged replica", testEpochsDivergence},
+		{"membership", testMembership},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
 	} {
@@ -385,8 +386,11 @@ func testEpochsDivergence(t *testing.T, c *testCluster) {
 		switch {
 		case r.ID == old && (r.DivergencePoint == nil || *r.DivergencePoint != 3):
 			t.Errorf("epochs --json: %s's divergence point = %v, want 3:\n%s", old, r.DivergencePoint, out)
-		case r.ID != old && r.ID != leader && !r.Identical:
-			t.Errorf("epochs --json: %s is not identical to the leader:\n%s", r.ID, out)
+		case r.ID != old && !r.Identical:
+			// The leader too: it is the reference, identical to itself.
+			t.Errorf("epochs --json: %s is not identical to the leader %s:\n%s", r.ID, leader, out)
+		case r.ID == leader && r.DivergencePoint != nil:
+			t.Errorf("epochs --json: the leader %s diverges from itself at %d:\n%s", r.ID, *r.DivergencePoint, out)
 		}
 	}
 

@@ -39,6 +39,10 @@ type command struct {
 var commands = []command{
 	{name: "range create", summary: "register a range and its replica set with the lease service", run: runRangeCreate},
 	{name: "range list", summary: "list ranges: epoch, leader, lease and replica set", run: runRangeList},
+	{name: "range add-replica", summary: "add a replica to a range: learner, catch-up, voter; prints progress", run: runRangeAddReplica},
+	{name: "range remove-replica", summary: "remove a replica from a range (a leader hands over first); prints progress", run: runRangeRemoveReplica},
+	{name: "range replace-replica", summary: "replace a range's replica: add the new one, then remove the old; prints progress", run: runRangeReplaceReplica},
+	{name: "range delete", summary: "delete a range: fence every member, drop its data, remove it from the lease service", run: runRangeDelete},
 	{name: "produce", summary: "append records (arguments, or stdin lines) to a range's leader and print their offsets", run: runProduce},
 	{name: "consume", summary: "read a range's committed records from its leader; --follow tails new ones", run: runConsume},
 	{name: "status", summary: "every range's (or one's) leader, epoch, and each replica's role, log end, HWM and lag", run: runStatus},
@@ -164,6 +168,9 @@ Global flags (before or after the command; environment fallback in brackets):
   --lease URL      lease service base URL [TENURECTL_LEASE] (default `+defaultLeaseURL+`)
   --promoter URL   promoter base URL [TENURECTL_PROMOTER] (default `+defaultPromoterURL+`)
   --json           print JSON instead of tables (every command that reads)
+  --cacert FILE    CA certificate for mutual TLS [TENURECTL_CACERT] (after the command)
+  --cert FILE      client certificate, e.g. operator.pem [TENURECTL_CERT]
+  --key FILE       its key [TENURECTL_KEY]; with all three, http:// URLs mean https://
 
 Run 'tenurectl COMMAND --help' for a command's flags and arguments.
 `)

@@ -22,13 +22,23 @@ records the transition. The report is printed with the promotion's trace id.
 
 The current leader may well be chosen again: --preferred only breaks ties
 among equally complete replicas, it never outranks a more complete log.
+
+--unsafe-accept-data-loss is for a range whose quorum is gone for good (the
+disks of a majority are lost). It fences whatever answers and leads from the
+most complete surviving log without a quorum: records acknowledged beyond
+that log are lost. The report names the offsets that may have been
+acknowledged and are not on the new leader ([possibly lost from, highest HWM
+seen)). The promoter never does this on its own. --to prefers a replica
+among the most complete survivors.
 `
 
 func runPromote(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "promote", "RANGE [--preferred ID] [--reason TEXT]", promoteHelp)
+	fs := newFlags(e, "promote", "RANGE [--preferred ID] [--reason TEXT] [--unsafe-accept-data-loss [--to ID]]", promoteHelp)
 	o := addClusterFlags(e, fs)
 	preferred := fs.String("preferred", "", "replica to prefer among equally complete candidates")
 	reason := fs.String("reason", "", `why, recorded in the transition (default "operator request")`)
+	unsafe := fs.Bool("unsafe-accept-data-loss", false, "promote without a quorum, from the most complete surviving log: acknowledged records beyond it are LOST")
+	to := fs.String("to", "", "with --unsafe-accept-data-loss: the replica to prefer among the most complete survivors")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -36,9 +46,18 @@ func runPromote(ctx context.Context, e *env, args []string) error {
 	if len(positional) != 1 {
 		return usagef("want exactly one RANGE, got %d arguments", len(positional))
 	}
+	if *to != "" {
+		if !*unsafe {
+			return usagef("--to goes with --unsafe-accept-data-loss; a planned handover takes --preferred")
+		}
+		if *preferred != "" && *preferred != *to {
+			return usagef("--to %s and --preferred %s disagree", *to, *preferred)
+		}
+		*preferred = *to
+	}
 	c := newClients(o)
 	defer c.close()
-	resp, err := promote(ctx, c, &tenurev1.PromoteRequest{RangeId: positional[0], PreferredReplicaId: *preferred, Reason: *reason})
+	resp, err := promote(ctx, c, &tenurev1.PromoteRequest{RangeId: positional[0], PreferredReplicaId: *preferred, Reason: *reason, UnsafeAcceptDataLoss: *unsafe})
 	if err != nil {
 		switch connect.CodeOf(err) {
 		case connect.CodeFailedPrecondition, connect.CodeInvalidArgument, connect.CodeNotFound:
@@ -87,8 +106,21 @@ func promote(ctx context.Context, c *clients, req *tenurev1.PromoteRequest) (*co
 
 // writeTransition prints one transition record in full.
 func writeTransition(w io.Writer, tr *tenurev1.Transition) {
+	if tr.GetUnsafe() {
+		// First and loud: this is what the operator accepted.
+		lost := tr.GetHighestHwmSeen() - min(tr.GetPossiblyLostFrom(), tr.GetHighestHwmSeen())
+		if lost > 0 {
+			fmt.Fprintf(w, "UNSAFE PROMOTION: offsets %d to %d (%s) may have been acknowledged and are NOT on the new leader\n",
+				tr.GetPossiblyLostFrom(), tr.GetHighestHwmSeen()-1, plural(int(lost), "record"))
+		} else {
+			fmt.Fprintf(w, "UNSAFE PROMOTION: no acknowledged record is known to be lost (highest HWM seen %d)\n", tr.GetHighestHwmSeen())
+		}
+	}
 	fmt.Fprintf(w, "range %s: epoch %d -> %d, leader %s (%s)\n", tr.GetRangeId(), tr.GetPreviousEpoch(), tr.GetEpoch(), tr.GetLeaderId(), tr.GetLeaderAddress())
 	fmt.Fprintf(w, "reason:          %s\n", tr.GetReason())
+	if s := tr.GetMembershipStep(); s != "" {
+		fmt.Fprintf(w, "membership step: %s\n", s)
+	}
 	fmt.Fprintf(w, "promoter:        %s, started %s, took %v\n", tr.GetPromoterId(), time.UnixMilli(tr.GetStartedUnixMs()).UTC().Format("2006-01-02 15:04:05.000Z"), micros(tr.GetDurationUs()))
 	fmt.Fprintf(w, "committed bound: %d (the highest HWM a fenced replica reported)\n", tr.GetCommittedBound())
 	trace := tr.GetTraceId()
@@ -108,8 +140,13 @@ func writeTransition(w io.Writer, tr *tenurev1.Transition) {
 		if !r.GetHistoryKnown() {
 			hist = "unknown"
 		}
-		if r.GetReplicaId() == tr.GetLeaderId() {
+		switch {
+		case r.GetReplicaId() == tr.GetLeaderId():
 			note = "new leader"
+		case r.GetLearner():
+			note = "learner (not counted)"
+		case !r.GetCounted() && r.GetError() != "":
+			note = "not counted: " + oneLine(r.GetError())
 		}
 		fmt.Fprintf(tw, "  %s\tyes\t%s\t%d\t%d\t%d\t%s\n", r.GetReplicaId(), hist, r.GetLogEnd(), r.GetHighWaterMark(), r.GetLastEpoch(), note)
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,13 +32,28 @@ waited 3 seconds or more for (no fetch of it held or answered since) is
 noted "not fetching": it cannot reach the leader, or is stuck. Idle, its
 lag stays 0, so nothing else shows it. When too few followers fetch for a
 quorum, the leader's row says COMMITS STALLED: it commits nothing although
-it still renews its lease, and no promotion follows on its own.
+it still renews its lease, and no promotion follows on its own. A replica
+that cut records at fetch time since it started (its leader's history said
+they were another leadership's, such as a deposed leader's uncommitted
+tail) says how many, and where the last cut was: "cut 3 records at fetch
+(1 time); last 7->4 at epoch 2, following r2, 5s ago". --json has the same
+as fetch_truncations, fetch_truncated_records and last_fetch_truncation.
+
+A learner (a member being added: it fetches, never counts) has "(learner)"
+after its role. A member whose replica answers with another incarnation
+than the one recorded for it (its disk was replaced or wiped; the replica
+reports the range among its lost ranges) is shown as "lost" with
+INCARNATION MISMATCH: it does not serve the range until removed and added
+again. A membership change in flight is named below the table.
 
 Below the table, the elected promoter's view of every range it is not
 content with: promoting; failing and retrying (how many attempts failed,
-when the next one is, and why the last failed); or no-quorum, waiting
+when the next one is, and why the last failed); no-quorum, waiting
 without promoting while too many replicas refuse connections for a
-quorum. Nothing is printed there when every range is healthy; a
+quorum; or not-serving: its leader leads but calls its lease not valid
+and refuses appends and reads, and the promoter binds the lease to it
+again and, if that does not help, promotes. Nothing is printed there
+when every range is healthy; a
 promoter that cannot be reached, or is not the elected one, is said so.
 `
 
@@ -153,7 +169,11 @@ func writePromotions(w io.Writer, v promoterView, rs []rangeStatus) error {
 		if ms := p.GetNextRetryUnixMs(); ms > 0 {
 			next = "in " + time.Until(time.UnixMilli(ms)).Round(100*time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.info.GetRangeId(), p.GetState(), p.GetAttempts(), next, orDash(p.GetLastError()))
+		last := p.GetLastError()
+		if p.GetState() == "not-serving" && last == "" {
+			last = fmt.Sprintf("WARNING: leader %s refuses appends and reads (lease not valid); rebind, then promotion, follows", orDash(p.GetLeaderId()))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.info.GetRangeId(), p.GetState(), p.GetAttempts(), next, orDash(last))
 	}
 	return tw.Flush()
 }
@@ -222,17 +242,22 @@ func commitsStalled(members []memberStatus, leader *memberStatus, leaderID strin
 	if leader == nil || len(leader.status.GetFollowers()) == 0 {
 		return "" // no progress reported: nothing to judge by
 	}
-	fetching := 0
+	// Learners never count toward the commit.
+	fetching, voters := 0, 0
 	for _, m := range members {
+		if m.replica.GetLearner() {
+			continue
+		}
+		voters++
 		if f := progressOf(m, leader); f != nil && m.replica.GetId() != leaderID && fetchingNow(f) {
 			fetching++
 		}
 	}
-	need := wire.Quorum(len(members)) - 1
+	need := wire.Quorum(voters) - 1
 	if fetching >= need {
 		return ""
 	}
-	return fmt.Sprintf("COMMITS STALLED: %d of %d followers fetching, %d needed", fetching, len(members)-1, need)
+	return fmt.Sprintf("COMMITS STALLED: %d of %d followers fetching, %d needed", fetching, voters-1, need)
 }
 
 func writeStatusTable(w io.Writer, rs []rangeStatus) error {
@@ -255,7 +280,12 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 				if nf := notFetching(m, leader, leaderID); nf != "" {
 					note += "; " + nf
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t%s\n", first[0], first[1], first[2], m.replica.GetId(), "unreachable", note)
+				role := "unreachable"
+				if m.mismatch() {
+					role = "lost"
+					note = m.err.Error()
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t%s\n", first[0], first[1], first[2], m.replica.GetId(), role, note)
 				continue
 			}
 			st := m.status
@@ -282,15 +312,67 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 					note += "; " + st
 				}
 			}
+			if cut := fetchCutsNote(st, time.Now()); cut != "" {
+				note = joinNotes(note, cut)
+			}
 			// A halted replica serves nothing for the range until restarted:
 			// that, and why, matters more than anything else to say.
 			if h := st.GetHalted(); h != "" {
 				note = "HALTED: " + shortText(h)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", first[0], first[1], first[2], m.replica.GetId(), roleName(st.GetRole()), epoch, st.GetLogEnd(), st.GetHighWaterMark(), lag, note)
+			role := roleName(st.GetRole())
+			if m.replica.GetLearner() {
+				role += " (learner)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", first[0], first[1], first[2], m.replica.GetId(), role, epoch, st.GetLogEnd(), st.GetHighWaterMark(), lag, note)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// A change in flight matters until it completes: promotions need a
+	// quorum of the old and of the new voters meanwhile.
+	for _, r := range rs {
+		if ch := r.info.GetChange(); ch != nil {
+			var old []string
+			for _, o := range ch.GetOldReplicas() {
+				if !o.GetLearner() {
+					old = append(old, o.GetId())
+				}
+			}
+			fmt.Fprintf(w, "\nrange %s: membership change in flight: %s %s since epoch %d, started %s; promotions need a quorum of the voters before it (%s) and after it\n",
+				r.info.GetRangeId(), membershipStepName(ch.GetStep()), ch.GetReplicaId(), ch.GetEpoch(),
+				time.UnixMilli(ch.GetStartedUnixMs()).UTC().Format("15:04:05"), strings.Join(old, ", "))
+		}
+	}
+	return nil
+}
+
+// membershipStepName is a step's short name, e.g. "add-learner".
+func membershipStepName(s tenurev1.MembershipStep) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.String(), "MEMBERSHIP_STEP_")), "_", "-")
+}
+
+// fetchCutsNote says how much the replica cut at fetch time, and where its
+// last cut was, or "" when it cut nothing since it started.
+func fetchCutsNote(st *tenurev1.RangeStatus, now time.Time) string {
+	n := st.GetFetchTruncations()
+	if n == 0 {
+		return ""
+	}
+	ago := now.Sub(time.UnixMilli(st.GetLastFetchTruncationUnixMs())).Round(time.Second)
+	return fmt.Sprintf("cut %s at fetch (%s); last %d->%d at epoch %d, following %s, %s ago",
+		plural(int(st.GetFetchTruncatedRecords()), "record"), plural(int(n), "time"),
+		st.GetLastFetchTruncationFrom(), st.GetLastFetchTruncationTo(), st.GetLastFetchTruncationEpoch(),
+		orDash(st.GetLastFetchTruncationLeader()), max(ago, 0))
+}
+
+// joinNotes joins two notes of one row.
+func joinNotes(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 type statusJSON struct {
@@ -300,6 +382,9 @@ type statusJSON struct {
 	Lease     leaseJSON           `json:"lease"`
 	Replicas  []replicaStatusJSON `json:"replicas"`
 	Promotion *promotionJSON      `json:"promotion,omitempty"`
+	// Change is the membership change in flight, e.g. "add-learner r4
+	// since epoch 7".
+	Change string `json:"membership_change,omitempty"`
 }
 
 // promotionJSON is the elected promoter's state of a range.
@@ -334,6 +419,28 @@ type replicaStatusJSON struct {
 	// followers the leader reports.
 	FetchWaitingMs *uint64 `json:"fetch_waiting_ms,omitempty"`
 	Halted         string  `json:"halted,omitempty"`
+	Learner        bool    `json:"learner"`
+	// Incarnation is the member's recorded one; Answered the replica's own.
+	Incarnation string `json:"incarnation,omitempty"`
+	Answered    string `json:"answered_incarnation,omitempty"`
+	// IncarnationMismatch: the replica answering is not the member's disk.
+	IncarnationMismatch bool `json:"incarnation_mismatch"`
+	// The truncations the replica made at fetch time since it started
+	// (RangeStatus.fetch_truncations and the fields after it).
+	FetchTruncations      uint64               `json:"fetch_truncations"`
+	FetchTruncatedRecords uint64               `json:"fetch_truncated_records"`
+	LastFetchTruncation   *fetchTruncationJSON `json:"last_fetch_truncation,omitempty"`
+}
+
+// fetchTruncationJSON is a replica's last truncation at fetch time: the
+// log end it cut from, the offset it cut to, the epoch it fetched at, the
+// leader it followed, and when.
+type fetchTruncationJSON struct {
+	From   uint64 `json:"from"`
+	To     uint64 `json:"to"`
+	Epoch  uint64 `json:"epoch"`
+	Leader string `json:"leader"`
+	UnixMs int64  `json:"unix_ms"`
 }
 
 func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
@@ -347,7 +454,8 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 			leader, sj.Leader = &l, l.replica.GetId()
 		}
 		for _, m := range r.members {
-			rj := replicaStatusJSON{ID: m.replica.GetId(), Address: m.replica.GetAddress()}
+			rj := replicaStatusJSON{ID: m.replica.GetId(), Address: m.replica.GetAddress(), Learner: m.replica.GetLearner(),
+				Incarnation: m.replica.GetIncarnation(), Answered: m.incarnation, IncarnationMismatch: m.mismatch()}
 			if m.status == nil {
 				rj.Error = m.err.Error()
 			} else {
@@ -355,6 +463,11 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 				rj.Reachable, rj.Role, rj.Epoch, rj.FencedEpoch = true, roleName(st.GetRole()), st.GetEpoch(), st.GetFencedEpoch()
 				rj.LogEnd, rj.HighWaterMark, rj.LeaseValid = st.GetLogEnd(), st.GetHighWaterMark(), st.GetLeaseValid()
 				rj.Halted = st.GetHalted()
+				rj.FetchTruncations, rj.FetchTruncatedRecords = st.GetFetchTruncations(), st.GetFetchTruncatedRecords()
+				if st.GetFetchTruncations() > 0 {
+					rj.LastFetchTruncation = &fetchTruncationJSON{From: st.GetLastFetchTruncationFrom(), To: st.GetLastFetchTruncationTo(),
+						Epoch: st.GetLastFetchTruncationEpoch(), Leader: st.GetLastFetchTruncationLeader(), UnixMs: st.GetLastFetchTruncationUnixMs()}
+				}
 				if n, ok := lagOf(m, leader); ok && m.replica.GetId() != sj.Leader {
 					rj.Lag = &n
 				}
@@ -364,6 +477,9 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 				rj.FetchWaitingMs = &ms
 			}
 			sj.Replicas = append(sj.Replicas, rj)
+		}
+		if ch := r.info.GetChange(); ch != nil {
+			sj.Change = fmt.Sprintf("%s %s since epoch %d", membershipStepName(ch.GetStep()), ch.GetReplicaId(), ch.GetEpoch())
 		}
 		if p := r.promotion; p != nil {
 			sj.Promotion = &promotionJSON{State: p.GetState(), Attempts: p.GetAttempts(), LastError: p.GetLastError(), NextRetryUnixMs: p.GetNextRetryUnixMs()}
@@ -571,9 +687,12 @@ type replicaEpochJSON struct {
 	LogEnd        uint64      `json:"log_end"`
 	HighWaterMark uint64      `json:"high_water_mark"`
 	// DivergencePoint is null when there is none to compute (unknown
-	// history, unreachable, or this is the reference) and when identical.
+	// history, unreachable) and when identical.
 	DivergencePoint *uint64 `json:"divergence_point"`
-	Identical       bool    `json:"identical"`
+	// Identical: the history is the reference's, the reference itself
+	// included (a script comparing every replica to the leader must not
+	// find the leader differing from itself).
+	Identical bool `json:"identical"`
 }
 
 func writeEpochsJSON(w io.Writer, rangeID string, hs []historyOf, ref int, serving bool) error {
@@ -595,7 +714,12 @@ func writeEpochsJSON(w io.Writer, rangeID string, hs []historyOf, ref int, servi
 		for j, es := range h.history {
 			rj.History = append(rj.History, entryJSON{Index: j, Epoch: es.Epoch, Start: es.Start})
 		}
-		if ref >= 0 && i != ref && h.err == nil {
+		if i == ref {
+			// The reference's history is what the others are measured
+			// against: identical to itself, by definition. (It used to be
+			// reported false, as if it diverged from itself.)
+			rj.Identical = true
+		} else if ref >= 0 && h.err == nil {
 			if p, ok := journal.DivergencePoint(hs[ref].history, h.history); ok {
 				if p == math.MaxUint64 {
 					rj.Identical = true

@@ -174,3 +174,41 @@ func TestStatusShowsAFollowerNotFetching(t *testing.T) {
 		t.Errorf("JSON fetch_waiting_ms = %v, %v, %v; want none for the leader, 6340 for r2, 20 for r3", r[0].FetchWaitingMs, r[1].FetchWaitingMs, r[2].FetchWaitingMs)
 	}
 }
+
+// A range mid-change: r4 is a learner, r3's disk was wiped (the replica
+// reports the range lost), and the add of r4 is in flight.
+func TestStatusShowsLearnersLostDisksAndChange(t *testing.T) {
+	lost := memberStatus{replica: &tenurev1.Replica{Id: "r3", Incarnation: "aaaa"}, incarnation: "bbbb",
+		lost: &tenurev1.LostRange{RangeId: "orders", MemberIncarnation: "aaaa"}}
+	lost.err = errors.New("INCARNATION MISMATCH: the member is incarnation aaaa, the replica answering is bbbb")
+	rs := []rangeStatus{{
+		info: &tenurev1.RangeInfo{RangeId: "orders", Epoch: 4, Change: &tenurev1.MembershipChange{
+			Step: tenurev1.MembershipStep_MEMBERSHIP_STEP_ADD_LEARNER, ReplicaId: "r4", Epoch: 4,
+			OldReplicas: []*tenurev1.Replica{{Id: "r1"}, {Id: "r2"}, {Id: "r3"}}}},
+		members: []memberStatus{
+			{replica: &tenurev1.Replica{Id: "r1"}, status: &tenurev1.RangeStatus{RangeId: "orders", Role: tenurev1.Role_ROLE_LEADER, Epoch: 4, FencedEpoch: 4, LogEnd: 9, HighWaterMark: 9, LeaseValid: true}},
+			{replica: &tenurev1.Replica{Id: "r2"}, status: &tenurev1.RangeStatus{RangeId: "orders", Role: tenurev1.Role_ROLE_FOLLOWER, Epoch: 4, FencedEpoch: 4, LogEnd: 9, HighWaterMark: 9}},
+			lost,
+			{replica: &tenurev1.Replica{Id: "r4", Learner: true}, status: &tenurev1.RangeStatus{RangeId: "orders", Role: tenurev1.Role_ROLE_FOLLOWER, Epoch: 4, FencedEpoch: 4, LogEnd: 3, HighWaterMark: 3}},
+		},
+	}}
+	var out bytes.Buffer
+	if err := writeStatusTable(&out, rs); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "status", out.String(),
+		"r3 lost - - - - INCARNATION MISMATCH",
+		"r4 follower (learner) 4",
+		"range orders: membership change in flight: add-learner r4 since epoch 4")
+	out.Reset()
+	if err := writeStatusJSON(&out, rs); err != nil {
+		t.Fatal(err)
+	}
+	var got []statusJSON
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if g := got[0]; g.Change != "add-learner r4 since epoch 4" || !g.Replicas[2].IncarnationMismatch || g.Replicas[2].Answered != "bbbb" || !g.Replicas[3].Learner || g.Replicas[1].Learner {
+		t.Errorf("status JSON = %s, want the change, r3's mismatch and r4 a learner", out.String())
+	}
+}

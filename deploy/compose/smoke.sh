@@ -27,6 +27,10 @@ RECORDS=${SMOKE_RECORDS:-200}
 # without OTLP export); off skips it.
 TRACE_MODE=${SMOKE_TRACE:-require}
 NET="${PROJECT}_tenure"
+# The stack's certificates (make compose-certs; the Makefile exports the path).
+CERTS=$(realpath "${TENURE_CERTS_DIR:-bin/compose-certs}")
+[ -f "$CERTS/ca.pem" ] || { echo "smoke.sh: no certificates in $CERTS (make compose-certs makes them)" >&2; exit 2; }
+export TENURE_CERTS_DIR=$CERTS
 . deploy/compose/lib.sh
 
 work=$(mktemp -d)
@@ -35,9 +39,13 @@ log() { printf '[smoke %3ds] %s\n' "$((SECONDS - t0))" "$*"; }
 # smoke STEP ARGS...: run the smoke client on the stack's network (replicas
 # advertise compose hostnames). Labelled, so teardown removes it even when a
 # timeout killed the docker CLI.
+# The stack runs mutual TLS: the client mounts its certificates and uses the
+# operator's (which may also produce and consume).
 smoke() {
 	timeout --foreground 240 docker run --rm -i --network "$NET" --label "tenure.smoke=$PROJECT" \
-		-v "$SMOKE_BIN:/smoke:ro" --entrypoint /smoke "$TENURE_IMAGE" "$@"
+		-v "$SMOKE_BIN:/smoke:ro" -v "$CERTS:/certs:ro" \
+		-e SMOKE_TLS_CA=/certs/ca.pem -e SMOKE_TLS_CERT=/certs/operator.pem -e SMOKE_TLS_KEY=/certs/operator-key.pem \
+		--entrypoint /smoke "$TENURE_IMAGE" "$@"
 }
 
 teardown() {
@@ -68,7 +76,7 @@ log "starting the stack"
 compose up -d
 COMPOSE="$COMPOSE" timeout --foreground 300 deploy/compose/wait-healthy.sh "$PROJECT" 240
 
-replicas="replica-1=http://replica-1:7100,replica-2=http://replica-2:7100,replica-3=http://replica-3:7100"
+replicas="replica-1=https://replica-1:7100,replica-2=https://replica-2:7100,replica-3=https://replica-3:7100"
 log "creating range $RANGE on replica-1..3"
 smoke create --range "$RANGE" --replicas "$replicas" --timeout 60s
 
@@ -102,7 +110,10 @@ smoke verify --range "$RANGE" --timeout 60s <"$work/acked"
 
 log "restarting $leader (its container and volume survive the kill)"
 compose start "$leader" >/dev/null
-smoke rejoin --range "$RANGE" --replica "http://$leader:7100" --epoch "$epoch2" --timeout 90s
+smoke rejoin --range "$RANGE" --replica "https://$leader:7100" --epoch "$epoch2" --timeout 90s
+
+log "a stranger without a certificate cannot truncate: Truncate on $leader"
+smoke refused --range "$RANGE" --replica "https://$leader:7100" --timeout 30s
 
 case "$TRACE_MODE" in
 off)
@@ -120,7 +131,8 @@ off)
 		# One fence span per replica (the dead one's fails, but is traced).
 		smoke trace --trace-id "$trace_id" --span promote,fence-all,fence=3 --timeout 60s
 		log "the same trace as tenurectl draws it"
-		timeout --foreground 120 docker run --rm --network "$NET" --label "tenure.smoke=$PROJECT" \
+		timeout --foreground 120 docker run --rm --network "$NET" --label "tenure.smoke=$PROJECT" -v "$CERTS:/certs:ro" \
+			-e TENURECTL_CACERT=/certs/ca.pem -e TENURECTL_CERT=/certs/operator.pem -e TENURECTL_KEY=/certs/operator-key.pem \
 			-e TENURECTL_JAEGER=http://jaeger:16686 "$TENURE_IMAGE" tenurectl trace "$trace_id"
 	fi
 	;;

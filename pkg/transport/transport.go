@@ -7,6 +7,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/tenurelog/tenure/pkg/auth"
 	"github.com/tenurelog/tenure/pkg/wire"
 )
 
@@ -77,11 +79,20 @@ func ClientOptions(extra ...connect.ClientOption) []connect.ClientOption {
 // tenure servers (net/http's Protocols, no x/net/h2c). Calls are bounded by
 // their contexts; the dial timeout bounds a connect to a dead peer. Streamed
 // messages go out one DATA frame each (envelopeTransport).
+//
+// Under SetTLS it also speaks HTTP/2 over TLS to https URLs, presenting the
+// process's certificate and verifying the server's against its CA.
 func NewHTTPClient() *http.Client {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
+	var tlsConfig *tls.Config
+	if src := TLS(); src != nil {
+		p.SetHTTP2(true)
+		tlsConfig = src.ClientConfig()
+	}
 	return &http.Client{Transport: envelopeTransport{&http.Transport{
 		Protocols:           &p,
+		TLSClientConfig:     tlsConfig,
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     90 * time.Second,
@@ -104,8 +115,10 @@ var pingAfter, pingTimeout = 5 * time.Second, 5 * time.Second
 // Server is a running Connect server.
 type Server struct {
 	Addr string // the bound address, e.g. "127.0.0.1:40123"
-	srv  *http.Server
-	done chan error
+	// scheme is "https" when the server speaks TLS.
+	scheme string
+	srv    *http.Server
+	done   chan error
 	// drain is closed when a Shutdown or Close begins (Draining).
 	drain     chan struct{}
 	drainOnce sync.Once
@@ -141,12 +154,23 @@ func ServeListener(ln net.Listener, regs ...Registration) *Server {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
+	var handler http.Handler = mux
+	scheme := "http"
+	ln, src := serverTLS(ln)
+	if src != nil {
+		// Every request passes the authorisation table before a handler
+		// sees it (health needs no certificate; auth.Handler says why).
+		p.SetHTTP2(true)
+		p.SetUnencryptedHTTP2(false)
+		handler, scheme = auth.Handler(mux, src, slog.Default()), "https"
+	}
 	drain := make(chan struct{})
 	base := context.WithValue(context.Background(), drainKey{}, (<-chan struct{})(drain))
 	s := &Server{
-		Addr: ln.Addr().String(),
+		Addr:   ln.Addr().String(),
+		scheme: scheme,
 		srv: &http.Server{
-			Handler:           mux,
+			Handler:           handler,
 			Protocols:         &p,
 			ReadHeaderTimeout: 5 * time.Second,
 			// Long polls and streams (Fetch, Tail, WatchLeases) bound their
@@ -171,7 +195,7 @@ func ServeListener(ln net.Listener, regs ...Registration) *Server {
 }
 
 // URL is the server's base URL for clients.
-func (s *Server) URL() string { return "http://" + s.Addr }
+func (s *Server) URL() string { return s.scheme + "://" + s.Addr }
 
 // Close stops the server at once, dropping open connections: what a crash
 // looks like to peers. Use Shutdown for a graceful stop.

@@ -92,6 +92,9 @@ func (s *Service) grantTxn(req *tenurev1.GrantEpochRequest, sess session) rangeT
 			// The session the new lease is attached to is still this live
 			// session when the transaction applies (it could expire in between).
 			clientv3.Compare(clientv3.CreateRevision(sess.key), "=", sess.createRev),
+			// The range exists: a deleted range keeps its epoch key as a
+			// tombstone (DeleteRange), which must not take grants.
+			clientv3.Compare(clientv3.CreateRevision(s.keys.members(id)), ">", 0),
 		},
 		then: []clientv3.Op{
 			clientv3.OpPut(epochKey, formatEpoch(prev+1)),
@@ -100,7 +103,7 @@ func (s *Service) grantTxn(req *tenurev1.GrantEpochRequest, sess session) rangeT
 			clientv3.OpPut(s.keys.lease(id), mustJSON(s.grantRecord(req, sess)), clientv3.WithLease(clientv3.LeaseID(sess.id))),
 			clientv3.OpGet(s.keys.members(id)),
 		},
-		els: []clientv3.Op{clientv3.OpGet(epochKey)},
+		els: []clientv3.Op{clientv3.OpGet(epochKey), clientv3.OpGet(s.keys.members(id))},
 	}
 }
 
@@ -125,6 +128,9 @@ func (s *Service) grantAnswer(ctx context.Context, req *tenurev1.GrantEpochReque
 		if cur != prev {
 			return nil, lostGrant(id, prev, cur)
 		}
+		if opKV(rs, 1) == nil {
+			return nil, rangeNotFound(id)
+		}
 		// The epoch compare held, so the session compare failed.
 		return nil, failedf("session %d of holder %q expired or was closed before the grant; nothing was granted", sess.id, holder)
 	}
@@ -135,10 +141,8 @@ func (s *Service) grantAnswer(ctx context.Context, req *tenurev1.GrantEpochReque
 		// left out rather than failing a grant that has happened: the
 		// caller falls back to GetRange, which reports the corruption.
 		if m, err := decodeMembers(string(mkv.Key), mkv.Value); err == nil {
-			out.Range = &tenurev1.RangeInfo{
-				RangeId: id, Replicas: m.proto(), MembershipRevision: mkv.ModRevision,
-				Epoch: rec.Epoch, Lease: out.Lease, PreferredReplicaId: m.PreferredReplicaID,
-			}
+			out.Range = &tenurev1.RangeInfo{RangeId: id, Epoch: rec.Epoch, Lease: out.Lease}
+			membersInfo(out.Range, m, mkv)
 		}
 	}
 	return out, nil

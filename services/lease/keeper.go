@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
@@ -45,10 +46,17 @@ func validityMargin(ttl time.Duration) time.Duration { return ttl / 10 }
 // the case of a slow or partitioned network where the lease matters.
 //
 // A session that expires takes every lease bound to it; the Keeper then
-// opens a new session (for future bindings), but the ranges held under the
-// old one stay invalid: their leases are gone and only a new binding, which
-// the promoter makes, brings them back (the holder says so by calling Hold
-// again). The Keeper never rebinds by itself.
+// opens a new session, and the ranges held under the old one are invalid:
+// their leases are gone, and only a new binding, which the promoter makes,
+// brings them back. The Keeper never rebinds by itself, but it learns of the
+// binding: while a held range is lost, every renewal round also reads the
+// range from the lease service (relearn), and a range whose lease for the
+// held epoch is live on the open session is valid again. The holder need
+// not call Hold again, and may not know it should: in issue 31 the promoter
+// adopted the leader at a new epoch (Hold) a few milliseconds before the
+// keeper found its session gone, and its bind then landed on the new
+// session; waiting for a second Hold left the leader refusing, at an epoch
+// whose lease the lease service showed live and held by it, for good.
 type Keeper struct {
 	client        tenurev1connect.LeaseServiceClient
 	holderID      string
@@ -81,7 +89,9 @@ type heldRange struct {
 	epoch uint64
 	// superseded: the service said the epoch moved on. Final for this epoch.
 	superseded bool
-	// lost: the session the lease was bound to ended. Cleared only by a new Hold.
+	// lost: the session the lease was bound to ended. Cleared by a Hold of
+	// the epoch, or when the lease service shows the epoch's lease live on
+	// the open session (relearn).
 	lost bool
 }
 
@@ -180,6 +190,17 @@ func (k *Keeper) SessionID() int64 {
 	return k.session
 }
 
+// Range reads a range from the lease service: a replica asks it before it
+// hosts a range or takes a fence far above its current one (replica.Config
+// Ranges).
+func (k *Keeper) Range(ctx context.Context, rangeID string) (*tenurev1.RangeInfo, error) {
+	resp, err := k.client.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: rangeID}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.GetRange(), nil
+}
+
 // Session waits until the Keeper's first session is open and returns its
 // current session id. If ctx ends first, the error names the last reason
 // opening failed.
@@ -274,6 +295,13 @@ func (k *Keeper) open(ctx context.Context) time.Duration {
 		close(k.opened)
 	}
 	k.log.Info("lease: keeper session open", "holder", k.holderID, "session", k.session, "ttl", ttl)
+	for _, h := range k.held {
+		if h.lost && !h.superseded {
+			// A lease may be bound to the new session already (the promoter
+			// binds to the holder's newest): renew, and so relearn, now.
+			return 0
+		}
+	}
 	return ttl / 3
 }
 
@@ -283,8 +311,13 @@ func (k *Keeper) renew(ctx context.Context) time.Duration {
 	k.mu.Lock()
 	sid, ttl := k.session, k.ttl
 	held := make([]*tenurev1.RangeEpoch, 0, len(k.held))
+	var lost []string
 	for id, h := range k.held {
-		if !h.superseded && !h.lost {
+		switch {
+		case h.superseded:
+		case h.lost:
+			lost = append(lost, id)
+		default:
 			held = append(held, &tenurev1.RangeEpoch{RangeId: id, Epoch: h.epoch})
 		}
 	}
@@ -337,8 +370,58 @@ func (k *Keeper) renew(ctx context.Context) time.Duration {
 			k.validUntil = until
 		}
 		k.mu.Unlock()
+		if len(lost) > 0 {
+			k.relearn(ctx, sid, lost, interval)
+		}
 	}
 	return interval
+}
+
+// relearn reads the lost ranges from the lease service and takes back each
+// one whose lease for the held epoch is live on session sid, the open
+// session: the promoter bound it there (it binds to the holder's newest
+// session), so the holder holds it again, exactly as if it had been bound
+// before the old session ended. Validity is still that of sid's renewals;
+// a lease the promoter moves or supersedes later is learnt of like any
+// other held range's, at the next renewal. A range whose epoch moved on is
+// superseded. Ranges whose lease is elsewhere (gone with the old session,
+// still on the promoter's) stay lost until a bind lands here. Each read
+// is bounded by timeout; a failed one is retried at the next renewal.
+func (k *Keeper) relearn(ctx context.Context, sid int64, ids []string, timeout time.Duration) {
+	for i := 0; i < len(ids); i += wire.MaxRangesPerBatch {
+		chunk := ids[i:min(i+wire.MaxRangesPerBatch, len(ids))]
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		resp, err := k.client.GetRanges(cctx, connect.NewRequest(&tenurev1.GetRangesRequest{RangeIds: chunk}))
+		cancel()
+		if err != nil {
+			k.log.Debug("lease: cannot read lost ranges; retrying at the next renewal", "holder", k.holderID, "err", err)
+			return
+		}
+		k.mu.Lock()
+		for _, res := range resp.Msg.GetResults() {
+			r, h := res.GetRange(), k.held[res.GetRangeId()]
+			if r == nil || h == nil || !h.lost || h.superseded || k.session != sid {
+				continue // unreadable, dropped, taken back by a Hold, or another session now
+			}
+			l := r.GetLease()
+			switch {
+			case r.GetEpoch() != h.epoch:
+				// As in a keep-alive answer: a later grant deposed the
+				// holder, or it claims an epoch never granted. Either way
+				// this epoch is over for it.
+				h.superseded = true
+				k.log.Info("lease: lost range superseded; stop acting for it", "holder", k.holderID, "range", r.GetRangeId(),
+					"held_epoch", h.epoch, "current_epoch", r.GetEpoch())
+			case l.GetEpoch() == h.epoch && l.GetHolderId() == k.holderID && l.GetSessionId() == sid && l.GetLive():
+				// The epoch compare matters: a lease record of an older
+				// epoch on this session would say nothing about this one.
+				h.lost = false
+				k.log.Info("lease: lease of a lost range is bound to the new session; valid again", "holder", k.holderID,
+					"range", r.GetRangeId(), "epoch", h.epoch, "session", sid)
+			}
+		}
+		k.mu.Unlock()
+	}
 }
 
 // supersededOf reads the superseded ranges from a FailedPrecondition

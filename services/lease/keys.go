@@ -136,17 +136,23 @@ func decodeSession(key string, v []byte) (sessionRecord, error) {
 type membersRecord struct {
 	Replicas           []replicaRecord `json:"replicas"`
 	PreferredReplicaID string          `json:"preferred_replica_id,omitempty"`
+	// Change is the membership step in flight, if any (membership.go).
+	Change *changeRecord `json:"change,omitempty"`
 }
 
 type replicaRecord struct {
 	ID      string `json:"id"`
 	Address string `json:"address"`
+	// Incarnation is the member's data-directory id, once recorded.
+	Incarnation string `json:"incarnation,omitempty"`
+	// Learner: fetches, never counts.
+	Learner bool `json:"learner,omitempty"`
 }
 
 func newMembersRecord(rs []*tenurev1.Replica, preferred string) membersRecord {
 	m := membersRecord{Replicas: make([]replicaRecord, 0, len(rs)), PreferredReplicaID: preferred}
 	for _, r := range rs {
-		m.Replicas = append(m.Replicas, replicaRecord{ID: r.GetId(), Address: r.GetAddress()})
+		m.Replicas = append(m.Replicas, replicaRecord{ID: r.GetId(), Address: r.GetAddress(), Incarnation: r.GetIncarnation(), Learner: r.GetLearner()})
 	}
 	return m
 }
@@ -154,7 +160,7 @@ func newMembersRecord(rs []*tenurev1.Replica, preferred string) membersRecord {
 func (m membersRecord) proto() []*tenurev1.Replica {
 	out := make([]*tenurev1.Replica, 0, len(m.Replicas))
 	for _, r := range m.Replicas {
-		out = append(out, &tenurev1.Replica{Id: r.ID, Address: r.Address})
+		out = append(out, &tenurev1.Replica{Id: r.ID, Address: r.Address, Incarnation: r.Incarnation, Learner: r.Learner})
 	}
 	return out
 }

@@ -118,12 +118,8 @@ func (s *Service) rangeInfo(ctx context.Context, rangeID string, snap rangeSnap,
 	if err != nil {
 		return nil, err
 	}
-	info := &tenurev1.RangeInfo{
-		RangeId:            rangeID,
-		Replicas:           m.proto(),
-		MembershipRevision: snap.members.ModRevision,
-		PreferredReplicaId: m.PreferredReplicaID,
-	}
+	info := &tenurev1.RangeInfo{RangeId: rangeID}
+	membersInfo(info, m, snap.members)
 	if snap.epoch == nil {
 		// CreateRange writes both keys in one transaction and neither is
 		// ever deleted, so this is a key removed by hand.
@@ -152,16 +148,28 @@ func (s *Service) createRange(ctx context.Context, req *tenurev1.CreateRangeRequ
 	if preferred != "" && !slices.ContainsFunc(req.GetReplicas(), func(r *tenurev1.Replica) bool { return r.GetId() == preferred }) {
 		return nil, invalidf("preferred_replica_id %q is not in the replica set", preferred)
 	}
+	for _, r := range req.GetReplicas() {
+		if inc := r.GetIncarnation(); inc != "" {
+			if err := validateIncarnation(inc); err != nil {
+				return nil, err
+			}
+		}
+	}
 	m := newMembersRecord(req.GetReplicas(), preferred)
+	if m.voters() == 0 {
+		return nil, invalidf("the replica set has no voter: a range needs at least one replica that is not a learner")
+	}
 	resp, err := s.kv.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(s.keys.members(id)), "=", 0),
-		// The epoch key's absence is compared too: if a range's members were
-		// ever removed by hand, re-creating it must not write "0" over an
-		// epoch that was granted, which would let epochs repeat.
-		clientv3.Compare(clientv3.CreateRevision(s.keys.epoch(id)), "=", 0),
 	).Then(
-		clientv3.OpPut(s.keys.members(id), mustJSON(m)),
-		clientv3.OpPut(s.keys.epoch(id), formatEpoch(0)),
+		clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.epoch(id)), "=", 0)},
+			[]clientv3.Op{clientv3.OpPut(s.keys.members(id), mustJSON(m)), clientv3.OpPut(s.keys.epoch(id), formatEpoch(0))},
+			// The epoch key of a deleted range (or of members removed by
+			// hand) stays: the new range's epochs continue above it, so
+			// none repeats. Writing "0" over it would let epochs repeat.
+			[]clientv3.Op{clientv3.OpPut(s.keys.members(id), mustJSON(m)), clientv3.OpGet(s.keys.epoch(id))},
+		),
 	).Commit()
 	if err != nil {
 		return nil, err
@@ -169,12 +177,21 @@ func (s *Service) createRange(ctx context.Context, req *tenurev1.CreateRangeRequ
 	if !resp.Succeeded {
 		return nil, alreadyExistsf("range %q already exists", id)
 	}
-	return &tenurev1.CreateRangeResponse{Range: &tenurev1.RangeInfo{
+	info := &tenurev1.RangeInfo{
 		RangeId:            id,
 		Replicas:           m.proto(),
 		MembershipRevision: resp.Header.Revision,
 		PreferredReplicaId: preferred,
-	}}, nil
+		Generation:         uint64(resp.Header.Revision),
+	}
+	if inner := resp.Responses[0].GetResponseTxn(); inner != nil && !inner.GetSucceeded() {
+		if kv := opKV(inner.GetResponses(), 1); kv != nil {
+			if info.Epoch, err = parseEpoch(string(kv.Key), kv.Value); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return &tenurev1.CreateRangeResponse{Range: info}, nil
 }
 
 func (s *Service) getRange(ctx context.Context, req *tenurev1.GetRangeRequest) (*tenurev1.GetRangeResponse, error) {
@@ -259,67 +276,4 @@ func (s *Service) listRanges(ctx context.Context, req *tenurev1.ListRangesReques
 		out.Ranges = append(out.Ranges, info)
 	}
 	return out, nil
-}
-
-func (s *Service) setReplicas(ctx context.Context, req *tenurev1.SetReplicasRequest) (*tenurev1.SetReplicasResponse, error) {
-	id := req.GetRangeId()
-	if err := wire.ValidateRangeID(id); err != nil {
-		return nil, err
-	}
-	if err := wire.ValidateReplicas(req.GetReplicas()); err != nil {
-		return nil, err
-	}
-	expected := req.GetExpectedRevision()
-	if expected <= 0 {
-		return nil, invalidf("expected_revision %d: pass the membership_revision read from GetRange", expected)
-	}
-	cur, err := s.kv.Get(ctx, s.keys.members(id))
-	if err != nil {
-		return nil, err
-	}
-	old := firstKV(cur)
-	if old == nil {
-		return nil, rangeNotFound(id)
-	}
-	if old.ModRevision != expected {
-		return nil, abortedf("range %q: membership revision is now %d, not %d; re-read and retry", id, old.ModRevision, expected)
-	}
-	prev, err := decodeMembers(string(old.Key), old.Value)
-	if err != nil {
-		return nil, err
-	}
-	// The preferred replica survives a membership change only while it is a
-	// member: preferring a replica that does not hold the range means nothing.
-	preferred := prev.PreferredReplicaID
-	if !slices.ContainsFunc(req.GetReplicas(), func(r *tenurev1.Replica) bool { return r.GetId() == preferred }) {
-		preferred = ""
-	}
-	next := newMembersRecord(req.GetReplicas(), preferred)
-	resp, err := s.kv.Txn(ctx).If(
-		// The membership revision is the members key's mod revision, so this
-		// compare is exactly "nobody changed the set since the caller read it".
-		clientv3.Compare(clientv3.ModRevision(s.keys.members(id)), "=", expected),
-	).Then(
-		clientv3.OpPut(s.keys.members(id), mustJSON(next)),
-		clientv3.OpGet(s.keys.members(id)),
-		clientv3.OpGet(s.keys.epoch(id)),
-		clientv3.OpGet(s.keys.lease(id)),
-	).Else(
-		clientv3.OpGet(s.keys.members(id)),
-	).Commit()
-	if err != nil {
-		return nil, err
-	}
-	if !resp.Succeeded {
-		now := txnKV(resp, 0)
-		if now == nil {
-			return nil, rangeNotFound(id)
-		}
-		return nil, abortedf("range %q: membership revision is now %d, not %d; re-read and retry", id, now.ModRevision, expected)
-	}
-	info, err := s.rangeInfo(ctx, id, rangeSnap{members: txnKV(resp, 1), epoch: txnKV(resp, 2), lease: txnKV(resp, 3)}, ttlCache{})
-	if err != nil {
-		return nil, err
-	}
-	return &tenurev1.SetReplicasResponse{Range: info}, nil
 }

@@ -248,3 +248,18 @@ func (s *Service) ReleaseLease(ctx context.Context, req *connect.Request[tenurev
 func (s *Service) GetLease(ctx context.Context, req *connect.Request[tenurev1.GetLeaseRequest]) (*connect.Response[tenurev1.GetLeaseResponse], error) {
 	return unary(s, ctx, req, s.getLease)
 }
+
+// ChangeMembership implements LeaseService.ChangeMembership.
+func (s *Service) ChangeMembership(ctx context.Context, req *connect.Request[tenurev1.ChangeMembershipRequest]) (*connect.Response[tenurev1.ChangeMembershipResponse], error) {
+	return unary(s, ctx, req, s.changeMembership)
+}
+
+// CompleteMembershipChange implements LeaseService.CompleteMembershipChange.
+func (s *Service) CompleteMembershipChange(ctx context.Context, req *connect.Request[tenurev1.CompleteMembershipChangeRequest]) (*connect.Response[tenurev1.CompleteMembershipChangeResponse], error) {
+	return unary(s, ctx, req, s.completeMembershipChange)
+}
+
+// DeleteRange implements LeaseService.DeleteRange.
+func (s *Service) DeleteRange(ctx context.Context, req *connect.Request[tenurev1.DeleteRangeRequest]) (*connect.Response[tenurev1.DeleteRangeResponse], error) {
+	return unary(s, ctx, req, s.deleteRange)
+}

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenurelog/tenure/pkg/auth"
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
@@ -54,6 +55,12 @@ func (s *Service) detachedCtx(ctx context.Context) (context.Context, context.Can
 func (s *Service) openSession(ctx context.Context, req *tenurev1.OpenSessionRequest) (*tenurev1.OpenSessionResponse, error) {
 	holder := req.GetHolderId()
 	if err := checkHolder(holder); err != nil {
+		return nil, err
+	}
+	// A replica's certificate opens sessions only under its own id: it
+	// leads ranges under the session's holder id, so a replica that could
+	// name another would hold that replica's leases.
+	if err := auth.RequireHolder(ctx, holder); err != nil {
 		return nil, err
 	}
 	if n := len(req.GetHolderAddress()); n > MaxHolderAddressBytes {

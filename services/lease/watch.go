@@ -195,7 +195,8 @@ func appendRevision(out []*tenurev1.WatchLeasesResponse, keys layout, evs []*cli
 					c.lease = rec
 				}
 			}
-		case kind == kindMembers && put:
+		case kind == kindMembers:
+			// Created, changed, or deleted (DeleteRange).
 			c.members = true
 		}
 	}

@@ -121,10 +121,11 @@ func TestWatchResumesWithoutGapsOrDuplicates(t *testing.T) {
 	if _, err := env.Client.BindLease(ctx, connect.NewRequest(&tenurev1.BindLeaseRequest{RangeId: "r", Epoch: e1, HolderId: "leader"})); err != nil {
 		t.Fatalf("BindLease() = %v", err)
 	}
-	if _, err := env.Client.SetReplicas(ctx, connect.NewRequest(&tenurev1.SetReplicasRequest{
-		RangeId: "r", Replicas: replicas("r1", "r2", "r4"), ExpectedRevision: info.GetMembershipRevision(),
+	if _, err := env.Client.ChangeMembership(ctx, connect.NewRequest(&tenurev1.ChangeMembershipRequest{
+		RangeId: "r", Step: tenurev1.MembershipStep_MEMBERSHIP_STEP_ADD_LEARNER,
+		Replica: &tenurev1.Replica{Id: "r4", Address: "http://r4"}, ExpectedRevision: info.GetMembershipRevision(),
 	})); err != nil {
-		t.Fatalf("SetReplicas() = %v", err)
+		t.Fatalf("ChangeMembership() = %v", err)
 	}
 	e2 := grant(t, ctx, env.Client, "r", e1, "promoter", promoter)
 	if _, err := env.Client.ReleaseLease(ctx, connect.NewRequest(&tenurev1.ReleaseLeaseRequest{RangeId: "r", Epoch: e2, SessionId: promoter})); err != nil {

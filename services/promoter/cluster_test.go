@@ -135,7 +135,7 @@ func (c *cluster) stop(tr *testReplica) {
 func (c *cluster) members() []*tenurev1.Replica {
 	var out []*tenurev1.Replica
 	for _, tr := range c.replicas {
-		out = append(out, &tenurev1.Replica{Id: tr.id, Address: "http://" + tr.listen})
+		out = append(out, &tenurev1.Replica{Id: tr.id, Address: transport.Scheme() + "://" + tr.listen})
 	}
 	return out
 }

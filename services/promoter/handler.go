@@ -30,10 +30,16 @@ func (h handler) Promote(ctx context.Context, req *connect.Request[tenurev1.Prom
 		}
 	}
 	reason := req.Msg.GetReason()
-	if reason == "" {
+	unsafe := req.Msg.GetUnsafeAcceptDataLoss()
+	switch {
+	case reason == "" && unsafe:
+		reason = "operator: unsafe promotion (--unsafe-accept-data-loss)"
+	case reason == "":
 		reason = "operator request"
 	}
-	tr, err := h.p.Promote(ctx, req.Msg.GetRangeId(), req.Msg.GetPreferredReplicaId(), reason)
+	tr, err := h.p.promoteNow(ctx, req.Msg.GetRangeId(), promoteOpts{
+		preferred: req.Msg.GetPreferredReplicaId(), reason: reason, unsafe: unsafe, waitRecord: true,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -60,5 +66,20 @@ func (h handler) GetStatus(context.Context, *connect.Request[tenurev1.PromoterSe
 	}
 	p.mu.Unlock()
 	sort.Slice(resp.Ranges, func(i, j int) bool { return resp.Ranges[i].GetRangeId() < resp.Ranges[j].GetRangeId() })
+	return connect.NewResponse(resp), nil
+}
+
+// ChangeReplicas implements PromoterService.ChangeReplicas: one message per
+// phase as it ends.
+func (h handler) ChangeReplicas(ctx context.Context, req *connect.Request[tenurev1.ChangeReplicasRequest], stream *connect.ServerStream[tenurev1.ChangeReplicasResponse]) error {
+	return h.p.ChangeReplicas(ctx, req.Msg, stream.Send)
+}
+
+// DeleteRange implements PromoterService.DeleteRange.
+func (h handler) DeleteRange(ctx context.Context, req *connect.Request[tenurev1.PromoterServiceDeleteRangeRequest]) (*connect.Response[tenurev1.PromoterServiceDeleteRangeResponse], error) {
+	resp, err := h.p.DeleteRange(ctx, req.Msg.GetRangeId())
+	if err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(resp), nil
 }

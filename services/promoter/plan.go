@@ -48,13 +48,44 @@ type Answer struct {
 	// wire.ValidateHistory by the caller. Empty means unknown, unless LogEnd
 	// is 0 (wire.HistoryKnown).
 	History []journal.EpochStart
+	// Incarnation is the incarnation of the data directory that answered
+	// (FenceResponse.incarnation; empty from a replica older than
+	// incarnations).
+	Incarnation string
 }
 
 // Input is everything a promotion decides on.
 type Input struct {
-	// Replicas is the range's replica set. Its order is the order of every
-	// list in the Plan.
+	// Replicas is the range's voter set (after the membership change in
+	// flight, if any). Its order, then OldVoters' and Learners' for the
+	// members not in it, is the order of every list in the Plan.
 	Replicas []string
+	// Learners are members that fetch but never count: not toward the
+	// quorum, the committed bound or the candidate. A fenced learner is
+	// reconciled like a follower and adopted as one.
+	Learners []string
+	// OldVoters is the voter set before the membership change in flight;
+	// nil when none is. While it is set the promotion needs a fenced quorum
+	// of Replicas AND of OldVoters (joint consensus): a record acknowledged
+	// under the old set sits on a quorum of it, and only a fence of a quorum
+	// of each set is sure to reach it, whichever set committed it. Members of
+	// OldVoters not in Replicas (a removal) are fenced, counted, and never
+	// adopted: fencing is what stops them serving.
+	OldVoters []string
+	// Incarnations is each member's recorded incarnation ("" or absent: none
+	// recorded yet, and any answer counts). An answer from another
+	// incarnation comes from a replaced or wiped disk: it never counts and
+	// its replica is never adopted (Plan.Excluded).
+	Incarnations map[string]string
+	// Unsafe drops the quorum requirement: one fenced voter with a known
+	// history is enough, and a candidate ending below the committed bound
+	// leads anyway, from its own log end. Only an operator's explicit
+	// --unsafe-accept-data-loss sets it.
+	Unsafe bool
+	// HighestHWMSeen is the highest HWM known for the range before this
+	// promotion (earlier transitions' committed bounds), for the report of
+	// what an unsafe promotion may lose.
+	HighestHWMSeen uint64
 	// Epoch is the epoch E being promoted to. Positive.
 	Epoch uint64
 	// Preferred optionally names a replica to lead among equally complete
@@ -92,6 +123,21 @@ type Plan struct {
 	// followers without any truncation; the fetch-time check (KIP-320)
 	// reconciles them against the new leader's history, which is known.
 	Unreconciled []string
+	// Learners are the fenced learners to adopt as followers, after their
+	// truncations (in Truncations, like a follower's).
+	Learners []string
+	// Excluded are fenced replicas that are never adopted: an answer from
+	// an incarnation that is not the member's, a learner that cannot be
+	// reconciled without cutting below its HWM, or (unsafe) a replica whose
+	// committed records the candidate lacks. Each says why in Fenced.
+	Excluded []string
+	// HighestHWMSeen is the highest HWM known for the range: the input's and
+	// the fenced answers'.
+	HighestHWMSeen uint64
+	// PossiblyLostFrom: offsets [PossiblyLostFrom, HighestHWMSeen) may have
+	// been acknowledged and are not on the new leader. It equals
+	// HighestHWMSeen unless an unsafe promotion's candidate ends below it.
+	PossiblyLostFrom uint64
 	// Fenced is one entry per member of Input.Replicas, fenced or not, in
 	// that order, for the transition record and the candidate-choice span.
 	// Error says why a replica was not fenced or, for a fenced one, why its
@@ -127,9 +173,30 @@ func planErrorf(code connect.Code, format string, args ...any) *PlanError {
 	return &PlanError{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// memberKind is what a member is to this promotion.
+type memberKind int
+
+const (
+	// voter: in Input.Replicas (it may be in OldVoters too).
+	voter memberKind = iota
+	// oldVoter: in OldVoters only (a removal in flight): counted, not adopted.
+	oldVoter
+	// learner: in Learners only: reconciled and adopted, never counted.
+	learner
+)
+
 // replicaState is one replica's answer as Decide reasons about it.
 type replicaState struct {
-	id string
+	id   string
+	kind memberKind
+	// inOld: a member of OldVoters (with a change in flight).
+	inOld bool
+	// counted: fenced, from the member's own incarnation, and a voter of
+	// the old or the new set: its numbers count toward quorum and bound.
+	counted bool
+	// mismatch: the answer came from another incarnation than the member's.
+	mismatch    bool
+	incarnation string
 	// fenced: the replica answered the fence at E (Unimplemented counts).
 	fenced bool
 	// known: its history can be used to reconcile it by epoch.
@@ -153,6 +220,9 @@ func (s replicaState) proto() *tenurev1.FencedReplica {
 		HighWaterMark: s.hwm,
 		LastEpoch:     s.lastEpoch,
 		Error:         s.reason,
+		Incarnation:   s.incarnation,
+		Learner:       s.kind == learner,
+		Counted:       s.counted,
 	}
 }
 
@@ -164,10 +234,20 @@ func Decide(in Input) (Plan, error) {
 		return Plan{}, err
 	}
 	summary := make([]*tenurev1.FencedReplica, len(states))
+	// known: the new voters that count, with a known history: the
+	// candidates. knownNew and knownOld count them per voter set.
 	var known []replicaState
+	knownNew, knownOld := 0, 0
 	for i, s := range states {
 		summary[i] = s.proto()
-		if s.fenced && s.known {
+		if !s.counted || !s.known {
+			continue
+		}
+		if s.inOld {
+			knownOld++
+		}
+		if s.kind == voter {
+			knownNew++
 			known = append(known, s)
 		}
 	}
@@ -175,41 +255,86 @@ func Decide(in Input) (Plan, error) {
 	// show why a promotion stopped.
 	fail := func(err *PlanError) (Plan, error) { return Plan{Fenced: summary}, err }
 
-	// Step 3, quorum (invariant 6). Only fenced replicas with a known history
-	// count: an unfenced log may still be moving, and an unknown history
-	// cannot be compared by epoch, so neither can vouch for completeness.
-	// Any two quorums intersect, so a quorum of known, fenced logs includes
-	// at least one replica from every quorum that committed a record.
+	// Step 3, quorum (invariant 6). Only fenced voters of the member's own
+	// incarnation with a known history count: an unfenced log may still be
+	// moving, an unknown history cannot be compared by epoch, a learner was
+	// never part of a commit, and an answer from another incarnation is a
+	// disk that lost what the member held. Any two quorums of one voter set
+	// intersect, so a quorum of known, fenced logs includes at least one
+	// replica from every quorum that committed a record. With a change in
+	// flight a record may have been committed under either set, so a quorum
+	// of each must be fenced.
 	q := wire.Quorum(len(in.Replicas))
-	if len(known) < q {
+	switch {
+	case in.Unsafe:
+		// The operator accepted the loss: any fenced voter with a known
+		// history can lead. What it lacks is measured below, never hidden.
+		if len(known) == 0 {
+			return fail(planErrorf(connect.CodeUnavailable,
+				"no fenced voter with a known history, even for an unsafe promotion: %s", describe(states)))
+		}
+	case knownNew < q:
 		return fail(planErrorf(connect.CodeUnavailable,
 			"no quorum: %d of %d fenced with known history, need %d: %s",
-			len(known), len(in.Replicas), q, describe(states)))
+			knownNew, len(in.Replicas), q, describe(states)))
+	case in.OldVoters != nil && knownOld < wire.Quorum(len(in.OldVoters)):
+		return fail(planErrorf(connect.CodeUnavailable,
+			"no quorum of the voters before the change in flight: %d of %d fenced with known history, need %d: %s",
+			knownOld, len(in.OldVoters), wire.Quorum(len(in.OldVoters)), describe(states)))
 	}
 
 	bound := committedBound(states)
+	// The candidate is a voter of the new set: it leads under that set. A
+	// removed voter's records count through the bound: with single-replica
+	// changes every quorum of the old set meets every quorum of the new, so
+	// a committed record is on a fenced new voter, and the bound check below
+	// catches the case where it is not.
 	cand := chooseCandidate(known, in.Preferred, in.RangeID)
+	highest := max(in.HighestHWMSeen, bound)
 
 	// Step 4. The candidate is the most complete log, so it must hold every
 	// committed record; if it ends below the bound some replica's HWM
 	// vouches for a record no candidate has, and adopting would lose it.
 	if cand.logEnd < bound {
-		return fail(planErrorf(connect.CodeDataLoss,
-			"candidate %s (last epoch %d) ends at %d, below the committed bound %d (HWM of %s): the most complete log lacks committed records",
-			cand.id, cand.lastEpoch, cand.logEnd, bound, hwmOwners(states, bound)))
+		if !in.Unsafe {
+			return fail(planErrorf(connect.CodeDataLoss,
+				"candidate %s (last epoch %d) ends at %d, below the committed bound %d (HWM of %s): the most complete log lacks committed records",
+				cand.id, cand.lastEpoch, cand.logEnd, bound, hwmOwners(states, bound)))
+		}
+		// Unsafe: the new leader cannot vouch for offsets it lacks, so the
+		// bound it adopts is its own log end; what lies between is reported
+		// as possibly lost.
+		bound = cand.logEnd
 	}
 
 	// Step 5, reconcile while fenced.
-	plan := Plan{Candidate: cand.id, CommittedBound: bound, Fenced: summary}
+	plan := Plan{Candidate: cand.id, CommittedBound: bound, Fenced: summary,
+		HighestHWMSeen: highest, PossiblyLostFrom: min(cand.logEnd, highest)}
+	exclude := func(i int, why string) {
+		plan.Excluded = append(plan.Excluded, states[i].id)
+		summary[i].Error = why
+	}
 	var losses []string
-	for _, s := range states {
+	for i, s := range states {
 		if !s.fenced || s.id == cand.id {
+			continue
+		}
+		if s.mismatch {
+			// Not the member: never adopted (the replica refuses such a
+			// fence itself; this covers one that does not check).
+			exclude(i, s.reason)
+			continue
+		}
+		if s.kind == oldVoter {
+			// Being removed: fenced so it stops serving, counted above,
+			// never adopted under the new set.
 			continue
 		}
 		if !s.known {
 			// Unknown history never authorises a truncation: its offsets are
 			// bare numbers. The fetch check reconciles it against the
-			// leader's (known) history once it follows.
+			// leader's (known) history once it follows. A learner is
+			// adopted the same way.
 			plan.Unreconciled = append(plan.Unreconciled, s.id)
 			continue
 		}
@@ -221,6 +346,14 @@ func Decide(in Input) (Plan, error) {
 			// candidate holds different ones at the same offsets: two
 			// replicas disagree about a committed record. Not ours to pick
 			// a winner; stop (invariant 3).
+			if target < s.hwm && (in.Unsafe || s.kind == learner) {
+				// Unsafe: it holds committed records the new leader lacks
+				// (reported as possibly lost); a learner's HWM never counted.
+				// Either way it is not cut below its HWM (invariant 3): it
+				// stays fenced, to be removed and added again.
+				exclude(i, fmt.Sprintf("not adopted: its HWM %d is above the cut to %d that would reconcile it with %s", s.hwm, target, cand.id))
+				continue
+			}
 			if target < s.hwm {
 				losses = append(losses, fmt.Sprintf(
 					"%s (last epoch %d, log end %d, HWM %d) diverges from candidate %s (last epoch %d, log end %d) at %d, below its HWM",
@@ -236,6 +369,10 @@ func Decide(in Input) (Plan, error) {
 		// lags (log end below the bound) is not an error: it catches up by
 		// fetching, and counts toward commits only once the fetch check
 		// passes.
+		if s.kind == learner {
+			plan.Learners = append(plan.Learners, s.id)
+			continue
+		}
 		plan.Followers = append(plan.Followers, s.id)
 	}
 	if len(losses) > 0 {
@@ -255,10 +392,13 @@ func Decide(in Input) (Plan, error) {
 // committed would pass) and let the new leader start below an HWM readers have
 // already been served from (a step back). Unfenced replicas do not count: an
 // answer that is not a fence is not a fact about a stopped log.
+//
+// Only counted answers: a learner's HWM came from a leader that never counted
+// it, and an answer from another incarnation is not the member's.
 func committedBound(states []replicaState) uint64 {
 	var bound uint64
 	for _, s := range states {
-		if s.fenced {
+		if s.counted {
 			bound = max(bound, s.hwm)
 		}
 	}
@@ -350,29 +490,56 @@ func readAnswers(in Input) ([]replicaState, error) {
 	if len(in.Replicas) == 0 || len(in.Replicas) > wire.MaxReplicas {
 		return nil, planErrorf(connect.CodeInvalidArgument, "replica set has %d members, want 1 to %d", len(in.Replicas), wire.MaxReplicas)
 	}
-	member := make(map[string]int, len(in.Replicas))
-	for i, id := range in.Replicas {
-		if err := wire.ValidateRangeID(id); err != nil {
-			return nil, planErrorf(connect.CodeInvalidArgument, "replica %d: %v", i, err)
-		}
-		if _, dup := member[id]; dup {
-			return nil, planErrorf(connect.CodeInvalidArgument, "replica %s is listed twice in the replica set", id)
-		}
-		member[id] = i
+	if in.OldVoters != nil && (len(in.OldVoters) == 0 || len(in.OldVoters) > wire.MaxReplicas) {
+		return nil, planErrorf(connect.CodeInvalidArgument, "old voter set has %d members, want 1 to %d", len(in.OldVoters), wire.MaxReplicas)
 	}
-	if _, ok := member[in.Preferred]; in.Preferred != "" && !ok {
+	var states []replicaState
+	member := make(map[string]int)
+	add := func(set string, ids []string, kind memberKind) error {
+		seen := make(map[string]bool, len(ids))
+		for i, id := range ids {
+			if err := wire.ValidateRangeID(id); err != nil {
+				return planErrorf(connect.CodeInvalidArgument, "%s %d: %v", set, i, err)
+			}
+			if seen[id] {
+				return planErrorf(connect.CodeInvalidArgument, "replica %s is listed twice in the %s", id, set)
+			}
+			seen[id] = true
+			if j, ok := member[id]; ok {
+				if kind == learner {
+					return planErrorf(connect.CodeInvalidArgument, "replica %s is both a voter and a learner", id)
+				}
+				// A voter of both sets.
+				states[j].inOld = true
+				continue
+			}
+			member[id] = len(states)
+			states = append(states, replicaState{id: id, kind: kind, inOld: kind == oldVoter, reason: "no answer"})
+		}
+		return nil
+	}
+	if err := add("voter set", in.Replicas, voter); err != nil {
+		return nil, err
+	}
+	if err := add("old voter set", in.OldVoters, oldVoter); err != nil {
+		return nil, err
+	}
+	if err := add("learner set", in.Learners, learner); err != nil {
+		return nil, err
+	}
+	if len(states) > 2*wire.MaxReplicas {
+		return nil, planErrorf(connect.CodeInvalidArgument, "%d members, at most %d", len(states), 2*wire.MaxReplicas)
+	}
+	// Only a voter of the new set can lead, so only one can be preferred.
+	if j, ok := member[in.Preferred]; in.Preferred != "" && (!ok || states[j].kind != voter) {
 		return nil, planErrorf(connect.CodeInvalidArgument, "preferred replica %q is not in the replica set %v", in.Preferred, in.Replicas)
 	}
 
-	states := make([]replicaState, len(in.Replicas))
-	for i, id := range in.Replicas {
-		states[i] = replicaState{id: id, reason: "no answer"}
-	}
-	answered := make([]bool, len(in.Replicas))
+	answered := make([]bool, len(states))
 	for _, a := range in.Answers {
 		i, ok := member[a.ReplicaID]
 		if !ok {
-			return nil, planErrorf(connect.CodeInvalidArgument, "answer from %q, which is not in the replica set %v", a.ReplicaID, in.Replicas)
+			return nil, planErrorf(connect.CodeInvalidArgument, "answer from %q, which is not in the replica set %v", a.ReplicaID, memberIDs(states))
 		}
 		if answered[i] {
 			return nil, planErrorf(connect.CodeInvalidArgument, "two answers from replica %s", a.ReplicaID)
@@ -382,6 +549,18 @@ func readAnswers(in Input) ([]replicaState, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.kind, s.inOld = states[i].kind, states[i].inOld
+		s.incarnation = a.Incarnation
+		if want := in.Incarnations[a.ReplicaID]; s.fenced && want != "" && a.Incarnation != want {
+			// Invariant 6 for members, not ids: the same id from another
+			// data directory (a replaced or wiped disk) holds none of what
+			// the member acknowledged, and an empty log would count as a
+			// complete one.
+			s.mismatch = true
+			s.known = false
+			s.reason = fmt.Sprintf("incarnation %q is not the member's %q: its disk was replaced or wiped; not counted, not adopted (remove and add it again)", a.Incarnation, want)
+		}
+		s.counted = s.fenced && !s.mismatch && s.kind != learner
 		states[i] = s
 	}
 	return states, nil
@@ -436,6 +615,8 @@ func describe(states []replicaState) string {
 	parts := make([]string, len(states))
 	for i, s := range states {
 		switch {
+		case s.fenced && s.kind == learner:
+			parts[i] = fmt.Sprintf("%s fenced, a learner (never counts)", s.id)
 		case s.fenced && s.known:
 			parts[i] = fmt.Sprintf("%s fenced, history known (log end %d, HWM %d, last epoch %d)", s.id, s.logEnd, s.hwm, s.lastEpoch)
 		case s.fenced:
@@ -451,9 +632,56 @@ func describe(states []replicaState) string {
 func hwmOwners(states []replicaState, bound uint64) string {
 	var ids []string
 	for _, s := range states {
-		if s.fenced && s.hwm == bound {
+		if s.counted && s.hwm == bound {
 			ids = append(ids, s.id)
 		}
 	}
 	return strings.Join(ids, ", ")
+}
+
+// MembersOf reads a range's membership as a promotion needs it: the voters
+// and learners of its replica set, the voters before the change in flight
+// (nil when none is), each member's recorded incarnation, and every replica
+// to fence: the members, then the old members a removal in flight dropped
+// (fencing is what stops them serving).
+func MembersOf(rng *tenurev1.RangeInfo) (voters, learners, oldVoters []string, incarnations map[string]string, fence []*tenurev1.Replica) {
+	incarnations = make(map[string]string)
+	inSet := make(map[string]bool)
+	for _, r := range rng.GetReplicas() {
+		inSet[r.GetId()] = true
+		fence = append(fence, r)
+		if inc := r.GetIncarnation(); inc != "" {
+			incarnations[r.GetId()] = inc
+		}
+		if r.GetLearner() {
+			learners = append(learners, r.GetId())
+		} else {
+			voters = append(voters, r.GetId())
+		}
+	}
+	if ch := rng.GetChange(); ch != nil {
+		oldVoters = []string{}
+		for _, r := range ch.GetOldReplicas() {
+			if !r.GetLearner() {
+				oldVoters = append(oldVoters, r.GetId())
+			}
+			if !inSet[r.GetId()] {
+				inSet[r.GetId()] = true
+				fence = append(fence, r)
+				if inc := r.GetIncarnation(); inc != "" {
+					incarnations[r.GetId()] = inc
+				}
+			}
+		}
+	}
+	return voters, learners, oldVoters, incarnations, fence
+}
+
+// memberIDs lists the members' ids, for messages.
+func memberIDs(states []replicaState) []string {
+	ids := make([]string, len(states))
+	for i, s := range states {
+		ids[i] = s.id
+	}
+	return ids
 }

@@ -37,12 +37,15 @@ func TestDecideProtocolRuns(t *testing.T) {
 					rt.Fatal(err)
 				}
 			})
-			t.Logf("%d runs, %d steps, %d promotions: %d plans, %d without quorum; %d truncations planned, %d unreconciled adoptions, %d fetch-time cuts; %d records acknowledged; up to epoch %d",
+			t.Logf("%d runs, %d steps, %d promotions: %d plans, %d without quorum; %d truncations planned, %d unreconciled adoptions, %d fetch-time cuts; %d records acknowledged; up to epoch %d; %d membership steps, %d wiped disks, %d answers excluded",
 				stats.runs, stats.steps, stats.promotions, stats.plans, stats.unavailable,
-				stats.truncations, stats.unreconciled, stats.fetchCuts, stats.committed, stats.maxEpoch)
+				stats.truncations, stats.unreconciled, stats.fetchCuts, stats.committed, stats.maxEpoch,
+				stats.memberSteps, stats.wipes, stats.excluded)
 			// A checker that never exercised the interesting paths proves
-			// little: the runs must reach truncations and commits.
-			if stats.truncations == 0 || stats.committed == 0 || stats.unreconciled == 0 || stats.fetchCuts == 0 {
+			// little: the runs must reach truncations, commits, membership
+			// steps and wiped disks whose answers were excluded.
+			if stats.truncations == 0 || stats.committed == 0 || stats.unreconciled == 0 || stats.fetchCuts == 0 ||
+				stats.memberSteps == 0 || stats.wipes == 0 || stats.excluded == 0 {
 				t.Errorf("runs never exercised a path: %+v", stats)
 			}
 		})
@@ -69,6 +72,7 @@ func TestProtocolRunsCatchWrongPlanners(t *testing.T) {
 		{"truncate to the committed bound minus one", truncateBelowBound},
 		{"candidate by log end only, never below an HWM", longestLogWins},
 		{"truncate by bare offsets, ignoring epochs", bareOffsets},
+		{"count members by id, ignoring incarnations", ignoreIncarnations},
 	}
 	for _, wp := range wrong {
 		t.Run(wp.name, func(t *testing.T) {
@@ -105,6 +109,13 @@ func TestProtocolRunsCatchWrongPlanners(t *testing.T) {
 			t.Logf("caught in %d of %d checks (%d runs, %d steps; %s); first: %v", total, checks, stats.runs, stats.steps, strings.Join(kinds, ", "), first)
 		})
 	}
+}
+
+// ignoreIncarnations is issue 24's first hole: a replica whose disk was
+// wiped answers under its old id with an empty log, and counts as a member.
+func ignoreIncarnations(in promoter.Input) (promoter.Plan, error) {
+	in.Incarnations = nil
+	return promoter.Decide(in)
 }
 
 // truncateBelowBound plans like Decide but cuts every follower that reaches

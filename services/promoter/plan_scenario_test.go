@@ -158,9 +158,22 @@ func runScenario(lines []string) []string {
 		for _, id := range plan.Unreconciled {
 			out = append(out, "unreconciled "+id)
 		}
+		for _, id := range plan.Learners {
+			out = append(out, "learner "+id)
+		}
+		for _, id := range plan.Excluded {
+			out = append(out, "excluded "+id)
+		}
+		if plan.PossiblyLostFrom < plan.HighestHWMSeen {
+			out = append(out, fmt.Sprintf("possibly-lost %d..%d", plan.PossiblyLostFrom, plan.HighestHWMSeen))
+		}
 	}
 	for _, f := range plan.Fenced {
 		switch {
+		case f.GetFenced() && f.GetLearner():
+			out = append(out, fmt.Sprintf("report %s: learner end=%d hwm=%d last-epoch=%d%s", f.GetReplicaId(), f.GetLogEnd(), f.GetHighWaterMark(), f.GetLastEpoch(), errSuffix(f.GetError())))
+		case f.GetFenced() && f.GetHistoryKnown() && f.GetError() != "":
+			out = append(out, fmt.Sprintf("report %s: fenced end=%d hwm=%d last-epoch=%d, %s", f.GetReplicaId(), f.GetLogEnd(), f.GetHighWaterMark(), f.GetLastEpoch(), f.GetError()))
 		case !f.GetFenced():
 			out = append(out, fmt.Sprintf("report %s: %s", f.GetReplicaId(), f.GetError()))
 		case f.GetHistoryKnown():
@@ -170,6 +183,13 @@ func runScenario(lines []string) []string {
 		}
 	}
 	return out
+}
+
+func errSuffix(e string) string {
+	if e == "" {
+		return ""
+	}
+	return ", " + e
 }
 
 func parseScenario(lines []string) (promoter.Input, error) {
@@ -192,6 +212,18 @@ func parseScenario(lines []string) (promoter.Input, error) {
 			in.Preferred = v
 		case "replicas":
 			members = strings.Split(v, ",")
+		case "learners":
+			in.Learners = strings.Split(v, ",")
+		case "old-voters":
+			in.OldVoters = strings.Split(v, ",")
+		case "unsafe":
+			in.Unsafe = true
+		case "highest-hwm":
+			h, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return in, fmt.Errorf("highest-hwm: %v", err)
+			}
+			in.HighestHWMSeen = h
 		default:
 			return in, fmt.Errorf("unknown decide argument %q", kv)
 		}
@@ -203,6 +235,20 @@ func parseScenario(lines []string) (promoter.Input, error) {
 		}
 		in.Replicas = append(in.Replicas, f[0])
 		a := promoter.Answer{ReplicaID: f[0]}
+		// member-inc=X anywhere on the line: the incarnation the membership
+		// records for this replica.
+		var rest []string
+		for _, kv := range f[2:] {
+			if v, ok := strings.CutPrefix(kv, "member-inc="); ok {
+				if in.Incarnations == nil {
+					in.Incarnations = map[string]string{}
+				}
+				in.Incarnations[f[0]] = v
+				continue
+			}
+			rest = append(rest, kv)
+		}
+		f = append(f[:2], rest...)
 		switch f[1] {
 		case "silent":
 			continue
@@ -220,6 +266,8 @@ func parseScenario(lines []string) (promoter.Input, error) {
 					a.HWM, err = strconv.ParseUint(v, 10, 64)
 				case "history":
 					a.History, err = parseHistory(v)
+				case "inc":
+					a.Incarnation = v
 				default:
 					err = fmt.Errorf("unknown field %q", k)
 				}
@@ -234,6 +282,8 @@ func parseScenario(lines []string) (promoter.Input, error) {
 	}
 	if members != nil {
 		in.Replicas = members
+	} else if in.Learners != nil || in.OldVoters != nil {
+		return in, fmt.Errorf("learners= or old-voters= needs replicas= (the voters)")
 	}
 	return in, nil
 }

@@ -52,6 +52,11 @@ type simReplica struct {
 	// acked is, on a leader, each follower's fetch offset that passed the
 	// fetch check (-1: none yet). Only these count toward the commit.
 	acked []int64
+	// inc is the incarnation of its disk: a wipe gives it a new one.
+	inc uint64
+	// config is, on a leader, the voters it was adopted with: only their
+	// fetch offsets count, and its quorum is a majority of them.
+	config []bool
 }
 
 func (r *simReplica) logEnd() uint64 { return uint64(len(r.log)) }
@@ -107,6 +112,7 @@ type worldStats struct {
 	runs, steps, promotions, plans, unavailable int
 	truncations, unreconciled, fetchCuts        int
 	committed                                   int
+	memberSteps, wipes, excluded                int
 	maxEpoch                                    uint64
 }
 
@@ -123,6 +129,19 @@ type world struct {
 	// mixed: some fence answers come from older versions or broken journals.
 	mixed bool
 	stats *worldStats
+
+	// Membership (plan_members_world_test.go). voter and learner say who is
+	// a member; oldVoter is the voter set before the change in flight (nil
+	// when none is), made at epoch changeEpoch; memberInc is each member's
+	// recorded incarnation. members says whether this run changes
+	// membership and wipes disks at all.
+	members        bool
+	voter, learner []bool
+	oldVoter       []bool
+	changeEpoch    uint64
+	memberInc      []uint64
+	nextInc        uint64
+	steps, wipes   int
 }
 
 // answer kinds in a fence
@@ -136,17 +155,31 @@ const (
 // planning every promotion with plan. It returns the first violation.
 func runWorld(t *rapid.T, n, steps int, plan planner, stats *worldStats) error {
 	w := &world{q: n/2 + 1, plan: plan, stats: stats}
-	for i := range n {
+	w.mixed = rapid.Bool().Draw(t, "mixed-versions")
+	w.members = rapid.Bool().Draw(t, "membership")
+	pool := n
+	if w.members {
+		pool++ // a spare to add
+	}
+	for i := range pool {
 		id := fmt.Sprintf("r%d", i+1)
 		w.ids = append(w.ids, id)
-		w.rs = append(w.rs, &simReplica{id: id, leader: -1})
+		w.nextInc++
+		w.rs = append(w.rs, &simReplica{id: id, leader: -1, inc: w.nextInc})
+		w.voter = append(w.voter, i < n)
+		w.learner = append(w.learner, false)
+		w.memberInc = append(w.memberInc, w.nextInc)
 	}
-	w.mixed = rapid.Bool().Draw(t, "mixed-versions")
 	stats.runs++
-	defer func() { stats.committed += len(w.committed); stats.maxEpoch = max(stats.maxEpoch, w.epoch) }()
+	defer func() {
+		stats.committed += len(w.committed)
+		stats.maxEpoch = max(stats.maxEpoch, w.epoch)
+		stats.memberSteps += w.steps
+		stats.wipes += w.wipes
+	}()
 
 	// The range's first promotion reaches everyone.
-	all := make([]bool, n)
+	all := make([]bool, len(w.rs))
 	for i := range all {
 		all[i] = true
 	}
@@ -162,7 +195,18 @@ func runWorld(t *rapid.T, n, steps int, plan planner, stats *worldStats) error {
 		// promote 9.5%. Against the model's mix (advance 10%) leaderships
 		// last a little longer and commit more, which is what gives a wrong
 		// candidate something to lose.
+		// A membership run also draws, each step, whether to wipe a disk
+		// (about 1 in 150) or make a membership step (about 1 in 5, when one can
+		// be made; the regular action otherwise).
+		m := -1
+		if w.members {
+			m = rapid.IntRange(0, 99).Draw(t, "membership-action")
+		}
 		switch a := rapid.IntRange(0, 99).Draw(t, "action"); {
+		case m == 99:
+			err = w.wipe(t)
+		case m >= 70 && w.canChange():
+			err = w.changeMembership(t)
 		case a < 10:
 			err = w.fetch(t)
 		case a < 45:
@@ -172,7 +216,7 @@ func runWorld(t *rapid.T, n, steps int, plan planner, stats *worldStats) error {
 		case a < 85:
 			w.reconcile(t)
 		default:
-			reach := make([]bool, n)
+			reach := make([]bool, len(w.rs))
 			for i := range reach {
 				reach[i] = rapid.Bool().Draw(t, "reach")
 			}
@@ -270,18 +314,26 @@ func (w *world) advance(l *simReplica) error {
 	if l.role != leader || l.fenced > l.epoch {
 		return nil
 	}
+	// The leader is a voter of its own config (only voters lead), and only
+	// its config's voters count.
 	ends := []uint64{l.logEnd()}
-	for _, a := range l.acked {
-		if a >= 0 {
+	voters := 0
+	for i, a := range l.acked {
+		if !l.config[i] {
+			continue
+		}
+		voters++
+		if a >= 0 && w.rs[i] != l {
 			ends = append(ends, uint64(a))
 		}
 	}
-	if len(ends) < w.q {
+	q := voters/2 + 1
+	if len(ends) < q {
 		return nil
 	}
 	slices.Sort(ends)
 	slices.Reverse(ends)
-	c := ends[w.q-1]
+	c := ends[q-1]
 	start := l.journal[len(l.journal)-1].Start
 	if c <= start || c <= l.hwm {
 		return nil
@@ -299,6 +351,7 @@ func (w *world) advance(l *simReplica) error {
 		w.committed = append(w.committed, l.log[o])
 	}
 	l.hwm = c
+	w.completeChange(l)
 	return nil
 }
 
@@ -311,7 +364,13 @@ func (w *world) reconcile(t *rapid.T) {
 		return
 	}
 	l := w.rs[top]
-	r := w.rs[rapid.IntRange(0, len(w.rs)-1).Draw(t, "straggler")]
+	ri := rapid.IntRange(0, len(w.rs)-1).Draw(t, "straggler")
+	r := w.rs[ri]
+	// Only a member, of its own incarnation: the fence names the recorded
+	// one, and a wiped replica refuses it.
+	if !w.isMember(ri) || r.inc != w.memberInc[ri] {
+		return
+	}
 	if r != l && r.fenced <= l.epoch && r.epoch < l.epoch {
 		r.fenced, r.role, r.epoch, r.leader = l.epoch, follower, l.epoch, top
 	}
@@ -339,14 +398,16 @@ func (w *world) promote(t *rapid.T, reach []bool) error {
 	w.stats.promotions++
 	w.epoch++
 	e := w.epoch
-	in := promoter.Input{Replicas: w.ids, Epoch: e}
-	if p := rapid.IntRange(0, len(w.ids)).Draw(t, "preferred"); p < len(w.ids) {
-		in.Preferred = w.ids[p]
+	in := w.input(e)
+	if p := rapid.IntRange(0, len(in.Replicas)).Draw(t, "preferred"); p < len(in.Replicas) {
+		in.Preferred = in.Replicas[p]
 	}
 	omitRefused := rapid.Bool().Draw(t, "omit-refused")
 	kinds := make([]int, len(w.rs))
-	knownFenced := 0
 	for i, r := range w.rs {
+		if !w.fenceable(i) {
+			continue
+		}
 		if !reach[i] {
 			if !omitRefused {
 				in.Answers = append(in.Answers, promoter.Answer{ReplicaID: r.id, Err: errors.New("unreachable")})
@@ -358,7 +419,7 @@ func (w *world) promote(t *rapid.T, reach []bool) error {
 		if r.role == leader {
 			r.role = stopped
 		}
-		a := promoter.Answer{ReplicaID: r.id, LogEnd: r.logEnd(), HWM: r.hwm}
+		a := promoter.Answer{ReplicaID: r.id, LogEnd: r.logEnd(), HWM: r.hwm, Incarnation: fmt.Sprint(r.inc)}
 		if w.mixed {
 			// Draws shrink toward 0: known is the simplest answer. Each
 			// unknown kind comes out about 7% of the time.
@@ -372,31 +433,32 @@ func (w *world) promote(t *rapid.T, reach []bool) error {
 		switch kinds[i] {
 		case answerKnown:
 			a.History = slices.Clone(r.journal)
-			knownFenced++
 		case answerOlder:
 			a.Unimplemented = true
-		case answerBroken:
-			if r.logEnd() == 0 {
-				knownFenced++ // an empty log's empty history is complete
-			}
 		}
 		in.Answers = append(in.Answers, a)
 	}
+	quorum := w.hasQuorum(reach, kinds)
 
 	plan, err := w.plan(in)
 	if err != nil {
 		var pe *promoter.PlanError
-		if errors.As(err, &pe) && pe.Code == connect.CodeUnavailable && knownFenced < w.q {
+		if errors.As(err, &pe) && pe.Code == connect.CodeUnavailable && !quorum {
 			w.stats.unavailable++
 			return nil
 		}
-		return violationf("planner-error", "promotion at epoch %d with %d of %d known fenced: %v", e, knownFenced, w.q, err)
+		return violationf("planner-error", "promotion at epoch %d (quorum of known fenced members: %v): %v", e, quorum, err)
 	}
-	if knownFenced < w.q {
-		return violationf("bad-plan", "a plan at epoch %d with only %d known fenced, quorum %d", e, knownFenced, w.q)
+	if !quorum {
+		return violationf("bad-plan", "a plan at epoch %d without a quorum of known, fenced voters of the member's incarnation", e)
 	}
 	w.stats.plans++
 	return w.apply(e, reach, kinds, plan)
+}
+
+// known reports whether replica i's answer kind gives a known history.
+func (w *world) known(i int, kind int) bool {
+	return kind == answerKnown || kind == answerBroken && w.rs[i].logEnd() == 0
 }
 
 // apply checks the plan's shape and carries it out: truncations while
@@ -430,20 +492,47 @@ func (w *world) apply(e uint64, reach []bool, kinds []int, plan promoter.Plan) e
 			return err
 		}
 	}
+	for _, id := range plan.Learners {
+		if err := assign(id, "learner"); err != nil {
+			return err
+		}
+	}
+	for _, id := range plan.Excluded {
+		if err := assign(id, "excluded"); err != nil {
+			return err
+		}
+	}
 	var bound uint64
 	for i, r := range w.rs {
-		if !reach[i] {
+		if !reach[i] || !w.fenceable(i) {
 			continue
 		}
-		bound = max(bound, r.hwm)
-		known := kinds[i] == answerKnown || kinds[i] == answerBroken && r.logEnd() == 0
-		want := "unreconciled"
-		if known {
-			want = "follower"
+		known := w.known(i, kinds[i])
+		mismatch := r.inc != w.memberInc[i]
+		if w.counts(i) {
+			bound = max(bound, r.hwm)
 		}
-		if part[i] != want && !(part[i] == "candidate" && known) {
-			return violationf("bad-plan", "epoch %d: %s (history known: %v) is %q", e, r.id, known, part[i])
+		var ok bool
+		switch {
+		case mismatch:
+			ok = part[i] == "excluded"
+		case !w.isMember(i):
+			// A removed voter: fenced, never adopted.
+			ok = part[i] == ""
+		case w.learner[i] && known:
+			ok = part[i] == "learner" || part[i] == "excluded"
+		case !known:
+			ok = part[i] == "unreconciled"
+		default:
+			ok = part[i] == "follower" || part[i] == "candidate"
 		}
+		if !ok {
+			return violationf("bad-plan", "epoch %d: %s (history known: %v, voter %v, learner %v, incarnation %d of member's %d) is %q",
+				e, r.id, known, w.voter[i], w.learner[i], r.inc, w.memberInc[i], part[i])
+		}
+	}
+	if !w.voter[index[plan.Candidate]] {
+		return violationf("bad-plan", "epoch %d: candidate %s is not a voter", e, plan.Candidate)
 	}
 	if plan.CommittedBound != bound {
 		return violationf("bad-plan", "epoch %d: committed bound %d, largest fenced HWM %d", e, plan.CommittedBound, bound)
@@ -452,7 +541,7 @@ func (w *world) apply(e uint64, reach []bool, kinds []int, plan promoter.Plan) e
 
 	for _, tr := range plan.Truncations {
 		i, ok := index[tr.ReplicaID]
-		if !ok || part[i] != "follower" {
+		if !ok || part[i] != "follower" && part[i] != "learner" {
 			return violationf("bad-plan", "epoch %d: truncation of %q, which is not a follower with a known history", e, tr.ReplicaID)
 		}
 		r := w.rs[i]
@@ -470,13 +559,14 @@ func (w *world) apply(e uint64, reach []bool, kinds []int, plan promoter.Plan) e
 		w.stats.truncations++
 	}
 	// A replica agrees with the candidate before it follows it.
-	for _, id := range plan.Followers {
+	for _, id := range slices.Concat(plan.Followers, plan.Learners) {
 		r := w.rs[index[id]]
 		if r.logEnd() > cand.logEnd() || !slices.Equal(r.log, cand.log[:r.logEnd()]) {
 			return violationf("follower-not-prefix", "epoch %d: follower %s (end %d) is not a prefix of candidate %s (end %d) after the plan", e, r.id, r.logEnd(), cand.id, cand.logEnd())
 		}
 	}
 	w.stats.unreconciled += len(plan.Unreconciled)
+	w.stats.excluded += len(plan.Excluded)
 
 	// Adopt: the leader journals (e, log end) before writing the epoch-start
 	// record, and raises its HWM to the committed bound.
@@ -490,9 +580,10 @@ func (w *world) apply(e uint64, reach []bool, kinds []int, plan promoter.Plan) e
 	cand.log = append(cand.log, record{e, w.uid})
 	cand.role, cand.epoch, cand.leader = leader, e, -1
 	cand.acked = slices.Repeat([]int64{-1}, len(w.rs))
+	cand.config = slices.Clone(w.voter)
 	cand.hwm = max(cand.hwm, plan.CommittedBound)
 	for i, r := range w.rs {
-		if part[i] == "follower" || part[i] == "unreconciled" {
+		if part[i] == "follower" || part[i] == "unreconciled" || part[i] == "learner" {
 			r.role, r.epoch, r.leader = follower, e, index[plan.Candidate]
 		}
 	}

@@ -35,8 +35,11 @@ type probeState struct {
 // misses ProbeMisses probes in a row while its lease is no longer live, or
 // no longer leads at the range's epoch (a restarted leader does not serve
 // until told again), and reconciles members that are not following
-// the current leader at the current epoch. Fencing keeps all of this safe:
-// a wrong suspicion costs an epoch, never a record.
+// the current leader at the current epoch. A leader that leads at the
+// epoch but reports its lease not valid (it refuses appends and reads) is
+// given its lease again, and then promoted away if that does not help
+// (observeServing). Fencing keeps all of this safe: a wrong suspicion costs
+// an epoch, never a record.
 //
 // Most probes only ask whether the replica answers: the status of one range
 // it hosts. Every StatusInterval a probe reads its full status instead (every
@@ -166,12 +169,14 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 		byRange[s.GetRangeId()] = s
 	}
 	type action struct {
-		rangeID string
-		epoch   uint64
-		replica *tenurev1.Replica
-		leader  *tenurev1.Replica
-		members []*tenurev1.Replica
-		promote string // non-empty: promote with this reason; else reconcile replica
+		rangeID    string
+		epoch      uint64
+		generation uint64
+		replica    *tenurev1.Replica
+		leader     *tenurev1.Replica
+		members    []*tenurev1.Replica
+		promote    string // non-empty: promote with this reason
+		rebind     string // non-empty: bind the lease to this leader; else reconcile replica
 	}
 	var actions []action
 	replicaID := resp.Msg.GetReplicaId()
@@ -195,19 +200,30 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 			// lease events and refresh will catch us up.
 			continue
 		}
-		member := &tenurev1.Replica{Id: replicaID, Address: addr}
+		// The member as stored: its recorded incarnation goes with the
+		// fence, so another disk under its id refuses rather than joins.
+		member := rs.member(replicaID)
 		leader := &tenurev1.Replica{Id: rs.leaderID, Address: rs.address(rs.leaderID)}
 		if replicaID == rs.leaderID {
 			// The leader must lead at exactly the range's epoch. A restarted
 			// leader comes back not serving; a fenced one lost its epoch.
 			if st == nil || st.GetRole() != tenurev1.Role_ROLE_LEADER || st.GetEpoch() != rs.epoch {
 				actions = append(actions, action{rangeID: id, epoch: rs.epoch, promote: fmt.Sprintf("leader %s not serving at epoch %d", replicaID, rs.epoch)})
+				continue
+			}
+			bound := p.notServingAfter()
+			switch rs.observeServing(st.GetLeaseValid(), started, bound) {
+			case serveRebind:
+				actions = append(actions, action{rangeID: id, epoch: rs.epoch, rebind: rs.leaderID})
+			case servePromote:
+				actions = append(actions, action{rangeID: id, epoch: rs.epoch, promote: fmt.Sprintf(
+					"leader %s not serving at epoch %d: its lease not valid for at least %v, and a rebind did not help", replicaID, rs.epoch, 2*bound)})
 			}
 			continue
 		}
 		// A member must follow the current leader at the current epoch.
 		if st == nil || st.GetEpoch() != rs.epoch || st.GetRole() != tenurev1.Role_ROLE_FOLLOWER || st.GetLeaderId() != rs.leaderID {
-			actions = append(actions, action{rangeID: id, epoch: rs.epoch, replica: member, leader: leader, members: rs.replicas})
+			actions = append(actions, action{rangeID: id, epoch: rs.epoch, generation: rs.generation, replica: member, leader: leader, members: rs.replicas})
 		}
 	}
 	p.mu.Unlock()
@@ -216,7 +232,12 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 			p.schedule(ctx, a.rangeID, a.epoch, a.promote)
 			continue
 		}
-		p.reconcile(ctx, a.rangeID, a.epoch, a.replica, a.leader, a.members)
+		if a.rebind != "" {
+			p.log.Warn("leader not serving with its lease not valid; binding the lease to it again", "range", a.rangeID, "epoch", a.epoch, "leader", a.rebind)
+			go p.rebind(ctx, a.rangeID, a.epoch, a.rebind)
+			continue
+		}
+		p.reconcile(ctx, a.rangeID, a.epoch, a.generation, a.replica, a.leader, a.members)
 	}
 }
 
@@ -269,7 +290,7 @@ func (p *Promoter) hostedAtLocked(addr string) string {
 // current epoch (which stops it acting under any older one), then adopt it
 // as a follower of the current leader. The leader's fetch check truncates
 // whatever diverged, never below the follower's HWM.
-func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch uint64, r, leader *tenurev1.Replica, members []*tenurev1.Replica) {
+func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch, generation uint64, r, leader *tenurev1.Replica, members []*tenurev1.Replica) {
 	key := "reconcile/" + rangeID + "/" + r.GetId()
 	if !p.begin(key) {
 		return
@@ -278,7 +299,8 @@ func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch uint64, 
 		defer p.end(key)
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
 		defer cancel()
-		_, err := p.batchers(r).fence.call(cctx, &tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID})
+		_, err := p.batchers(r).fence.call(cctx, &tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID,
+			Incarnation: r.GetIncarnation(), RangeGeneration: generation})
 		if err == nil {
 			err = p.adoptFollower(cctx, rangeID, epoch, r, leader, members)
 		}
@@ -306,4 +328,79 @@ func (p *Promoter) leaseLive(ctx context.Context, rangeID string, epoch uint64) 
 	// then (a refused connection still does, and the refresh loop retries
 	// the bind).
 	return l.GetLive() && l.GetEpoch() == epoch
+}
+
+// stateNotServing is a range's promotion state while its leader leads at
+// the range's epoch but reports its lease not valid: it refuses appends and
+// reads, so the range is not "healthy" (issue 31: a range called healthy
+// for minutes while its leader refused everything).
+const stateNotServing = "not-serving"
+
+// notServing is what the probes saw of a leader that does not serve.
+type notServing struct {
+	// epoch and leader are the range's when it was first seen: a new
+	// epoch or leader starts the count again.
+	epoch  uint64
+	leader string
+	// since is when a probe first saw it not serving (when that probe was
+	// sent); rebound is when its lease was bound to it again, zero before.
+	since, rebound time.Time
+}
+
+// serveAction is what observeServing asks for.
+type serveAction int
+
+const (
+	serveWait serveAction = iota
+	serveRebind
+	servePromote
+)
+
+// notServingAfter is how long a leader at the range's epoch may report its
+// lease not valid before the promoter acts: one session TTL. A leader whose
+// lease is fine is invalid only for moments: after its adoption, until its
+// keeper has seen the bind (a renewal, a third of a TTL), and after a
+// renewal that failed, until the next one succeeds (another third). A whole
+// TTL is three renewal intervals; a leader still not serving then will not
+// by itself. A lease that really ran out expires, and the expiry promotes
+// at once without waiting for this. The promoter's own TTL stands for the
+// replicas': it is configured alike (default 5 s here, 2 s for replicas).
+func (p *Promoter) notServingAfter() time.Duration { return p.cfg.SessionTTL }
+
+// observeServing records whether the leader serves (its lease valid), as a
+// full status probe sent at `at` saw it, and says what to do about a leader
+// that does not: wait out the first bound; then bind its lease to it again
+// (cheap: one etcd transaction, no epoch), which makes a keeper that lost
+// track of the lease, or a lease left on a session other than its own,
+// valid again at its next renewal; and if it still does not serve a bound
+// after the rebind, promote (costs an epoch and a fence round, and fixes
+// whatever else keeps it from serving, since adoption starts its lease
+// afresh). The range's state is not-serving meanwhile. p.mu is held.
+func (rs *rangeState) observeServing(serving bool, at time.Time, bound time.Duration) serveAction {
+	ns := &rs.notServing
+	if serving {
+		*ns = notServing{}
+		if rs.state == stateNotServing {
+			rs.state = "healthy"
+		}
+		return serveWait
+	}
+	if ns.since.IsZero() || ns.epoch != rs.epoch || ns.leader != rs.leaderID {
+		*ns = notServing{epoch: rs.epoch, leader: rs.leaderID, since: at}
+	}
+	// Only a healthy range becomes not-serving: a promotion running, or
+	// failing and retrying, says more.
+	if rs.state == "healthy" {
+		rs.state = stateNotServing
+	}
+	switch {
+	case at.Sub(ns.since) < bound:
+		return serveWait
+	case ns.rebound.IsZero():
+		ns.rebound = at
+		return serveRebind
+	case at.Sub(ns.rebound) >= bound:
+		return servePromote
+	}
+	return serveWait
 }

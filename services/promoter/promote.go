@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,12 +24,45 @@ var tracer = otel.Tracer("github.com/tenurelog/tenure/services/promoter")
 
 // promotion is one run of DESIGN.md's steps 1-7 for one range.
 type promotion struct {
-	p        *Promoter
-	rangeID  string
+	p       *Promoter
+	rangeID string
+	opts    promoteOpts
+	// replicas is the range's replica set as stored (voters and learners,
+	// with their incarnations): what Adopt names, so the leader knows whom
+	// to count and whose fetches to accept.
 	replicas []*tenurev1.Replica
-	byID     map[string]*tenurev1.Replica
+	// fence is every replica to fence (MembersOf): the members, plus old
+	// members a removal in flight dropped, which must be fenced to stop
+	// serving the range. byID indexes it.
+	fence []*tenurev1.Replica
+	byID  map[string]*tenurev1.Replica
+	// voters, learners, oldVoters and incarnations are MembersOf's view of
+	// the membership the decision is made under.
+	voters, learners, oldVoters []string
+	incarnations                map[string]string
+	// generation is the range's generation, sent with every fence so a
+	// replica drops data of a deleted range of the same id.
+	generation uint64
+	// revision is the membership revision read with the members: the
+	// compare-and-swap of the incarnations recorded after the promotion.
+	revision int64
 	tr       *tenurev1.Transition
 	last     time.Time
+}
+
+// promoteOpts are what a promotion is asked for besides its range.
+type promoteOpts struct {
+	// preferred names the replica to lead among equally complete ones.
+	preferred string
+	// reason lands in the transition record.
+	reason string
+	// unsafe promotes without a quorum (PromoteRequest.unsafe_accept_data_loss).
+	// Only an operator sets it; no automatic path ever does.
+	unsafe bool
+	// step names the membership step the promotion carries out, if any.
+	step string
+	// waitRecord: return only once the transition record is written.
+	waitRecord bool
 }
 
 // step records how long the step that just ended took.
@@ -56,8 +90,16 @@ func (p *Promoter) promote(ctx context.Context, rangeID string, observedEpoch in
 // background promotions of a failover, which need not hold their fan-out
 // slot for an audit record).
 func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observedEpoch int64, preferred, reason string, waitRecord bool) (_ *tenurev1.Transition, err error) {
+	return p.promoteWith(ctx, rangeID, observedEpoch, promoteOpts{preferred: preferred, reason: reason, waitRecord: waitRecord})
+}
+
+// promoteWith is promote with every option.
+func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoch int64, opts promoteOpts) (_ *tenurev1.Transition, err error) {
+	preferred, reason, waitRecord := opts.preferred, opts.reason, opts.waitRecord
+	named := preferred != ""
 	ctx, span := tracer.Start(ctx, "promote", trace.WithAttributes(
-		attribute.String("tenure.range", rangeID), attribute.String("tenure.reason", reason)))
+		attribute.String("tenure.range", rangeID), attribute.String("tenure.reason", reason),
+		attribute.Bool("tenure.unsafe", opts.unsafe), attribute.String("tenure.membership_step", opts.step)))
 	defer func() {
 		if err != nil {
 			span.RecordError(err)
@@ -66,11 +108,13 @@ func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observed
 		span.End()
 	}()
 	start := time.Now()
-	m := &promotion{p: p, rangeID: rangeID, last: start, tr: &tenurev1.Transition{
-		RangeId:       rangeID,
-		Reason:        reason,
-		PromoterId:    p.cfg.ID,
-		StartedUnixMs: start.UnixMilli(),
+	m := &promotion{p: p, rangeID: rangeID, opts: opts, last: start, tr: &tenurev1.Transition{
+		RangeId:        rangeID,
+		Reason:         reason,
+		PromoterId:     p.cfg.ID,
+		StartedUnixMs:  start.UnixMilli(),
+		Unsafe:         opts.unsafe,
+		MembershipStep: opts.step,
 	}}
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		m.tr.TraceId = sc.TraceID().String()
@@ -103,7 +147,7 @@ func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observed
 				return m.tr, err
 			}
 		}
-		if err := m.members(rng, &preferred); err != nil {
+		if err := m.members(rng, &preferred, named); err != nil {
 			m.tr.PreviousEpoch, m.tr.Epoch = previous, epoch
 			return m.tr, err
 		}
@@ -115,7 +159,7 @@ func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observed
 			// Someone already moved the range past what the trigger saw.
 			return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("range %s is at epoch %d, not the observed %d: already promoted", rangeID, rng.GetEpoch(), observedEpoch))
 		}
-		if err := m.members(rng, &preferred); err != nil {
+		if err := m.members(rng, &preferred, named); err != nil {
 			return nil, err
 		}
 		previous = rng.GetEpoch()
@@ -135,9 +179,16 @@ func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observed
 	}
 
 	// 3-5. The decision is a pure function of the answers.
-	in := Input{Epoch: epoch, Preferred: preferred, RangeID: rangeID, Answers: answers}
-	for _, r := range m.replicas {
-		in.Replicas = append(in.Replicas, r.GetId())
+	in := Input{Epoch: epoch, Preferred: preferred, RangeID: rangeID, Answers: answers,
+		Replicas: m.voters, Learners: m.learners, OldVoters: m.oldVoters, Incarnations: m.incarnations,
+		Unsafe: opts.unsafe}
+	if opts.unsafe {
+		// The bound of what may have been acknowledged: the fenced HWMs
+		// (Decide takes those itself) and every bound an earlier
+		// promotion recorded, which survives the replicas that reported
+		// it. An unsafe promotion is rare and slow anyway: the read is
+		// worth the exact report.
+		in.HighestHWMSeen = m.highestRecordedHWM(ctx)
 	}
 	plan, err := m.decide(ctx, in)
 	m.step("plan")
@@ -168,6 +219,10 @@ func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observed
 	finish := func() {
 		m.bind(ctx, epoch, plan.Candidate)
 		m.step("bind")
+		// Members that answered for the first time are (id, incarnation)
+		// from now on: a later answer from another disk under the same id
+		// never counts again.
+		m.recordIncarnations(context.WithoutCancel(ctx))
 
 		m.tr.DurationUs = time.Since(start).Microseconds()
 		// 7. Record.
@@ -178,6 +233,14 @@ func (p *Promoter) promoteRecorded(ctx context.Context, rangeID string, observed
 		p.log.Info("promoted", "range", rangeID, "epoch", epoch, "leader", plan.Candidate,
 			"committed_bound", plan.CommittedBound, "truncations", len(plan.Truncations),
 			"duration", time.Since(start), "trace_id", m.tr.TraceId, "reason", reason)
+	}
+	if opts.unsafe {
+		// Loud on purpose: records [possibly_lost_from, highest_hwm_seen)
+		// may have been acknowledged to clients and are not on the new
+		// leader.
+		p.log.WarnContext(ctx, "UNSAFE promotion: acknowledged records may be lost", "range", rangeID, "epoch", epoch,
+			"leader", plan.Candidate, "possibly_lost_from", plan.PossiblyLostFrom, "highest_hwm_seen", plan.HighestHWMSeen,
+			"excluded", plan.Excluded, "trace_id", m.tr.TraceId, "reason", reason)
 	}
 	if waitRecord {
 		finish()
@@ -203,19 +266,26 @@ func (p *Promoter) getRange(ctx context.Context, rangeID string) (*tenurev1.Rang
 	return resp.GetRange(), nil
 }
 
-// members takes the range's replica set from rng, and its preferred replica
-// when the caller named none; a named one must be a member.
-func (m *promotion) members(rng *tenurev1.RangeInfo, preferred *string) error {
+// members takes the range's membership from rng, and its preferred replica
+// when the caller named none. A named one must be a voter; the range's own
+// preference is dropped when it is not one (a learner, or a member being
+// removed): it is a hint, and only a voter can lead.
+func (m *promotion) members(rng *tenurev1.RangeInfo, preferred *string, named bool) error {
+	m.voters, m.learners, m.oldVoters, m.incarnations, m.fence = MembersOf(rng)
 	m.replicas = rng.GetReplicas()
-	m.byID = make(map[string]*tenurev1.Replica, len(m.replicas))
-	for _, r := range m.replicas {
+	m.generation, m.revision = rng.GetGeneration(), rng.GetMembershipRevision()
+	m.byID = make(map[string]*tenurev1.Replica, len(m.fence))
+	for _, r := range m.fence {
 		m.byID[r.GetId()] = r
 	}
 	if *preferred == "" {
 		*preferred = rng.GetPreferredReplicaId()
 	}
-	if *preferred != "" && m.byID[*preferred] == nil {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("preferred replica %q is not a member of range %s", *preferred, m.rangeID))
+	if *preferred != "" && !slices.Contains(m.voters, *preferred) {
+		if named {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("preferred replica %q is not a voter of range %s (voters %v)", *preferred, m.rangeID, m.voters))
+		}
+		*preferred = ""
 	}
 	return nil
 }
@@ -287,25 +357,39 @@ func (m *promotion) fenceAll(ctx context.Context, epoch uint64) []Answer {
 		i int
 		a Answer
 	}
-	results := make(chan result, len(m.replicas))
-	for i, r := range m.replicas {
-		go func() { results <- result{i, m.fence(ctx, r, epoch)} }()
+	results := make(chan result, len(m.fence))
+	for i, r := range m.fence {
+		go func() { results <- result{i, m.fence1(ctx, r, epoch)} }()
 	}
-	answers := make([]Answer, len(m.replicas))
-	got := make([]bool, len(m.replicas))
-	for i, r := range m.replicas {
+	answers := make([]Answer, len(m.fence))
+	for i, r := range m.fence {
 		answers[i] = Answer{ReplicaID: r.GetId(), Err: errors.New("fence: no answer before the deadline")}
 	}
-	q := wire.Quorum(len(m.replicas))
-	counted := 0
+	// The wait may end early only once the answers in could carry the
+	// promotion: a quorum of the voters AND, while a change is in flight, of
+	// the voters before it, each a known history from the member's own
+	// incarnation. A learner's or another disk's answer never counts, so
+	// it never shortens the wait. An unsafe promotion waits for every
+	// answer (or the timeout): it leads from the most complete survivor,
+	// and one more answer may be more complete.
+	isVoter := func(ids []string, id string) bool { return slices.Contains(ids, id) }
+	q, qOld := wire.Quorum(len(m.voters)), wire.Quorum(len(m.oldVoters))
+	counted, countedOld := 0, 0
 	var grace <-chan time.Time
-	for n := 0; n < len(m.replicas); n++ {
+	for n := 0; n < len(m.fence); n++ {
 		select {
 		case res := <-results:
-			answers[res.i], got[res.i] = res.a, true
-			if res.a.Err == nil && wire.HistoryKnown(journal.ToWire(res.a.History), res.a.LogEnd) {
-				counted++
-				if counted == q && grace == nil {
+			answers[res.i] = res.a
+			a := res.a
+			inc := m.incarnations[a.ReplicaID]
+			if a.Err == nil && wire.HistoryKnown(journal.ToWire(a.History), a.LogEnd) && (inc == "" || inc == a.Incarnation) {
+				if isVoter(m.voters, a.ReplicaID) {
+					counted++
+				}
+				if isVoter(m.oldVoters, a.ReplicaID) {
+					countedOld++
+				}
+				if counted >= q && (m.oldVoters == nil || countedOld >= qOld) && grace == nil && !m.opts.unsafe {
 					grace = time.After(m.p.cfg.FenceGrace)
 				}
 			}
@@ -319,16 +403,23 @@ func (m *promotion) fenceAll(ctx context.Context, epoch uint64) []Answer {
 	return answers
 }
 
-// fence fences one replica and validates its answer: a peer's history is a
+// fence1 fences one replica and validates its answer: a peer's history is a
 // claim, and one that does not advance, or claims an epoch beyond its own
 // log end, would hand the plan a truncation target computed from a lie.
-func (m *promotion) fence(ctx context.Context, r *tenurev1.Replica, epoch uint64) Answer {
+//
+// The fence names the member's recorded incarnation: a replica whose disk
+// is another one refuses it (and says so in its status), so a wiped disk
+// never hosts the range as a complete, empty log. The answer carries the
+// replica's own incarnation too, and Decide counts it only if it is the
+// member's: a replica older than incarnations answers none.
+func (m *promotion) fence1(ctx context.Context, r *tenurev1.Replica, epoch uint64) Answer {
 	ctx, span := tracer.Start(ctx, "fence", trace.WithAttributes(
 		attribute.String("tenure.replica", r.GetId()), attribute.Int64("tenure.epoch", int64(epoch))))
 	defer span.End()
 	a := Answer{ReplicaID: r.GetId()}
 	msg, err := m.p.batchers(r).fence.call(ctx, &tenurev1.FenceRequest{
 		RangeId: m.rangeID, Epoch: epoch, FencerId: m.p.cfg.ID,
+		Incarnation: m.incarnations[r.GetId()], RangeGeneration: m.generation,
 	})
 	if err != nil {
 		span.RecordError(err)
@@ -350,7 +441,7 @@ func (m *promotion) fence(ctx context.Context, r *tenurev1.Replica, epoch uint64
 		span.SetStatus(codes.Error, a.Err.Error())
 		return a
 	}
-	a.LogEnd, a.HWM = msg.GetLogEnd(), msg.GetHighWaterMark()
+	a.LogEnd, a.HWM, a.Incarnation = msg.GetLogEnd(), msg.GetHighWaterMark(), msg.GetIncarnation()
 	a.History = journal.FromWire(msg.GetHistory())
 	var last uint64
 	if n := len(a.History); n > 0 {
@@ -386,6 +477,7 @@ func (m *promotion) decide(ctx context.Context, in Input) (Plan, error) {
 		return plan, err
 	}
 	m.tr.CommittedBound = plan.CommittedBound
+	m.tr.HighestHwmSeen, m.tr.PossiblyLostFrom = plan.HighestHWMSeen, plan.PossiblyLostFrom
 	m.tr.LeaderId = plan.Candidate
 	m.tr.LeaderAddress = m.byID[plan.Candidate].GetAddress()
 	span.SetAttributes(attribute.String("tenure.candidate", plan.Candidate), attribute.Int64("tenure.committed_bound", int64(plan.CommittedBound)))
@@ -470,7 +562,11 @@ func (m *promotion) adoptLeader(ctx context.Context, epoch uint64, plan Plan) er
 func (m *promotion) adoptFollowers(ctx context.Context, epoch uint64, plan Plan) {
 	leader := m.byID[plan.Candidate]
 	var wg sync.WaitGroup
-	for _, id := range append(append([]string(nil), plan.Followers...), plan.Unreconciled...) {
+	// Learners follow like any follower (after their truncations); the
+	// leader never counts them. plan.Excluded (another disk under a
+	// member's id, or an unsafe promotion's replica holding committed
+	// records beyond the candidate) is never adopted: it stays fenced.
+	for _, id := range slices.Concat(plan.Followers, plan.Unreconciled, plan.Learners) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -165,3 +165,40 @@ func (p *Promoter) transitions(ctx context.Context, rangeID string, limit int) (
 	}
 	return out, nil
 }
+
+// deleteTransitions removes a range's transition records (the range was
+// deleted).
+func (p *Promoter) deleteTransitions(ctx context.Context, rangeID string) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
+	defer cancel()
+	_, err := p.cfg.Etcd.Delete(ctx, fmt.Sprintf("%stransitions/%s/", p.cfg.Prefix, rangeID), clientv3.WithPrefix())
+	return err
+}
+
+// recordedHWMs is how many of a range's latest transitions an unsafe
+// promotion reads for the highest HWM seen.
+const recordedHWMs = 20
+
+// highestRecordedHWM is the highest committed bound (or HWM seen) the
+// range's latest transition records name: records below it were
+// acknowledged, whatever replicas survive to say so. 0 when none can be
+// read (the unsafe report then rests on the fenced HWMs alone, and says
+// so in the log).
+func (m *promotion) highestRecordedHWM(ctx context.Context) uint64 {
+	trs, err := m.p.transitions(ctx, m.rangeID, recordedHWMs)
+	if err != nil {
+		m.p.log.WarnContext(ctx, "unsafe promotion: transition records unreadable; the highest HWM seen is the fenced replicas' alone", "range", m.rangeID, "err", err)
+		return 0
+	}
+	var hwm uint64
+	for _, tr := range trs { // newest first
+		if tr.GetUnsafe() {
+			// An earlier unsafe promotion already gave up everything above
+			// its own bound (and reported it): offsets there were written
+			// anew since, so older bounds say nothing of them.
+			return max(hwm, tr.GetCommittedBound())
+		}
+		hwm = max(hwm, tr.GetCommittedBound(), tr.GetHighestHwmSeen())
+	}
+	return hwm
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,13 @@ type rangeState struct {
 	// changed is when epoch or leader last changed; a probe answer taken
 	// before it describes an older world and is ignored.
 	changed time.Time
+	// notServing is what the probes saw of a leader at the range's epoch
+	// that does not serve (observeServing). Zero while it serves.
+	notServing notServing
+	// change is the membership change in flight, as last read; generation
+	// the range's generation (sent with reconciling fences).
+	change     *tenurev1.MembershipChange
+	generation uint64
 }
 
 func (rs *rangeState) status(id string) *tenurev1.RangePromotionState {
@@ -39,16 +47,22 @@ func (rs *rangeState) status(id string) *tenurev1.RangePromotionState {
 	if !rs.retryAt.IsZero() {
 		st.NextRetryUnixMs = rs.retryAt.UnixMilli()
 	}
+	st.MembershipChange = describeChange(rs.change)
 	return st
 }
 
 func (rs *rangeState) address(id string) string {
+	return rs.member(id).GetAddress()
+}
+
+// member is the member id as stored (with its incarnation), or nil.
+func (rs *rangeState) member(id string) *tenurev1.Replica {
 	for _, r := range rs.replicas {
 		if r.GetId() == id {
-			return r.GetAddress()
+			return r
 		}
 	}
-	return ""
+	return nil
 }
 
 // Run campaigns in the promoter election and, while elected, watches lease
@@ -121,22 +135,7 @@ func (p *Promoter) campaign(ctx context.Context) error {
 // Promote runs a promotion of rangeID now (planned handover or operator
 // request). Only the elected promoter promotes.
 func (p *Promoter) Promote(ctx context.Context, rangeID, preferred, reason string) (*tenurev1.Transition, error) {
-	if !p.Elected() {
-		return nil, p.notElectedError()
-	}
-	if !p.begin(rangeID) {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("a promotion of range %s is already running; retry shortly", rangeID))
-	}
-	defer p.end(rangeID)
-	select {
-	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-p.sem }()
-	tr, err := p.promote(ctx, rangeID, -1, preferred, reason)
-	p.finished(rangeID, tr, err, false)
-	return tr, err
+	return p.promoteNow(ctx, rangeID, promoteOpts{preferred: preferred, reason: reason, waitRecord: true})
 }
 
 // begin marks rangeID in flight; false if it already is.
@@ -242,19 +241,36 @@ func (p *Promoter) quorumAnswering(rangeID string) error {
 	if rs == nil || len(rs.replicas) == 0 {
 		return nil // nothing known yet: the promotion reads the members itself
 	}
-	var down []string
-	for _, r := range rs.replicas {
-		if ps := p.probes[r.GetAddress()]; ps != nil && ps.refused {
-			down = append(down, r.GetId())
+	// Only voters count toward a promotion's quorum: a learner answering
+	// or not changes nothing. With a change in flight the promotion needs a
+	// quorum of the voters before it too.
+	voters := func(rs []*tenurev1.Replica) []*tenurev1.Replica {
+		var out []*tenurev1.Replica
+		for _, r := range rs {
+			if !r.GetLearner() {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	sets := [][]*tenurev1.Replica{voters(rs.replicas)}
+	if rs.change != nil {
+		sets = append(sets, voters(rs.change.GetOldReplicas()))
+	}
+	for _, set := range sets {
+		var down []string
+		for _, r := range set {
+			if ps := p.probes[r.GetAddress()]; ps != nil && ps.refused {
+				down = append(down, r.GetId())
+			}
+		}
+		if need := wire.Quorum(len(set)); len(set)-len(down) < need {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+				"range %s: %d of %d replicas refuse connections (%s) and a promotion needs %d to answer; %w",
+				rangeID, len(down), len(set), strings.Join(down, ", "), need, errHeld))
 		}
 	}
-	need := wire.Quorum(len(rs.replicas))
-	if len(rs.replicas)-len(down) >= need {
-		return nil
-	}
-	return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
-		"range %s: %d of %d replicas refuse connections (%s) and a promotion needs %d to answer; %w",
-		rangeID, len(down), len(rs.replicas), strings.Join(down, ", "), need, errHeld))
+	return nil
 }
 
 // errHeld marks a promotion quorumAnswering held back: nothing was tried,
@@ -278,6 +294,13 @@ func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error, 
 	if err == nil {
 		rs.epoch, rs.leaderID, rs.changed = tr.GetEpoch(), tr.GetLeaderId(), now
 		rs.state, rs.lastErr, rs.attempts, rs.holds, rs.retryAt = "healthy", "", 0, 0, time.Time{}
+		return 0, time.Time{}
+	}
+	if connect.CodeOf(err) == connect.CodeNotFound && auto {
+		// The range was deleted: nothing to promote, and no retry (it
+		// would retry forever). A range created again under the id is
+		// read afresh by the refresh.
+		delete(p.ranges, rangeID)
 		return 0, time.Time{}
 	}
 	if connect.CodeOf(err) == connect.CodeAborted {
@@ -367,7 +390,7 @@ func (p *Promoter) observe(ctx context.Context, r *tenurev1.RangeInfo) {
 		rs = &rangeState{state: "healthy"}
 		p.ranges[r.GetRangeId()] = rs
 	}
-	rs.replicas = r.GetReplicas()
+	rs.replicas, rs.change, rs.generation = r.GetReplicas(), r.GetChange(), r.GetGeneration()
 	// Epochs only move forward: an older view (a slow refresh racing a
 	// promotion we just finished) must not roll our state back.
 	if r.GetEpoch() > rs.epoch {
@@ -380,6 +403,7 @@ func (p *Promoter) observe(ctx context.Context, r *tenurev1.RangeInfo) {
 	}
 	epoch, leader, inflight := rs.epoch, rs.leaderID, p.inflight[r.GetRangeId()]
 	p.mu.Unlock()
+	p.completeInFlight(ctx, r)
 	if l := r.GetLease(); leader != "" && l.GetEpoch() == epoch && l.GetHolderId() == p.cfg.ID && !inflight {
 		// The lease of the current epoch is still ours: the bind to the
 		// leader failed (its keeper had no session yet). Retry it, so the
@@ -400,6 +424,15 @@ func (p *Promoter) observe(ctx context.Context, r *tenurev1.RangeInfo) {
 				rs.leaderID, rs.changed = trs[0].GetLeaderId(), time.Now()
 			}
 			p.mu.Unlock()
+			return
+		}
+		if err == nil && r.GetLease().GetEpoch() == 0 && !inflight {
+			// No leader, no lease at all and no adoption recorded at this
+			// epoch: a range deleted and created again under its id, whose
+			// epochs continue above the deleted one's (the lease service
+			// keeps its epoch as a tombstone), so it never reads epoch 0.
+			// It needs its first leader like a new range.
+			p.schedule(ctx, r.GetRangeId(), epoch, "initial leader (no lease at epoch "+strconv.FormatUint(epoch, 10)+")")
 			return
 		}
 		if l := r.GetLease(); err == nil && l.GetEpoch() == epoch && l.GetHolderId() == p.cfg.ID && l.GetLive() && !inflight {

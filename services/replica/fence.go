@@ -43,18 +43,23 @@ func (s *Replica) fence(ctx context.Context, m *tenurev1.FenceRequest) (*tenurev
 		return nil, invalidf("fencer id is %d bytes, at most %d", len(m.GetFencerId()), wire.MaxRangeIDBytes)
 	}
 	// A fence is what brings a replica into a range: the range is created
-	// (durably) on the first fence that names it.
-	h, err := s.host(m.GetRangeId())
+	// (durably) on the first fence that names it, once the member's
+	// incarnation and the range's generation are checked (membership.go).
+	h, err := s.hostForFence(ctx, m)
 	if err != nil {
 		return nil, err
 	}
-	h.mu.Lock()
 	defer h.mu.Unlock()
 	e, cur := m.GetEpoch(), h.st.FencedEpoch
 	// Invariant 4: a replica fenced at E never accepts a command from an
 	// epoch below E. The promotion at the lower epoch must be abandoned.
 	if e < cur {
 		return nil, preconditionf("range %q: fence at epoch %d refused: already fenced at epoch %d", h.id, e, cur)
+	}
+	// Far above the current fence, the epoch must be one the lease service
+	// granted: one fence at 2^64-1 would otherwise brick the range.
+	if err := s.checkFenceJump(ctx, h.id, cur, e); err != nil {
+		return nil, err
 	}
 	if e == cur {
 		// A repeat (a retrying promoter): the fence is already durable, and
@@ -66,15 +71,28 @@ func (s *Replica) fence(ctx context.Context, m *tenurev1.FenceRequest) (*tenurev
 		return h.fenceAnswerLocked(h.role()), nil
 	}
 	prev := h.st.Role
-	// Stop acting under the lower epoch before anything else: from here no
-	// append is acknowledged beyond what already committed, no fetch is
-	// answered, no fetched record is written.
-	h.stopActingLocked(preconditionf("range %q: fenced at epoch %d; leader unknown", h.id, e))
 	// The answer says everything below the log end is durable: a deposed
-	// leader's last batches may still be in its group commit.
+	// leader's last batches may still be in its group commit. The wait
+	// comes before the range stops acting, so that a fence whose wait
+	// fails (the caller's deadline, on a slow disk) changes nothing: it
+	// used to stop the fetch loop first and return, leaving a follower
+	// that reported FOLLOWER with no loop, counted by nobody, until a
+	// higher fence. Waiting first is as strict: h.mu is held exclusively,
+	// so no append is assigned, no fetch answered, no fetched record
+	// written and no HWM raised meanwhile (each takes h.mu shared), and
+	// the log end waited for is the one answered. And a range that goes on
+	// acting after a failed wait keeps invariant 4: the fence at e is
+	// neither persisted nor answered, so the range is still fenced at cur,
+	// and acting at exactly cur is what a fence at cur allows; the
+	// promoter counts only replicas whose fence answer it received, so
+	// none relied on this one having stopped.
 	if err := h.r.WaitDurable(ctx, h.r.LogEnd()); err != nil {
 		return nil, fmt.Errorf("range %q: wait for the log to be durable before fencing at %d: %w", h.id, e, err)
 	}
+	// Stop acting under the lower epoch before the fence is recorded: from
+	// here no append is acknowledged beyond what already committed, no
+	// fetch is answered, no fetched record is written.
+	h.stopActingLocked(preconditionf("range %q: fenced at epoch %d; leader unknown", h.id, e))
 	next := h.st
 	next.FencedEpoch = e
 	next.Role = tenurev1.Role_ROLE_FENCED
@@ -100,6 +118,7 @@ func (h *hosted) fenceAnswerLocked(prev tenurev1.Role) *tenurev1.FenceResponse {
 		HighWaterMark: h.r.HWM(),
 		History:       journal.ToWire(h.r.History()),
 		PreviousRole:  prev,
+		Incarnation:   h.s.incarnation,
 	}
 }
 
@@ -197,6 +216,8 @@ func (s *Replica) adopt(m *tenurev1.AdoptRequest) (*tenurev1.AdoptResponse, erro
 		return nil, preconditionf("range %q: adopt at epoch %d refused: fenced at epoch %d", h.id, e, h.st.FencedEpoch)
 	}
 	want := s.adoptedState(m)
+	// The generation is the range's, not the adoption's: it stays.
+	want.Generation = h.st.Generation
 	if h.st.Role != tenurev1.Role_ROLE_FENCED {
 		// Already adopted at e. The same adoption again is a retry; while
 		// the range still acts on it, answer as the first time did.
@@ -247,6 +268,9 @@ func (s *Replica) validateAdopt(m *tenurev1.AdoptRequest) error {
 	if !leaderListed {
 		return invalidf("leader %s is not in the replica set", m.GetLeaderId())
 	}
+	if err := s.validateMembers(m); err != nil {
+		return err
+	}
 	if role == tenurev1.Role_ROLE_LEADER && m.GetLeaderId() != s.cfg.ID {
 		return invalidf("adopt as leader names leader %s, but this replica is %s", m.GetLeaderId(), s.cfg.ID)
 	}
@@ -283,12 +307,13 @@ func sameAdoption(a, b logstore.State) bool {
 		a.LeaderID != b.LeaderID || a.LeaderAddress != b.LeaderAddress || len(a.Replicas) != len(b.Replicas) {
 		return false
 	}
-	addr := make(map[string]string, len(a.Replicas))
+	member := make(map[string]*tenurev1.Replica, len(a.Replicas))
 	for _, r := range a.Replicas {
-		addr[r.GetId()] = r.GetAddress()
+		member[r.GetId()] = r
 	}
 	for _, r := range b.Replicas {
-		if got, ok := addr[r.GetId()]; !ok || got != r.GetAddress() {
+		got, ok := member[r.GetId()]
+		if !ok || got.GetAddress() != r.GetAddress() || got.GetIncarnation() != r.GetIncarnation() || got.GetLearner() != r.GetLearner() {
 			return false
 		}
 	}
@@ -340,7 +365,7 @@ func (h *hosted) adoptLeaderLocked(want logstore.State, committedBound uint64) e
 	// When the quorum needs a follower's copy, this replica's own counts
 	// only beside one, so its syncs wait for a fetch to take the records
 	// (sync on demand, logstore/commit.go). A leader alone syncs at once.
-	h.r.SetSyncOnDemand(wire.Quorum(len(want.Replicas)) > 1)
+	h.r.SetSyncOnDemand(wire.Quorum(voterCount(want.Replicas)) > 1)
 	h.s.goLoop(l.commitLoop)
 	h.log.Info("adopted as leader", "epoch", e, "epoch_start", je.start, "committed_bound", committedBound, "hwm", h.r.HWM(), "replicas", len(want.Replicas))
 	return nil

@@ -44,6 +44,9 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 	if m.GetReplicaId() == s.cfg.ID || !l.member(m.GetReplicaId()) {
 		return nil, preconditionf("range %q: replica %s is not a follower in the replica set at epoch %d", h.id, m.GetReplicaId(), l.epoch)
 	}
+	if err := l.checkMember(m); err != nil {
+		return nil, err
+	}
 	if start := h.r.LogStart(); m.GetFetchOffset() < start {
 		return nil, outOfRangef("range %q: fetch offset %d is below the log start %d", h.id, m.GetFetchOffset(), start)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -145,6 +146,7 @@ func (f *follower) step() error {
 		RangeId:          f.h.id,
 		Epoch:            f.epoch,
 		ReplicaId:        f.h.s.cfg.ID,
+		Incarnation:      f.h.s.incarnation,
 		FetchOffset:      end,
 		LastFetchedEpoch: lastEpoch,
 		MaxBytes:         wire.MaxBatchBytes,
@@ -267,15 +269,34 @@ func (f *follower) apply(end uint64, a *tenurev1.FetchResponse) (newEnd uint64, 
 		}
 		if target >= end {
 			// Nothing of ours to cut, yet the leader disagrees with our
-			// position: our history and our records disagree. Fetching
-			// again would only ask the same question; back off and say so.
-			return 0, fmt.Errorf("range %q: leader %s reports a divergence (its epoch %d ends at %d) but our history leaves nothing to cut at %d", h.id, f.leaderID, d.GetEpoch(), d.GetEndOffset(), end)
+			// position. A correct leader never answers that to a
+			// consistent follower: when its covering epoch is our last
+			// record's epoch it diverges only if that epoch ends before
+			// our log end (a cut below end), and when it is an older epoch
+			// our history has a later epoch starting below end (a cut
+			// there). So our history and our records disagree (or our
+			// history is unknown and the leader denies a record at our
+			// HWM), or the leader's history is wrong. Neither changes by
+			// fetching again: this epoch's leader answers from a history
+			// that is fixed below its own epoch, and our pair is read
+			// from the same store. Retrying used to spin here forever,
+			// with the range reported FOLLOWER and counted by nobody; it
+			// stops instead, with the reason in its status, until a
+			// restart (which reconciles the journal with the log) and a
+			// new fence.
+			journaled := "unknown (empty history)"
+			if hist := r.History(); len(hist) > 0 {
+				journaled = fmt.Sprintf("epoch %d from offset %d", hist[len(hist)-1].Epoch, hist[len(hist)-1].Start)
+			}
+			return 0, safetyf("range %q: leader %s at epoch %d answers that our log diverges (its epoch %d ends at %d) but our history (last entry %s) leaves nothing to cut at our log end %d (last record's epoch %d, HWM %d): our history and records, or the leader's, are inconsistent; not fetching",
+				h.id, f.leaderID, f.epoch, d.GetEpoch(), d.GetEndOffset(), journaled, end, r.LastEpoch(), hwm)
 		}
 		removed, err := r.Truncate(target)
 		if err != nil {
 			return 0, &storeError{fmt.Errorf("truncate to %d on divergence: %w", target, err)}
 		}
-		h.log.Info("truncated on divergence", "epoch", f.epoch, "leader", f.leaderID, "diverging_epoch", d.GetEpoch(), "leader_end", d.GetEndOffset(), "from", end, "to", target, "removed", removed, "hwm", hwm)
+		n := h.cuts.add(fetchTruncation{epoch: f.epoch, leader: f.leaderID, from: end, to: target, removed: removed, at: time.Now()})
+		h.log.Info("truncated on divergence", "epoch", f.epoch, "leader", f.leaderID, "diverging_epoch", d.GetEpoch(), "leader_end", d.GetEndOffset(), "from", end, "to", target, "removed", removed, "hwm", hwm, "fetch_truncations", n)
 		return target, nil
 	}
 	recs := a.GetRecords()
@@ -286,6 +307,49 @@ func (f *follower) apply(end uint64, a *tenurev1.FetchResponse) (newEnd uint64, 
 		return 0, &storeError{fmt.Errorf("append %d records at %d: %w", len(recs), end, err)}
 	}
 	return end + uint64(len(recs)), nil
+}
+
+// fetchTruncation is one truncation a fetch loop made on a divergence.
+type fetchTruncation struct {
+	epoch    uint64 // the epoch the follower fetched at
+	leader   string // whose answer it followed
+	from, to uint64 // the log end before, and the offset cut to
+	removed  uint64 // records removed
+	at       time.Time
+}
+
+// fetchTruncations counts a range's fetch-time truncations since the
+// replica opened it, for status: otherwise a cut shows only as a log line,
+// and a follower that keeps losing tails looks like any other. It has its
+// own lock because fetch loops truncate holding h.mu only shared.
+type fetchTruncations struct {
+	mu      sync.Mutex
+	count   uint64
+	records uint64
+	last    fetchTruncation
+}
+
+// add records t and returns how many truncations there have been.
+func (c *fetchTruncations) add(t fetchTruncation) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.count++
+	c.records += t.removed
+	c.last = t
+	return c.count
+}
+
+// report fills st's fetch truncation fields.
+func (c *fetchTruncations) report(st *tenurev1.RangeStatus) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.FetchTruncations, st.FetchTruncatedRecords = c.count, c.records
+	if c.count == 0 {
+		return
+	}
+	st.LastFetchTruncationFrom, st.LastFetchTruncationTo = c.last.from, c.last.to
+	st.LastFetchTruncationEpoch, st.LastFetchTruncationLeader = c.last.epoch, c.last.leader
+	st.LastFetchTruncationUnixMs = c.last.at.UnixMilli()
 }
 
 // raiseHWM raises the HWM to to, capped at the durable log end.

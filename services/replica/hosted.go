@@ -41,6 +41,12 @@ type hosted struct {
 	// its state until the replica restarts: continuing would build on a log
 	// that disagrees with a committed record, or on state that did not persist.
 	halted error
+	// cuts counts the truncations fetch loops made (status).
+	cuts fetchTruncations
+	// dropped is set once the range's data was dropped (membership.go's
+	// dropLocked): it is no longer in the replica's ranges, and a fence
+	// that finds it looks the range up again.
+	dropped bool
 }
 
 func (s *Replica) newHosted(r *logstore.Range) *hosted {

@@ -34,6 +34,14 @@ type leader struct {
 	epochStart uint64
 	// replicas is the range's replica set at this epoch, self included.
 	replicas []*tenurev1.Replica
+	// voters is how many of them vote: the commit needs a majority of
+	// voters (wire.Quorum(voters)); learners never count.
+	// Invariant: 1 <= voters <= len(replicas), and the leader is a voter.
+	voters int
+	// incarnations are the members' incarnations as the replica set
+	// records them, by id ("" = not recorded): a fetch from another
+	// incarnation is refused (checkMember). Never changes.
+	incarnations map[string]string
 	// peers are clients of the other members, by id: reads confirm this
 	// leadership with them (readindex.go).
 	peers map[string]tenurev1connect.ReplicaServiceClient
@@ -72,6 +80,9 @@ type progress struct {
 	// Invariant: checked || offset == 0.
 	offset  uint64
 	checked bool
+	// learner: the replica set names this follower a learner. Its fetches
+	// are answered, and its offset is never counted (checkedOffsets).
+	learner bool
 	// sentHWM is the HWM in the last answer sent to this follower: a newer
 	// one is worth answering a long poll for even without records.
 	sentHWM uint64
@@ -94,16 +105,20 @@ func (h *hosted) newLeader(je journaledEpoch, replicas []*tenurev1.Replica) *lea
 		epoch:      je.epoch,
 		epochStart: je.start,
 		replicas:   replicas,
+		voters:     voterCount(replicas),
 		ctx:        ctx,
 		cancel:     cancel,
 		progress:   map[string]*progress{},
 		waiters:    map[*commitWaiter]struct{}{},
 		peers:      map[string]tenurev1connect.ReplicaServiceClient{},
+
+		incarnations: map[string]string{},
 	}
 	now := time.Now()
 	for _, r := range replicas {
+		l.incarnations[r.GetId()] = r.GetIncarnation()
 		if r.GetId() != h.s.cfg.ID {
-			l.progress[r.GetId()] = &progress{answered: now}
+			l.progress[r.GetId()] = &progress{answered: now, learner: r.GetLearner()}
 			l.peers[r.GetId()] = tenurev1connect.NewReplicaServiceClient(h.s.httpClient(), r.GetAddress(), transport.ClientOptions(transport.ForReplica(r.GetId()))...)
 		}
 	}
@@ -160,7 +175,7 @@ func (l *leader) advance() error {
 		return nil
 	}
 	hwm := h.r.HWM()
-	next, ok := commitPoint(h.r.DurableEnd(), followers, len(l.replicas), l.epochStart)
+	next, ok := commitPoint(h.r.DurableEnd(), followers, l.voters, l.epochStart)
 	// Followers receive records before the leader's own write of them has
 	// committed (ReadTail), so a quorum of followers can be ahead of what
 	// this leader has written: committed records are readable here first.
@@ -204,13 +219,15 @@ func (l *leader) addWaiter(end uint64) (*commitWaiter, func()) {
 	}
 }
 
-// checkedOffsets lists the followers' checked fetch offsets.
+// checkedOffsets lists the voting followers' checked fetch offsets. A
+// learner's copy never counts toward the commit: it is not in the voter
+// set whose majority a promotion fences.
 func (l *leader) checkedOffsets() []uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := make([]uint64, 0, len(l.progress))
 	for _, p := range l.progress {
-		if p.checked {
+		if p.checked && !p.learner {
 			out = append(out, p.offset)
 		}
 	}
@@ -350,7 +367,7 @@ func (l *leader) followers(logEnd uint64) []*tenurev1.FollowerProgress {
 		if p == nil {
 			continue
 		}
-		fp := &tenurev1.FollowerProgress{ReplicaId: r.GetId(), FetchOffset: p.offset, Lag: logEnd - min(p.offset, logEnd)}
+		fp := &tenurev1.FollowerProgress{ReplicaId: r.GetId(), FetchOffset: p.offset, Lag: logEnd - min(p.offset, logEnd), Learner: p.learner}
 		if !p.lastFetch.IsZero() {
 			fp.LastFetchUnixMs = p.lastFetch.UnixMilli()
 		}

@@ -63,7 +63,7 @@ type confirmer struct {
 // have read what it answers (the HWM) before calling, and must check that
 // this leadership still acts after it returns.
 func (l *leader) confirm(ctx context.Context) error {
-	if wire.Quorum(len(l.replicas)) <= 1 {
+	if wire.Quorum(l.voters) <= 1 {
 		return nil // a quorum of one is this leader itself
 	}
 	c := &l.reads
@@ -111,7 +111,19 @@ func (l *leader) runConfirm(r *confirmRound) {
 // returns nil once enough of them, with this leader, make a quorum fenced at
 // no more than l.epoch.
 func (l *leader) confirmOnce() error {
-	need := wire.Quorum(len(l.replicas)) - 1 // this leader counts itself
+	// A quorum of voters: only a voter quorum can elect a later leader, so
+	// only voters' answers say none did. Counting learners' would let a
+	// leader cut off from its voters confirm on its learners' word while
+	// the voters follow a newer leader, and serve a stale read; counting
+	// them in the size made one learner down fail reads a voter quorum
+	// would serve.
+	need := wire.Quorum(l.voters) - 1 // this leader counts itself
+	learners := make(map[string]bool)
+	for _, r := range l.replicas {
+		if r.GetLearner() {
+			learners[r.GetId()] = true
+		}
+	}
 	ctx, cancel := context.WithTimeout(l.ctx, confirmTimeout)
 	defer cancel()
 	type answer struct {
@@ -131,6 +143,9 @@ func (l *leader) confirmOnce() error {
 	var failures []string
 	for range l.peers {
 		a := <-answers
+		if a.err == nil && learners[a.id] {
+			continue // answered, and counts for nothing
+		}
 		if a.err == nil {
 			if need--; need == 0 {
 				return nil

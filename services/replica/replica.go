@@ -8,7 +8,11 @@
 //
 // # Roles
 //
-// A range is hosted from the first Fence that names it. Fence(E) durably
+// A range is hosted from the first Fence that names it, unless the fence
+// names this replica under another incarnation (its disk lost the range:
+// refused, reported in status) or for an older generation of the range; a
+// newer generation drops the data of the old one first (membership.go).
+// DropRange deletes a range again. Fence(E) durably
 // records fenced epoch E and stops the range acting under any lower epoch;
 // Adopt(E, role) then makes it a leader or a follower at exactly E:
 //
@@ -48,6 +52,7 @@ import (
 
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 	"github.com/tenurelog/tenure/services/replica/logstore"
 )
@@ -80,6 +85,12 @@ type Config struct {
 	// Lease guards leaders' leases; nil means no lease service: a leader's
 	// lease is always valid.
 	Lease LeaseGuard
+	// Ranges, when set, is the lease service's word on a range, asked
+	// before a fence hosts a range this replica does not hold and before a
+	// fence jumps far above the range's current fence (control.go).
+	// package lease's Keeper implements it. nil: fences are taken on the
+	// promoter's word (mutual TLS already says who may fence).
+	Ranges RangeSource
 	// HTTPClient dials leaders for fetches; default transport.NewHTTPClient().
 	// It is the seam tests use to partition a follower from its leader.
 	HTTPClient connect.HTTPClient
@@ -115,8 +126,15 @@ type Replica struct {
 	// refused paces fetch loops whose leader address refuses connections.
 	refused refusals
 
+	// incarnation is the data directory's id (incarnation.go), fixed for
+	// the process's life.
+	incarnation string
+
 	mu     sync.Mutex
 	ranges map[string]*hosted
+	// lost are the ranges a fence named with a member incarnation that is
+	// not this one (membership.go), by range id. They are not hosted.
+	lost   map[string]*tenurev1.LostRange
 	closed bool
 }
 
@@ -156,12 +174,18 @@ func New(cfg Config) (*Replica, error) {
 	if cfg.StoreOptions.Logger == nil {
 		cfg.StoreOptions.Logger = log
 	}
+	// Before the store: the incarnation must be durable before anything
+	// this directory holds is answered for.
+	inc, err := loadIncarnation(cfg.DataDir, log)
+	if err != nil {
+		return nil, err
+	}
 	store, err := logstore.Open(cfg.DataDir, cfg.StoreOptions)
 	if err != nil {
 		return nil, fmt.Errorf("replica: open store in %s: %w", cfg.DataDir, err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &Replica{cfg: cfg, log: log, store: store, ctx: ctx, cancel: cancel, ranges: map[string]*hosted{}}
+	s := &Replica{cfg: cfg, log: log, store: store, incarnation: inc, ctx: ctx, cancel: cancel, ranges: map[string]*hosted{}, lost: map[string]*tenurev1.LostRange{}}
 	ids := store.RangeIDs()
 	slices.Sort(ids)
 	for _, id := range ids {
@@ -173,6 +197,7 @@ func New(cfg Config) (*Replica, error) {
 		s.ranges[id] = h
 		h.resume()
 	}
+	log.Info("replica started", "incarnation", inc, "data_dir", cfg.DataDir, "ranges", len(ids))
 	return s, nil
 }
 
@@ -184,7 +209,7 @@ func Start(cfg Config, listenAddr string) (*Replica, *transport.Server, error) {
 		return nil, nil, fmt.Errorf("replica: listen on %s: %w", listenAddr, err)
 	}
 	if cfg.Address == "" {
-		cfg.Address = "http://" + ln.Addr().String()
+		cfg.Address = transport.Scheme() + "://" + ln.Addr().String()
 	}
 	s, err := New(cfg)
 	if err != nil {

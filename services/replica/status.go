@@ -18,6 +18,10 @@ func (s *Replica) status(m *tenurev1.ReplicaServiceGetStatusRequest) (*tenurev1.
 	var hs []*hosted
 	if id := m.GetRangeId(); id != "" {
 		h, err := s.lookup(id)
+		if lost := s.lostRanges(id); err != nil && len(lost) > 0 {
+			// Not hosted because this disk lost it: say so.
+			return &tenurev1.ReplicaServiceGetStatusResponse{ReplicaId: s.cfg.ID, Incarnation: s.incarnation, LostRanges: lost}, nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -28,7 +32,7 @@ func (s *Replica) status(m *tenurev1.ReplicaServiceGetStatusRequest) (*tenurev1.
 			return nil, err
 		}
 	}
-	out := &tenurev1.ReplicaServiceGetStatusResponse{ReplicaId: s.cfg.ID}
+	out := &tenurev1.ReplicaServiceGetStatusResponse{ReplicaId: s.cfg.ID, Incarnation: s.incarnation, LostRanges: s.lostRanges(m.GetRangeId())}
 	for _, h := range hs {
 		out.Ranges = append(out.Ranges, h.status())
 	}
@@ -61,6 +65,7 @@ func (h *hosted) status() *tenurev1.RangeStatus {
 	if h.halted != nil {
 		st.Halted = h.halted.Error()
 	}
+	h.cuts.report(st)
 	return st
 }
 

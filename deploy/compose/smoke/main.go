@@ -11,11 +11,17 @@
 //	smoke transition --promoters URL,... --range R --epoch E     (the transition record of epoch E; prints its trace id)
 //	smoke trace      --jaeger URL --trace-id ID --span NAME[=MIN],...  (the trace is in Jaeger with those spans)
 //	smoke rejoin     --lease URL --range R --replica URL --epoch E (a restarted replica follows at E and has caught up)
+//	smoke refused    --range R --replica URL                      (a Truncate without a client certificate is Unauthenticated and changes nothing)
+//
+// With SMOKE_TLS_CA, SMOKE_TLS_CERT and SMOKE_TLS_KEY set (smoke.sh mounts
+// the stack's certificates and passes the operator's, which can also append
+// and read), every call is mutual TLS and http:// URLs mean https://.
 package main
 
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -30,6 +36,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/auth"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -43,6 +50,7 @@ var steps = map[string]func(ctx context.Context, args []string) error{
 	"transition": transition,
 	"trace":      traceStep,
 	"rejoin":     rejoin,
+	"refused":    refused,
 }
 
 func main() {
@@ -50,6 +58,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: smoke create|leader|produce|verify|transition|trace|rejoin [flags] (see the package comment)")
 		os.Exit(2)
 	}
+	if f := (auth.Files{CA: os.Getenv("SMOKE_TLS_CA"), Cert: os.Getenv("SMOKE_TLS_CERT"), Key: os.Getenv("SMOKE_TLS_KEY")}); f.Configured() {
+		src, err := auth.Load(f, nil)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "smoke: %v\n", err)
+			os.Exit(1)
+		}
+		transport.SetTLS(src)
+	}
+	httpClient = transport.NewHTTPClient()
 	if err := steps[os.Args[1]](context.Background(), os.Args[2:]); err != nil {
 		fmt.Fprintf(os.Stderr, "smoke %s: %v\n", os.Args[1], err)
 		os.Exit(1)
@@ -82,14 +99,26 @@ func (o *opts) parse(args []string) (context.Context, context.CancelFunc, error)
 	return ctx, cancel, nil
 }
 
-var httpClient = transport.NewHTTPClient()
+// httpClient is made in main, after the TLS identity is installed.
+var httpClient *http.Client
+
+// svc is a base URL as given, upgraded to https when the smoke client
+// speaks TLS (the flags' defaults say http).
+func svc(url string) string {
+	if transport.TLS() != nil {
+		if rest, ok := strings.CutPrefix(url, "http://"); ok {
+			return "https://" + rest
+		}
+	}
+	return url
+}
 
 func leaseClient(url string) tenurev1connect.LeaseServiceClient {
-	return tenurev1connect.NewLeaseServiceClient(httpClient, url, transport.ClientOptions()...)
+	return tenurev1connect.NewLeaseServiceClient(httpClient, svc(url), transport.ClientOptions()...)
 }
 
 func logClient(url string) tenurev1connect.LogServiceClient {
-	return tenurev1connect.NewLogServiceClient(httpClient, url, transport.ClientOptions()...)
+	return tenurev1connect.NewLogServiceClient(httpClient, svc(url), transport.ClientOptions()...)
 }
 
 // retry runs f until it returns nil or ctx ends, logging each new error.
@@ -325,7 +354,7 @@ func transition(_ context.Context, args []string) error {
 	return retry(ctx, "transition record", func(ctx context.Context) error {
 		var errs []error
 		for _, url := range strings.Split(*promoters, ",") {
-			pc := tenurev1connect.NewPromoterServiceClient(httpClient, url, transport.ClientOptions()...)
+			pc := tenurev1connect.NewPromoterServiceClient(httpClient, svc(url), transport.ClientOptions()...)
 			resp, err := pc.ListTransitions(ctx, connect.NewRequest(&tenurev1.ListTransitionsRequest{RangeId: *o.rng}))
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", url, err))
@@ -433,7 +462,7 @@ func traceStep(_ context.Context, args []string) error {
 }
 
 func replicaStatus(ctx context.Context, url, rng string) (*tenurev1.RangeStatus, error) {
-	rc := tenurev1connect.NewReplicaServiceClient(httpClient, url, transport.ClientOptions()...)
+	rc := tenurev1connect.NewReplicaServiceClient(httpClient, svc(url), transport.ClientOptions()...)
 	resp, err := rc.GetStatus(ctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: rng}))
 	if err != nil {
 		return nil, err
@@ -481,4 +510,48 @@ func rejoin(_ context.Context, args []string) error {
 			*url, id, rs.GetEpoch(), rs.GetLogEnd(), rs.GetHighWaterMark())
 		return nil
 	})
+}
+
+// refused proves the stack's replicas turn away a stranger: a Truncate to 0
+// from a client that trusts the CA but presents no certificate is answered
+// Unauthenticated, and the replica's log end, HWM and fenced epoch are as
+// they were.
+func refused(_ context.Context, args []string) error {
+	o := newOpts("refused")
+	url := o.fs.String("replica", "", "a replica's URL (required)")
+	ctx, cancel, err := o.parse(args)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	src := transport.TLS()
+	if src == nil {
+		return errors.New("refused needs SMOKE_TLS_*: the stack runs mutual TLS")
+	}
+	before, err := replicaStatus(ctx, *url, *o.rng)
+	if err != nil {
+		return err
+	}
+	// Trusts the CA, presents nothing: what anyone on the network can do.
+	cfg := src.ClientConfig()
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &tls.Certificate{}, nil }
+	var p http.Protocols
+	p.SetHTTP2(true)
+	stranger := tenurev1connect.NewReplicaServiceClient(&http.Client{Transport: &http.Transport{Protocols: &p, TLSClientConfig: cfg}}, svc(*url), transport.ClientOptions()...)
+	_, err = stranger.Truncate(ctx, connect.NewRequest(&tenurev1.TruncateRequest{RangeId: *o.rng, Epoch: before.GetFencedEpoch(), TargetOffset: 0}))
+	code := connect.CodeOf(err)
+	if code != connect.CodeUnauthenticated {
+		return fmt.Errorf("Truncate(%s, epoch %d, to 0) without a certificate = %v, want unauthenticated", *o.rng, before.GetFencedEpoch(), err)
+	}
+	after, err := replicaStatus(ctx, *url, *o.rng)
+	if err != nil {
+		return err
+	}
+	if after.GetLogEnd() != before.GetLogEnd() || after.GetHighWaterMark() < before.GetHighWaterMark() || after.GetFencedEpoch() != before.GetFencedEpoch() {
+		return fmt.Errorf("after the refused Truncate: log end %d -> %d, HWM %d -> %d, fenced epoch %d -> %d",
+			before.GetLogEnd(), after.GetLogEnd(), before.GetHighWaterMark(), after.GetHighWaterMark(), before.GetFencedEpoch(), after.GetFencedEpoch())
+	}
+	fmt.Printf("refused: Truncate without a certificate on %s answered %v; log end %d, HWM %d, fenced epoch %d unchanged\n",
+		*url, code, after.GetLogEnd(), after.GetHighWaterMark(), after.GetFencedEpoch())
+	return nil
 }

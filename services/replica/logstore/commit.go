@@ -264,6 +264,7 @@ func (s *Store) take() (b batch, took, index, ok bool) {
 // takeLocked takes the queue and the dirty HWMs for the caller, which holds
 // qmu and has just set writerBusy.
 func (s *Store) takeLocked() batch {
+	s.takes++
 	b := batch{writes: s.queue}
 	for r := range s.dirty {
 		b.hwms = append(b.hwms, r)
@@ -337,7 +338,11 @@ func (s *Store) writeInline() {
 // records stay written but never become durable, and WaitDurable returns
 // the failure.
 func (s *Store) syncEnds(ends map[*Range]syncEnd) bool {
-	if err := s.syncWAL(); err != nil {
+	err := s.crash(CrashCommitSync)
+	if err == nil {
+		err = s.syncWAL()
+	}
+	if err != nil {
 		_ = s.fail(err)
 		return false
 	}

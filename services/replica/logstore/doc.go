@@ -43,6 +43,7 @@
 //	h/<id>                            high-water mark       (u64 value)
 //	d/<id>                            synced-end marker     (u64 value)
 //	t/<id>                            truncation target     (u64 value, present only mid-truncation)
+//	x/<id>                            drop intent           (u64 value 0, present only mid-drop)
 //	w/gen                             oldest WAL generation Open replays (u64 value)
 //
 //	batch:   batch magic u8 (0xB7) | count u32 | (length u32 | record) per
@@ -66,11 +67,14 @@
 //
 //	u64 value: v u64 | crc32c u32 over the key then v.
 //
-//	state:   version u8 (1) | fenced epoch u64 | epoch u64 | role u32 |
+//	state:   version u8 (2) | fenced epoch u64 | epoch u64 | role u32 |
 //	         leader id str | leader address str | replica count u8 |
-//	         (replica id str, replica address str) per replica |
+//	         (replica id str, replica address str, incarnation str,
+//	         flags u8 (bit 0: learner)) per replica | generation u64 |
 //	         crc32c u32 over the key then everything before it
-//	         (str: u16 length, then the bytes, at most 1024)
+//	         (str: u16 length, then the bytes, at most 1024). Version 1,
+//	         written before, has neither incarnation nor flags nor
+//	         generation, and reads as generation 0.
 //
 // dir/wal.0 and dir/wal.1 are the write-ahead log: every group commit's
 // keys and values, in generations that Open replays into Badger (see wal.go
@@ -104,6 +108,9 @@
 // then. Open also cuts an unsynced log tail at its first hole, removes
 // journal entries beyond the log end, verifies the journal against the log
 // and rebuilds a missing, empty or corrupt journal from the records' epochs
-// before the range is served. Options.CrashAt injects crashes at the steps
+// before the range is served. DropRange persists an intent before deleting
+// a range's keys and journal, and Open finishes it before it lists the
+// ranges, so a crash never leaves a range that looks hosted with part of its
+// log. Options.CrashAt injects crashes at the steps
 // of Truncate and AppendRecords; Options.JournalFS injects journal faults.
 package logstore

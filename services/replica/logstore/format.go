@@ -20,6 +20,7 @@ const (
 	prefixHWM    = "h/" // h/<range> -> high-water mark
 	prefixSynced = "d/" // d/<range> -> synced-end marker
 	prefixIntent = "t/" // t/<range> -> pending truncation target
+	prefixDrop   = "x/" // x/<range> -> pending drop (u64 value 0)
 
 	// recordHeaderBytes precedes a record's value: epoch u64, flags u8, crc u32.
 	recordHeaderBytes = 8 + 1 + 4
@@ -32,8 +33,15 @@ const (
 	// u64ValueBytes is the length of an h/, d/ or t/ value: u64 BE, crc u32.
 	u64ValueBytes = 8 + 4
 
-	// stateVersion is the first byte of an s/ value.
-	stateVersion = 1
+	// stateVersion is the first byte of an s/ value this version writes.
+	// Version 2 added each replica's incarnation and learner flag and the
+	// range's generation; version 1 values (written before) still read,
+	// as generation 0 with no incarnations.
+	stateVersion   = 2
+	stateVersionV1 = 1
+	// replicaLearner is the learner bit of a replica's flags byte (version
+	// 2); any other bit set is refused.
+	replicaLearner byte = 1 << 0
 	// maxStateStringBytes bounds each string of a State (ids, addresses), so
 	// a damaged length cannot make a decoder allocate, and one constant keeps
 	// encoder and decoder agreeing.
@@ -174,7 +182,7 @@ func checkState(st State) error {
 		if r == nil {
 			return fmt.Errorf("replica %d is missing", i)
 		}
-		strs = append(strs, r.GetId(), r.GetAddress())
+		strs = append(strs, r.GetId(), r.GetAddress(), r.GetIncarnation())
 	}
 	for _, s := range strs {
 		if len(s) > maxStateStringBytes {
@@ -186,12 +194,14 @@ func checkState(st State) error {
 
 // encodeState is the value of an s/ key:
 //
-//	version u8 | fenced epoch u64 | epoch u64 | role u32 |
-//	leader id str | leader address str | replica count u8 | (id str, address str)* |
+//	version u8 (2) | fenced epoch u64 | epoch u64 | role u32 |
+//	leader id str | leader address str | replica count u8 |
+//	(id str, address str, incarnation str, flags u8)* | generation u64 |
 //	CRC-32C u32 over key and everything before it
 //
-// where str is a u16 length and that many bytes, all integers big-endian.
-// st must pass checkState.
+// where str is a u16 length and that many bytes, all integers big-endian,
+// and flags bit 0 marks a learner. Version 1 (still read) has no
+// incarnation, flags or generation. st must pass checkState.
 func encodeState(key []byte, st State) []byte {
 	b := []byte{stateVersion}
 	b = binary.BigEndian.AppendUint64(b, st.FencedEpoch)
@@ -203,7 +213,14 @@ func encodeState(key []byte, st State) []byte {
 	for _, r := range st.Replicas {
 		b = appendStr(b, r.GetId())
 		b = appendStr(b, r.GetAddress())
+		b = appendStr(b, r.GetIncarnation())
+		var flags byte
+		if r.GetLearner() {
+			flags |= replicaLearner
+		}
+		b = append(b, flags)
 	}
+	b = binary.BigEndian.AppendUint64(b, st.Generation)
 	return binary.BigEndian.AppendUint32(b, checksum(key, b))
 }
 
@@ -212,7 +229,8 @@ func appendStr(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// decodeState verifies and decodes an encodeState value read under key.
+// decodeState verifies and decodes an encodeState value read under key, of
+// either version.
 func decodeState(key, b []byte) (State, error) {
 	fail := func(format string, args ...any) (State, error) {
 		return State{}, fmt.Errorf("%w: state %q: %s", ErrCorrupt, key, fmt.Sprintf(format, args...))
@@ -224,9 +242,10 @@ func decodeState(key, b []byte) (State, error) {
 	if got := checksum(key, body); got != sum {
 		return fail("fails its checksum (stored %08x, computed %08x)", sum, got)
 	}
-	if body[0] != stateVersion {
+	version := body[0]
+	if version != stateVersion && version != stateVersionV1 {
 		// A newer format is refused rather than guessed at.
-		return fail("version %d, this build reads version %d", body[0], stateVersion)
+		return fail("version %d, this build reads versions %d and %d", version, stateVersionV1, stateVersion)
 	}
 	d := decoder{b: body[1:]}
 	var st State
@@ -240,7 +259,19 @@ func decodeState(key, b []byte) (State, error) {
 		if d.err != nil {
 			break
 		}
-		st.Replicas = append(st.Replicas, &tenurev1.Replica{Id: d.str(), Address: d.str()})
+		r := &tenurev1.Replica{Id: d.str(), Address: d.str()}
+		if version == stateVersion {
+			r.Incarnation = d.str()
+			flags := d.u8()
+			if flags&^replicaLearner != 0 && d.err == nil {
+				d.err = fmt.Errorf("replica %q has unknown flags %02x", r.Id, flags)
+			}
+			r.Learner = flags&replicaLearner != 0
+		}
+		st.Replicas = append(st.Replicas, r)
+	}
+	if version == stateVersion {
+		st.Generation = d.u64()
 	}
 	if d.err != nil {
 		return fail("%v", d.err)

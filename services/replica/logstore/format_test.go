@@ -2,6 +2,7 @@ package logstore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"hash/crc32"
 	"strings"
@@ -104,11 +105,12 @@ func TestStateRoundTrip(t *testing.T) {
 
 func statesEqual(a, b State) bool {
 	if a.FencedEpoch != b.FencedEpoch || a.Epoch != b.Epoch || a.Role != b.Role || a.LeaderID != b.LeaderID ||
-		a.LeaderAddress != b.LeaderAddress || len(a.Replicas) != len(b.Replicas) {
+		a.LeaderAddress != b.LeaderAddress || len(a.Replicas) != len(b.Replicas) || a.Generation != b.Generation {
 		return false
 	}
 	for i := range a.Replicas {
-		if a.Replicas[i].GetId() != b.Replicas[i].GetId() || a.Replicas[i].GetAddress() != b.Replicas[i].GetAddress() {
+		if a.Replicas[i].GetId() != b.Replicas[i].GetId() || a.Replicas[i].GetAddress() != b.Replicas[i].GetAddress() ||
+			a.Replicas[i].GetIncarnation() != b.Replicas[i].GetIncarnation() || a.Replicas[i].GetLearner() != b.Replicas[i].GetLearner() {
 			return false
 		}
 	}
@@ -120,6 +122,8 @@ func statesEqual(a, b State) bool {
 func FuzzDecodeState(f *testing.F) {
 	key := rangeKey(prefixState, "r1")
 	f.Add(encodeState(key, State{FencedEpoch: 2, Epoch: 1, LeaderID: "n1", Replicas: []*tenurev1.Replica{{Id: "n1"}}}))
+	f.Add(encodeStateV1(key, State{FencedEpoch: 2, Epoch: 1, LeaderID: "n1", Replicas: []*tenurev1.Replica{{Id: "n1"}}}))
+	f.Add(encodeState(key, State{FencedEpoch: 2, Generation: 9, Replicas: []*tenurev1.Replica{{Id: "n1", Incarnation: "ab", Learner: true}}}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st, err := decodeState(key, b)
@@ -129,10 +133,51 @@ func FuzzDecodeState(f *testing.F) {
 			}
 			return
 		}
-		if again := encodeState(key, st); !bytes.Equal(again, b) {
+		again := encodeState(key, st)
+		if b[0] == stateVersionV1 {
+			again = encodeStateV1(key, st)
+		}
+		if !bytes.Equal(again, b) {
 			t.Fatalf("decodeState accepted %x, which re-encodes as %x", b, again)
 		}
 	})
+}
+
+// encodeStateV1 is the version 1 encoding, which stores written before
+// generations and incarnations hold.
+func encodeStateV1(key []byte, st State) []byte {
+	b := []byte{stateVersionV1}
+	b = binary.BigEndian.AppendUint64(b, st.FencedEpoch)
+	b = binary.BigEndian.AppendUint64(b, st.Epoch)
+	b = binary.BigEndian.AppendUint32(b, uint32(st.Role))
+	b = appendStr(b, st.LeaderID)
+	b = appendStr(b, st.LeaderAddress)
+	b = append(b, byte(len(st.Replicas)))
+	for _, r := range st.Replicas {
+		b = appendStr(b, r.GetId())
+		b = appendStr(b, r.GetAddress())
+	}
+	return binary.BigEndian.AppendUint32(b, checksum(key, b))
+}
+
+// A state written by the version before generations reads back whole, as
+// generation 0 (unknown) with no incarnations: a replica upgraded in place
+// keeps its fences.
+func TestStateVersion1StillReads(t *testing.T) {
+	key := rangeKey(prefixState, "r1")
+	st := State{FencedEpoch: 7, Epoch: 7, Role: tenurev1.Role_ROLE_FOLLOWER, LeaderID: "n2", LeaderAddress: "http://b:2",
+		Replicas: []*tenurev1.Replica{{Id: "n1", Address: "http://a:1"}, {Id: "n2", Address: "http://b:2"}}}
+	got, err := decodeState(key, encodeStateV1(key, st))
+	if err != nil || !statesEqual(got, st) || got.Generation != 0 {
+		t.Fatalf("decodeState(version 1 of %+v) = %+v, %v; want it back at generation 0", st, got, err)
+	}
+	// Re-encoded, it is version 2 and keeps everything.
+	st.Generation = 42
+	st.Replicas[1].Incarnation, st.Replicas[1].Learner = "0123456789abcdef0123456789abcdef", true
+	got, err = decodeState(key, encodeState(key, st))
+	if err != nil || !statesEqual(got, st) || got.Generation != 42 {
+		t.Fatalf("decodeState(encodeState(%+v)) = %+v, %v", st, got, err)
+	}
 }
 
 // FuzzDecodeRecord: no input panics, and anything accepted re-seals to the

@@ -25,8 +25,14 @@ type State struct {
 	Role tenurev1.Role
 	// LeaderID and LeaderAddress name the leader this replica knows of.
 	LeaderID, LeaderAddress string
-	// Replicas is the range's replica set, at most wire.MaxReplicas.
+	// Replicas is the range's replica set, at most wire.MaxReplicas, with
+	// each member's recorded incarnation and learner flag.
 	Replicas []*tenurev1.Replica
+	// Generation is the range's generation the replica hosts it at (the
+	// lease service's RangeInfo.generation; 0 = not known: stored before
+	// generations, or never told). A fence for a higher one finds this
+	// data belonging to a deleted range of the same id.
+	Generation uint64
 }
 
 // clone returns a deep copy, so no caller shares Replicas with the Range.
@@ -34,7 +40,7 @@ func (st State) clone() State {
 	c := st
 	c.Replicas = make([]*tenurev1.Replica, len(st.Replicas))
 	for i, r := range st.Replicas {
-		c.Replicas[i] = &tenurev1.Replica{Id: r.GetId(), Address: r.GetAddress()}
+		c.Replicas[i] = &tenurev1.Replica{Id: r.GetId(), Address: r.GetAddress(), Incarnation: r.GetIncarnation(), Learner: r.GetLearner()}
 	}
 	if len(c.Replicas) == 0 {
 		c.Replicas = nil
@@ -85,6 +91,9 @@ type Range struct {
 	// may not rise above truncTo, so the bound checked at the start holds.
 	truncating bool
 	truncTo    uint64
+	// dropped is set once DropRange quiesced the range (truncating then
+	// stays set): waits fail with ErrDropped.
+	dropped bool
 	// truncGen counts completed truncations; lastTruncTo is the latest one's
 	// target. WaitDurable uses them to notice its offset was cut.
 	truncGen, lastTruncTo uint64
@@ -386,6 +395,10 @@ func (r *Range) WaitDurable(ctx context.Context, off uint64) error {
 	r.mu.Lock()
 	gen := r.truncGen
 	for {
+		if r.dropped {
+			r.mu.Unlock()
+			return fmt.Errorf("%w: WaitDurable(%d) on %s", ErrDropped, off, r.id)
+		}
 		if r.truncGen != gen && (r.truncGen-gen > 1 || r.lastTruncTo < off) {
 			r.mu.Unlock()
 			return fmt.Errorf("%w: WaitDurable(%d) on %s: the log was cut to %d", ErrTruncated, off, r.id, r.lastTruncTo)

@@ -66,9 +66,14 @@ type Options struct {
 	// (a new epoch journaled, its records not yet written), "commit:write"
 	// (the group commit took a batch of records, not yet written to Badger:
 	// they are assigned, and a leader already serves them to followers).
-	// "wal:checkpoint" (a WAL checkpoint, in the background, before it
-	// syncs Badger). A CrashAt that blocks holds the operation there (the
-	// committer, at "commit:write"), which tests use to stage a slow disk.
+	// "commit:sync" (a sync of written, readable records, before its
+	// fdatasync: they are not yet durable), "wal:checkpoint" (a WAL
+	// checkpoint, in the background, before it syncs Badger), "drop:intent"
+	// (a drop's intent synced, nothing deleted), "drop:log" (the range's
+	// log keys deleted, not synced; its state and journal still there). A
+	// CrashAt that blocks holds the operation there (the committer, at
+	// "commit:write"; the syncer or a follower's inline sync, at
+	// "commit:sync"), which tests use to stage a slow disk.
 	CrashAt func(point string) error
 }
 
@@ -79,7 +84,10 @@ const (
 	CrashTruncateLog     = "truncate:log"
 	CrashAppendJournal   = "append:journal"
 	CrashCommitWrite     = "commit:write"
+	CrashCommitSync      = "commit:sync"
 	CrashWALCheckpoint   = "wal:checkpoint"
+	CrashDropIntent      = "drop:intent"
+	CrashDropLog         = "drop:log"
 )
 
 // A Store is one replica's storage: one Badger database for every range's
@@ -98,12 +106,10 @@ type Store struct {
 	life   sync.RWMutex
 	closed bool // guarded by life
 
-	// creating holds a lock per range id being created, so concurrent
-	// CreateRange calls for one id create it once, while different ids
-	// (a promoter fencing a thousand new ranges) create in parallel and
-	// share their fsyncs. Guarded by createMu.
+	// creating holds a lock per range id being created or dropped
+	// (lockID). Guarded by createMu.
 	createMu sync.Mutex
-	creating map[string]*sync.Mutex
+	creating map[string]*idLock
 	rangesMu sync.RWMutex
 	ranges   map[string]*Range // guarded by rangesMu
 
@@ -147,6 +153,9 @@ type Store struct {
 	stopped     bool  // the writer and the syncer exited
 	failed      error // first fatal failure; see ErrFailed
 	done        chan struct{}
+	// takes counts takeLocked calls: a commit that began after a given
+	// count took the dirty HWMs as they were then (DropRange's forgetHWM).
+	takes uint64
 
 	syncMu sync.Mutex
 	// sealed names the memtable WAL files already fsynced after Badger
@@ -257,6 +266,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	// The WAL first: the ranges are loaded from what it made durable.
 	err = s.recoverWAL(dir)
+	if err == nil {
+		// Before listing the ranges: a half-dropped one is never loaded.
+		err = s.redoDrops()
+	}
 	var ids []string
 	if err == nil {
 		ids, err = s.persistedRangeIDs()
@@ -360,23 +373,8 @@ func (s *Store) CreateRange(id string) (*Range, error) {
 	if err := wire.ValidateRangeID(id); err != nil {
 		return nil, fmt.Errorf("%w: CreateRange: %w", ErrInvalid, err)
 	}
-	s.createMu.Lock()
-	if s.creating == nil {
-		s.creating = map[string]*sync.Mutex{}
-	}
-	idMu := s.creating[id]
-	if idMu == nil {
-		idMu = &sync.Mutex{}
-		s.creating[id] = idMu
-	}
-	s.createMu.Unlock()
-	idMu.Lock()
-	defer func() {
-		idMu.Unlock()
-		s.createMu.Lock()
-		delete(s.creating, id)
-		s.createMu.Unlock()
-	}()
+	unlock := s.lockID(id)
+	defer unlock()
 	if r, ok := s.Range(id); ok {
 		return r, nil
 	}
@@ -404,6 +402,39 @@ func (s *Store) CreateRange(id string) (*Range, error) {
 	s.rangesMu.Unlock()
 	s.log.Info("created range", "range", id)
 	return r, nil
+}
+
+// lockID takes the lock of range id that CreateRange and DropRange hold, so
+// concurrent calls for one id run one at a time, while different ids (a
+// promoter fencing a thousand new ranges) run in parallel and share their
+// fsyncs. It returns the unlock.
+func (s *Store) lockID(id string) (unlock func()) {
+	s.createMu.Lock()
+	if s.creating == nil {
+		s.creating = map[string]*idLock{}
+	}
+	l := s.creating[id]
+	if l == nil {
+		l = &idLock{}
+		s.creating[id] = l
+	}
+	l.users++
+	s.createMu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.createMu.Lock()
+		if l.users--; l.users == 0 {
+			delete(s.creating, id)
+		}
+		s.createMu.Unlock()
+	}
+}
+
+// idLock is one range id's lock, and how many callers hold or wait for it.
+type idLock struct {
+	mu    sync.Mutex
+	users int
 }
 
 func (s *Store) journalPath(id string) string {

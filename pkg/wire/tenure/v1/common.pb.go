@@ -225,7 +225,18 @@ type Replica struct {
 	// Stable replica id (the same grammar as a range id).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Base URL of the replica's Connect server, e.g. "http://127.0.0.1:7101".
-	Address       string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// The incarnation of the replica's data directory (32 hex digits, made at
+	// its first start) as recorded once the member joined; empty until then.
+	// A member is (id, incarnation), not an id (Kafka's KIP-853): an answer
+	// from the same id with another incarnation comes from a replaced or wiped
+	// disk, and never counts toward a quorum, the committed bound, the
+	// candidate or a leader's HWM.
+	Incarnation string `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// A learner fetches like a follower but never counts toward the HWM, a
+	// promotion quorum, the committed bound or the candidate choice. A new
+	// member joins as a learner and becomes a voter once it caught up.
+	Learner       bool `protobuf:"varint,4,opt,name=learner,proto3" json:"learner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -274,6 +285,20 @@ func (x *Replica) GetAddress() string {
 	return ""
 }
 
+func (x *Replica) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *Replica) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
+}
+
 var File_tenure_v1_common_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_common_proto_rawDesc = "" +
@@ -288,10 +313,12 @@ const file_tenure_v1_common_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x1f\n" +
 	"\vepoch_start\x18\x04 \x01(\bR\n" +
-	"epochStart\"3\n" +
+	"epochStart\"o\n" +
 	"\aReplica\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress*Q\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x12\x18\n" +
+	"\alearner\x18\x04 \x01(\bR\alearner*Q\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_LEADER\x10\x01\x12\x11\n" +

@@ -21,6 +21,70 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// MembershipStep is one single-replica membership change.
+type MembershipStep int32
+
+const (
+	// Not set.
+	MembershipStep_MEMBERSHIP_STEP_UNSPECIFIED MembershipStep = 0
+	// Add a replica as a learner (fetches, never counts).
+	MembershipStep_MEMBERSHIP_STEP_ADD_LEARNER MembershipStep = 1
+	// Make a learner a voter.
+	MembershipStep_MEMBERSHIP_STEP_PROMOTE_LEARNER MembershipStep = 2
+	// Remove a member (voter or learner).
+	MembershipStep_MEMBERSHIP_STEP_REMOVE MembershipStep = 3
+	// Record the incarnation of a member that has none recorded yet (its first
+	// fence answer). Never replaces a recorded one: a member whose disk was
+	// replaced comes back only by being removed and added again. Not a change
+	// of who votes, so it is never left in flight.
+	MembershipStep_MEMBERSHIP_STEP_SET_INCARNATION MembershipStep = 4
+)
+
+// Enum value maps for MembershipStep.
+var (
+	MembershipStep_name = map[int32]string{
+		0: "MEMBERSHIP_STEP_UNSPECIFIED",
+		1: "MEMBERSHIP_STEP_ADD_LEARNER",
+		2: "MEMBERSHIP_STEP_PROMOTE_LEARNER",
+		3: "MEMBERSHIP_STEP_REMOVE",
+		4: "MEMBERSHIP_STEP_SET_INCARNATION",
+	}
+	MembershipStep_value = map[string]int32{
+		"MEMBERSHIP_STEP_UNSPECIFIED":     0,
+		"MEMBERSHIP_STEP_ADD_LEARNER":     1,
+		"MEMBERSHIP_STEP_PROMOTE_LEARNER": 2,
+		"MEMBERSHIP_STEP_REMOVE":          3,
+		"MEMBERSHIP_STEP_SET_INCARNATION": 4,
+	}
+)
+
+func (x MembershipStep) Enum() *MembershipStep {
+	p := new(MembershipStep)
+	*p = x
+	return p
+}
+
+func (x MembershipStep) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MembershipStep) Descriptor() protoreflect.EnumDescriptor {
+	return file_tenure_v1_lease_proto_enumTypes[0].Descriptor()
+}
+
+func (MembershipStep) Type() protoreflect.EnumType {
+	return &file_tenure_v1_lease_proto_enumTypes[0]
+}
+
+func (x MembershipStep) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MembershipStep.Descriptor instead.
+func (MembershipStep) EnumDescriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{0}
+}
+
 // LeaseEventType is what happened to a lease.
 type LeaseEventType int32
 
@@ -70,11 +134,11 @@ func (x LeaseEventType) String() string {
 }
 
 func (LeaseEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_tenure_v1_lease_proto_enumTypes[0].Descriptor()
+	return file_tenure_v1_lease_proto_enumTypes[1].Descriptor()
 }
 
 func (LeaseEventType) Type() protoreflect.EnumType {
-	return &file_tenure_v1_lease_proto_enumTypes[0]
+	return &file_tenure_v1_lease_proto_enumTypes[1]
 }
 
 func (x LeaseEventType) Number() protoreflect.EnumNumber {
@@ -83,7 +147,7 @@ func (x LeaseEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseEventType.Descriptor instead.
 func (LeaseEventType) EnumDescriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{0}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{1}
 }
 
 // RangeInfo is a range as the lease service stores it.
@@ -101,8 +165,17 @@ type RangeInfo struct {
 	Lease *Lease `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
 	// Preferred replica for leadership, if any.
 	PreferredReplicaId string `protobuf:"bytes,6,opt,name=preferred_replica_id,json=preferredReplicaId,proto3" json:"preferred_replica_id,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The membership change in flight, if any. While it is set, a promotion
+	// needs a fenced quorum of the voters before it (change.old_replicas) AND
+	// of the voters after it (replicas), so no acknowledged record can fall
+	// between the two.
+	Change *MembershipChange `protobuf:"bytes,7,opt,name=change,proto3" json:"change,omitempty"`
+	// The range's generation: the etcd revision that created it. A range
+	// deleted and created again under the same id has a higher one; replicas
+	// are fenced with it and drop data of an older generation.
+	Generation    uint64 `protobuf:"varint,8,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RangeInfo) Reset() {
@@ -177,6 +250,416 @@ func (x *RangeInfo) GetPreferredReplicaId() string {
 	return ""
 }
 
+func (x *RangeInfo) GetChange() *MembershipChange {
+	if x != nil {
+		return x.Change
+	}
+	return nil
+}
+
+func (x *RangeInfo) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// MembershipChange is a membership step in flight.
+type MembershipChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step.
+	Step MembershipStep `protobuf:"varint,1,opt,name=step,proto3,enum=tenure.v1.MembershipStep" json:"step,omitempty"`
+	// The replica it concerns.
+	ReplicaId string `protobuf:"bytes,2,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// The replica set before the step (its voters are the old voter set).
+	OldReplicas []*Replica `protobuf:"bytes,3,rep,name=old_replicas,json=oldReplicas,proto3" json:"old_replicas,omitempty"`
+	// The range's epoch when the step was made: it takes effect with a
+	// promotion to a later epoch.
+	Epoch uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// When the step was made, Unix milliseconds.
+	StartedUnixMs int64 `protobuf:"varint,5,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembershipChange) Reset() {
+	*x = MembershipChange{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembershipChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembershipChange) ProtoMessage() {}
+
+func (x *MembershipChange) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembershipChange.ProtoReflect.Descriptor instead.
+func (*MembershipChange) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MembershipChange) GetStep() MembershipStep {
+	if x != nil {
+		return x.Step
+	}
+	return MembershipStep_MEMBERSHIP_STEP_UNSPECIFIED
+}
+
+func (x *MembershipChange) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *MembershipChange) GetOldReplicas() []*Replica {
+	if x != nil {
+		return x.OldReplicas
+	}
+	return nil
+}
+
+func (x *MembershipChange) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *MembershipChange) GetStartedUnixMs() int64 {
+	if x != nil {
+		return x.StartedUnixMs
+	}
+	return 0
+}
+
+// ChangeMembershipRequest is one membership step.
+type ChangeMembershipRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The membership_revision the caller read.
+	ExpectedRevision int64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	// The step.
+	Step MembershipStep `protobuf:"varint,3,opt,name=step,proto3,enum=tenure.v1.MembershipStep" json:"step,omitempty"`
+	// The replica: id and address to add; id and incarnation for
+	// SET_INCARNATION; id alone for the others.
+	Replica       *Replica `protobuf:"bytes,4,opt,name=replica,proto3" json:"replica,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeMembershipRequest) Reset() {
+	*x = ChangeMembershipRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeMembershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeMembershipRequest) ProtoMessage() {}
+
+func (x *ChangeMembershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeMembershipRequest.ProtoReflect.Descriptor instead.
+func (*ChangeMembershipRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ChangeMembershipRequest) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *ChangeMembershipRequest) GetExpectedRevision() int64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *ChangeMembershipRequest) GetStep() MembershipStep {
+	if x != nil {
+		return x.Step
+	}
+	return MembershipStep_MEMBERSHIP_STEP_UNSPECIFIED
+}
+
+func (x *ChangeMembershipRequest) GetReplica() *Replica {
+	if x != nil {
+		return x.Replica
+	}
+	return nil
+}
+
+// ChangeMembershipResponse returns the updated range.
+type ChangeMembershipResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range as stored.
+	Range         *RangeInfo `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeMembershipResponse) Reset() {
+	*x = ChangeMembershipResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeMembershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeMembershipResponse) ProtoMessage() {}
+
+func (x *ChangeMembershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeMembershipResponse.ProtoReflect.Descriptor instead.
+func (*ChangeMembershipResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ChangeMembershipResponse) GetRange() *RangeInfo {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+// CompleteMembershipChangeRequest ends a change in flight.
+type CompleteMembershipChangeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The membership_revision the caller read.
+	ExpectedRevision int64 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CompleteMembershipChangeRequest) Reset() {
+	*x = CompleteMembershipChangeRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteMembershipChangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteMembershipChangeRequest) ProtoMessage() {}
+
+func (x *CompleteMembershipChangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteMembershipChangeRequest.ProtoReflect.Descriptor instead.
+func (*CompleteMembershipChangeRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CompleteMembershipChangeRequest) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *CompleteMembershipChangeRequest) GetExpectedRevision() int64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+// CompleteMembershipChangeResponse returns the updated range.
+type CompleteMembershipChangeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range as stored.
+	Range         *RangeInfo `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteMembershipChangeResponse) Reset() {
+	*x = CompleteMembershipChangeResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteMembershipChangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteMembershipChangeResponse) ProtoMessage() {}
+
+func (x *CompleteMembershipChangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteMembershipChangeResponse.ProtoReflect.Descriptor instead.
+func (*CompleteMembershipChangeResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CompleteMembershipChangeResponse) GetRange() *RangeInfo {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+// DeleteRangeRequest names a range to delete.
+type DeleteRangeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range.
+	RangeId       string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRangeRequest) Reset() {
+	*x = DeleteRangeRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRangeRequest) ProtoMessage() {}
+
+func (x *DeleteRangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRangeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRangeRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DeleteRangeRequest) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+// DeleteRangeResponse says whether there was anything to delete.
+type DeleteRangeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the range did not exist (already deleted).
+	Existed       bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRangeResponse) Reset() {
+	*x = DeleteRangeResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRangeResponse) ProtoMessage() {}
+
+func (x *DeleteRangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRangeResponse.ProtoReflect.Descriptor instead.
+func (*DeleteRangeResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DeleteRangeResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
 // Lease is the time-bound right of one holder to act under an epoch.
 type Lease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -200,7 +683,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[1]
+	mi := &file_tenure_v1_lease_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -212,7 +695,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[1]
+	mi := &file_tenure_v1_lease_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -225,7 +708,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{1}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Lease) GetRangeId() string {
@@ -292,7 +775,7 @@ type CreateRangeRequest struct {
 
 func (x *CreateRangeRequest) Reset() {
 	*x = CreateRangeRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[2]
+	mi := &file_tenure_v1_lease_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -304,7 +787,7 @@ func (x *CreateRangeRequest) String() string {
 func (*CreateRangeRequest) ProtoMessage() {}
 
 func (x *CreateRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[2]
+	mi := &file_tenure_v1_lease_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -317,7 +800,7 @@ func (x *CreateRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRangeRequest.ProtoReflect.Descriptor instead.
 func (*CreateRangeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{2}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateRangeRequest) GetRangeId() string {
@@ -352,7 +835,7 @@ type CreateRangeResponse struct {
 
 func (x *CreateRangeResponse) Reset() {
 	*x = CreateRangeResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[3]
+	mi := &file_tenure_v1_lease_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +847,7 @@ func (x *CreateRangeResponse) String() string {
 func (*CreateRangeResponse) ProtoMessage() {}
 
 func (x *CreateRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[3]
+	mi := &file_tenure_v1_lease_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +860,7 @@ func (x *CreateRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRangeResponse.ProtoReflect.Descriptor instead.
 func (*CreateRangeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{3}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateRangeResponse) GetRange() *RangeInfo {
@@ -398,7 +881,7 @@ type GetRangeRequest struct {
 
 func (x *GetRangeRequest) Reset() {
 	*x = GetRangeRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[4]
+	mi := &file_tenure_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +893,7 @@ func (x *GetRangeRequest) String() string {
 func (*GetRangeRequest) ProtoMessage() {}
 
 func (x *GetRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[4]
+	mi := &file_tenure_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +906,7 @@ func (x *GetRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRangeRequest.ProtoReflect.Descriptor instead.
 func (*GetRangeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{4}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRangeRequest) GetRangeId() string {
@@ -444,7 +927,7 @@ type GetRangeResponse struct {
 
 func (x *GetRangeResponse) Reset() {
 	*x = GetRangeResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[5]
+	mi := &file_tenure_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +939,7 @@ func (x *GetRangeResponse) String() string {
 func (*GetRangeResponse) ProtoMessage() {}
 
 func (x *GetRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[5]
+	mi := &file_tenure_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +952,7 @@ func (x *GetRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRangeResponse.ProtoReflect.Descriptor instead.
 func (*GetRangeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{5}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRangeResponse) GetRange() *RangeInfo {
@@ -490,7 +973,7 @@ type GetRangesRequest struct {
 
 func (x *GetRangesRequest) Reset() {
 	*x = GetRangesRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[6]
+	mi := &file_tenure_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -502,7 +985,7 @@ func (x *GetRangesRequest) String() string {
 func (*GetRangesRequest) ProtoMessage() {}
 
 func (x *GetRangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[6]
+	mi := &file_tenure_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -515,7 +998,7 @@ func (x *GetRangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRangesRequest.ProtoReflect.Descriptor instead.
 func (*GetRangesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{6}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRangesRequest) GetRangeIds() []string {
@@ -540,7 +1023,7 @@ type GetRangeResult struct {
 
 func (x *GetRangeResult) Reset() {
 	*x = GetRangeResult{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[7]
+	mi := &file_tenure_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +1035,7 @@ func (x *GetRangeResult) String() string {
 func (*GetRangeResult) ProtoMessage() {}
 
 func (x *GetRangeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[7]
+	mi := &file_tenure_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +1048,7 @@ func (x *GetRangeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRangeResult.ProtoReflect.Descriptor instead.
 func (*GetRangeResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{7}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetRangeResult) GetRangeId() string {
@@ -600,7 +1083,7 @@ type GetRangesResponse struct {
 
 func (x *GetRangesResponse) Reset() {
 	*x = GetRangesResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[8]
+	mi := &file_tenure_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +1095,7 @@ func (x *GetRangesResponse) String() string {
 func (*GetRangesResponse) ProtoMessage() {}
 
 func (x *GetRangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[8]
+	mi := &file_tenure_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +1108,7 @@ func (x *GetRangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRangesResponse.ProtoReflect.Descriptor instead.
 func (*GetRangesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{8}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRangesResponse) GetResults() []*GetRangeResult {
@@ -648,7 +1131,7 @@ type ListRangesRequest struct {
 
 func (x *ListRangesRequest) Reset() {
 	*x = ListRangesRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[9]
+	mi := &file_tenure_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -660,7 +1143,7 @@ func (x *ListRangesRequest) String() string {
 func (*ListRangesRequest) ProtoMessage() {}
 
 func (x *ListRangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[9]
+	mi := &file_tenure_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -673,7 +1156,7 @@ func (x *ListRangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRangesRequest.ProtoReflect.Descriptor instead.
 func (*ListRangesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListRangesRequest) GetAfterRangeId() string {
@@ -703,7 +1186,7 @@ type ListRangesResponse struct {
 
 func (x *ListRangesResponse) Reset() {
 	*x = ListRangesResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[10]
+	mi := &file_tenure_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +1198,7 @@ func (x *ListRangesResponse) String() string {
 func (*ListRangesResponse) ProtoMessage() {}
 
 func (x *ListRangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[10]
+	mi := &file_tenure_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +1211,7 @@ func (x *ListRangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRangesResponse.ProtoReflect.Descriptor instead.
 func (*ListRangesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRangesResponse) GetRanges() []*RangeInfo {
@@ -760,7 +1243,7 @@ type SetReplicasRequest struct {
 
 func (x *SetReplicasRequest) Reset() {
 	*x = SetReplicasRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[11]
+	mi := &file_tenure_v1_lease_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +1255,7 @@ func (x *SetReplicasRequest) String() string {
 func (*SetReplicasRequest) ProtoMessage() {}
 
 func (x *SetReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[11]
+	mi := &file_tenure_v1_lease_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +1268,7 @@ func (x *SetReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReplicasRequest.ProtoReflect.Descriptor instead.
 func (*SetReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetReplicasRequest) GetRangeId() string {
@@ -820,7 +1303,7 @@ type SetReplicasResponse struct {
 
 func (x *SetReplicasResponse) Reset() {
 	*x = SetReplicasResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[12]
+	mi := &file_tenure_v1_lease_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +1315,7 @@ func (x *SetReplicasResponse) String() string {
 func (*SetReplicasResponse) ProtoMessage() {}
 
 func (x *SetReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[12]
+	mi := &file_tenure_v1_lease_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +1328,7 @@ func (x *SetReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReplicasResponse.ProtoReflect.Descriptor instead.
 func (*SetReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetReplicasResponse) GetRange() *RangeInfo {
@@ -871,7 +1354,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[13]
+	mi := &file_tenure_v1_lease_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +1366,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[13]
+	mi := &file_tenure_v1_lease_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1379,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OpenSessionRequest) GetHolderId() string {
@@ -933,7 +1416,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[14]
+	mi := &file_tenure_v1_lease_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1428,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[14]
+	mi := &file_tenure_v1_lease_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1441,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OpenSessionResponse) GetSessionId() int64 {
@@ -988,7 +1471,7 @@ type RangeEpoch struct {
 
 func (x *RangeEpoch) Reset() {
 	*x = RangeEpoch{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[15]
+	mi := &file_tenure_v1_lease_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1483,7 @@ func (x *RangeEpoch) String() string {
 func (*RangeEpoch) ProtoMessage() {}
 
 func (x *RangeEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[15]
+	mi := &file_tenure_v1_lease_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1496,7 @@ func (x *RangeEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeEpoch.ProtoReflect.Descriptor instead.
 func (*RangeEpoch) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RangeEpoch) GetRangeId() string {
@@ -1043,7 +1526,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[16]
+	mi := &file_tenure_v1_lease_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1538,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[16]
+	mi := &file_tenure_v1_lease_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1551,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KeepAliveRequest) GetSessionId() int64 {
@@ -1099,7 +1582,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[17]
+	mi := &file_tenure_v1_lease_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1594,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[17]
+	mi := &file_tenure_v1_lease_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1607,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{17}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *KeepAliveResponse) GetTtlMs() int64 {
@@ -1152,7 +1635,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[18]
+	mi := &file_tenure_v1_lease_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1647,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[18]
+	mi := &file_tenure_v1_lease_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1660,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{18}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CloseSessionRequest) GetSessionId() int64 {
@@ -1196,7 +1679,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[19]
+	mi := &file_tenure_v1_lease_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1691,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[19]
+	mi := &file_tenure_v1_lease_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1704,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{19}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{26}
 }
 
 // GrantEpochRequest asks for the next epoch of a range.
@@ -1242,7 +1725,7 @@ type GrantEpochRequest struct {
 
 func (x *GrantEpochRequest) Reset() {
 	*x = GrantEpochRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[20]
+	mi := &file_tenure_v1_lease_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1737,7 @@ func (x *GrantEpochRequest) String() string {
 func (*GrantEpochRequest) ProtoMessage() {}
 
 func (x *GrantEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[20]
+	mi := &file_tenure_v1_lease_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1750,7 @@ func (x *GrantEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantEpochRequest.ProtoReflect.Descriptor instead.
 func (*GrantEpochRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{20}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GrantEpochRequest) GetRangeId() string {
@@ -1317,7 +1800,7 @@ type GrantEpochResponse struct {
 
 func (x *GrantEpochResponse) Reset() {
 	*x = GrantEpochResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[21]
+	mi := &file_tenure_v1_lease_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1812,7 @@ func (x *GrantEpochResponse) String() string {
 func (*GrantEpochResponse) ProtoMessage() {}
 
 func (x *GrantEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[21]
+	mi := &file_tenure_v1_lease_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1825,7 @@ func (x *GrantEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantEpochResponse.ProtoReflect.Descriptor instead.
 func (*GrantEpochResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{21}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GrantEpochResponse) GetEpoch() uint64 {
@@ -1384,7 +1867,7 @@ type BindLeaseRequest struct {
 
 func (x *BindLeaseRequest) Reset() {
 	*x = BindLeaseRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[22]
+	mi := &file_tenure_v1_lease_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1879,7 @@ func (x *BindLeaseRequest) String() string {
 func (*BindLeaseRequest) ProtoMessage() {}
 
 func (x *BindLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[22]
+	mi := &file_tenure_v1_lease_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1892,7 @@ func (x *BindLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindLeaseRequest.ProtoReflect.Descriptor instead.
 func (*BindLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BindLeaseRequest) GetRangeId() string {
@@ -1451,7 +1934,7 @@ type BindLeaseResponse struct {
 
 func (x *BindLeaseResponse) Reset() {
 	*x = BindLeaseResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[23]
+	mi := &file_tenure_v1_lease_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1946,7 @@ func (x *BindLeaseResponse) String() string {
 func (*BindLeaseResponse) ProtoMessage() {}
 
 func (x *BindLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[23]
+	mi := &file_tenure_v1_lease_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1959,7 @@ func (x *BindLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindLeaseResponse.ProtoReflect.Descriptor instead.
 func (*BindLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BindLeaseResponse) GetLease() *Lease {
@@ -1504,7 +1987,7 @@ type LeaseError struct {
 
 func (x *LeaseError) Reset() {
 	*x = LeaseError{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[24]
+	mi := &file_tenure_v1_lease_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1999,7 @@ func (x *LeaseError) String() string {
 func (*LeaseError) ProtoMessage() {}
 
 func (x *LeaseError) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[24]
+	mi := &file_tenure_v1_lease_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +2012,7 @@ func (x *LeaseError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseError.ProtoReflect.Descriptor instead.
 func (*LeaseError) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{24}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LeaseError) GetCode() uint32 {
@@ -1565,7 +2048,7 @@ type GrantEpochsRequest struct {
 
 func (x *GrantEpochsRequest) Reset() {
 	*x = GrantEpochsRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[25]
+	mi := &file_tenure_v1_lease_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +2060,7 @@ func (x *GrantEpochsRequest) String() string {
 func (*GrantEpochsRequest) ProtoMessage() {}
 
 func (x *GrantEpochsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[25]
+	mi := &file_tenure_v1_lease_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +2073,7 @@ func (x *GrantEpochsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantEpochsRequest.ProtoReflect.Descriptor instead.
 func (*GrantEpochsRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{25}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GrantEpochsRequest) GetGrants() []*GrantEpochRequest {
@@ -1615,7 +2098,7 @@ type GrantEpochResult struct {
 
 func (x *GrantEpochResult) Reset() {
 	*x = GrantEpochResult{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	mi := &file_tenure_v1_lease_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +2110,7 @@ func (x *GrantEpochResult) String() string {
 func (*GrantEpochResult) ProtoMessage() {}
 
 func (x *GrantEpochResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	mi := &file_tenure_v1_lease_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +2123,7 @@ func (x *GrantEpochResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantEpochResult.ProtoReflect.Descriptor instead.
 func (*GrantEpochResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{26}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GrantEpochResult) GetRangeId() string {
@@ -1675,7 +2158,7 @@ type GrantEpochsResponse struct {
 
 func (x *GrantEpochsResponse) Reset() {
 	*x = GrantEpochsResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[27]
+	mi := &file_tenure_v1_lease_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +2170,7 @@ func (x *GrantEpochsResponse) String() string {
 func (*GrantEpochsResponse) ProtoMessage() {}
 
 func (x *GrantEpochsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[27]
+	mi := &file_tenure_v1_lease_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +2183,7 @@ func (x *GrantEpochsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantEpochsResponse.ProtoReflect.Descriptor instead.
 func (*GrantEpochsResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{27}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GrantEpochsResponse) GetResults() []*GrantEpochResult {
@@ -1722,7 +2205,7 @@ type BindLeasesRequest struct {
 
 func (x *BindLeasesRequest) Reset() {
 	*x = BindLeasesRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[28]
+	mi := &file_tenure_v1_lease_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +2217,7 @@ func (x *BindLeasesRequest) String() string {
 func (*BindLeasesRequest) ProtoMessage() {}
 
 func (x *BindLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[28]
+	mi := &file_tenure_v1_lease_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +2230,7 @@ func (x *BindLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindLeasesRequest.ProtoReflect.Descriptor instead.
 func (*BindLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{28}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BindLeasesRequest) GetBinds() []*BindLeaseRequest {
@@ -1772,7 +2255,7 @@ type BindLeaseResult struct {
 
 func (x *BindLeaseResult) Reset() {
 	*x = BindLeaseResult{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[29]
+	mi := &file_tenure_v1_lease_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +2267,7 @@ func (x *BindLeaseResult) String() string {
 func (*BindLeaseResult) ProtoMessage() {}
 
 func (x *BindLeaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[29]
+	mi := &file_tenure_v1_lease_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +2280,7 @@ func (x *BindLeaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindLeaseResult.ProtoReflect.Descriptor instead.
 func (*BindLeaseResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{29}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BindLeaseResult) GetRangeId() string {
@@ -1832,7 +2315,7 @@ type BindLeasesResponse struct {
 
 func (x *BindLeasesResponse) Reset() {
 	*x = BindLeasesResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[30]
+	mi := &file_tenure_v1_lease_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +2327,7 @@ func (x *BindLeasesResponse) String() string {
 func (*BindLeasesResponse) ProtoMessage() {}
 
 func (x *BindLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[30]
+	mi := &file_tenure_v1_lease_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2340,7 @@ func (x *BindLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindLeasesResponse.ProtoReflect.Descriptor instead.
 func (*BindLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{30}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BindLeasesResponse) GetResults() []*BindLeaseResult {
@@ -1882,7 +2365,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[31]
+	mi := &file_tenure_v1_lease_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +2377,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[31]
+	mi := &file_tenure_v1_lease_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2390,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{31}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReleaseLeaseRequest) GetRangeId() string {
@@ -1940,7 +2423,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[32]
+	mi := &file_tenure_v1_lease_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2435,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[32]
+	mi := &file_tenure_v1_lease_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2448,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{32}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{39}
 }
 
 // GetLeaseRequest names a range.
@@ -1979,7 +2462,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[33]
+	mi := &file_tenure_v1_lease_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2474,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[33]
+	mi := &file_tenure_v1_lease_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2487,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{33}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetLeaseRequest) GetRangeId() string {
@@ -2025,7 +2508,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[34]
+	mi := &file_tenure_v1_lease_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2520,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[34]
+	mi := &file_tenure_v1_lease_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2533,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{34}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -2074,7 +2557,7 @@ type WatchLeasesRequest struct {
 
 func (x *WatchLeasesRequest) Reset() {
 	*x = WatchLeasesRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[35]
+	mi := &file_tenure_v1_lease_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2569,7 @@ func (x *WatchLeasesRequest) String() string {
 func (*WatchLeasesRequest) ProtoMessage() {}
 
 func (x *WatchLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[35]
+	mi := &file_tenure_v1_lease_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2582,7 @@ func (x *WatchLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeasesRequest.ProtoReflect.Descriptor instead.
 func (*WatchLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{35}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchLeasesRequest) GetRangeIds() []string {
@@ -2135,7 +2618,7 @@ type WatchLeasesResponse struct {
 
 func (x *WatchLeasesResponse) Reset() {
 	*x = WatchLeasesResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[36]
+	mi := &file_tenure_v1_lease_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2630,7 @@ func (x *WatchLeasesResponse) String() string {
 func (*WatchLeasesResponse) ProtoMessage() {}
 
 func (x *WatchLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[36]
+	mi := &file_tenure_v1_lease_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2643,7 @@ func (x *WatchLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeasesResponse.ProtoReflect.Descriptor instead.
 func (*WatchLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{36}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WatchLeasesResponse) GetType() LeaseEventType {
@@ -2202,14 +2685,41 @@ var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x16tenure/v1/common.proto\"\xf7\x01\n" +
+	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x16tenure/v1/common.proto\"\xcc\x02\n" +
 	"\tRangeInfo\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12.\n" +
 	"\breplicas\x18\x02 \x03(\v2\x12.tenure.v1.ReplicaR\breplicas\x12/\n" +
 	"\x13membership_revision\x18\x03 \x01(\x03R\x12membershipRevision\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12&\n" +
 	"\x05lease\x18\x05 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\x120\n" +
-	"\x14preferred_replica_id\x18\x06 \x01(\tR\x12preferredReplicaId\"\xd9\x01\n" +
+	"\x14preferred_replica_id\x18\x06 \x01(\tR\x12preferredReplicaId\x123\n" +
+	"\x06change\x18\a \x01(\v2\x1b.tenure.v1.MembershipChangeR\x06change\x12\x1e\n" +
+	"\n" +
+	"generation\x18\b \x01(\x04R\n" +
+	"generation\"\xd5\x01\n" +
+	"\x10MembershipChange\x12-\n" +
+	"\x04step\x18\x01 \x01(\x0e2\x19.tenure.v1.MembershipStepR\x04step\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x02 \x01(\tR\treplicaId\x125\n" +
+	"\fold_replicas\x18\x03 \x03(\v2\x12.tenure.v1.ReplicaR\voldReplicas\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12&\n" +
+	"\x0fstarted_unix_ms\x18\x05 \x01(\x03R\rstartedUnixMs\"\xbe\x01\n" +
+	"\x17ChangeMembershipRequest\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x03R\x10expectedRevision\x12-\n" +
+	"\x04step\x18\x03 \x01(\x0e2\x19.tenure.v1.MembershipStepR\x04step\x12,\n" +
+	"\areplica\x18\x04 \x01(\v2\x12.tenure.v1.ReplicaR\areplica\"F\n" +
+	"\x18ChangeMembershipResponse\x12*\n" +
+	"\x05range\x18\x01 \x01(\v2\x14.tenure.v1.RangeInfoR\x05range\"i\n" +
+	"\x1fCompleteMembershipChangeRequest\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x03R\x10expectedRevision\"N\n" +
+	" CompleteMembershipChangeResponse\x12*\n" +
+	"\x05range\x18\x01 \x01(\v2\x14.tenure.v1.RangeInfoR\x05range\"/\n" +
+	"\x12DeleteRangeRequest\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\"/\n" +
+	"\x13DeleteRangeResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"\xd9\x01\n" +
 	"\x05Lease\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1b\n" +
@@ -2331,21 +2841,30 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\brange_id\x18\x02 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tholder_id\x18\x04 \x01(\tR\bholderId\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision*\xca\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision*\xb8\x01\n" +
+	"\x0eMembershipStep\x12\x1f\n" +
+	"\x1bMEMBERSHIP_STEP_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bMEMBERSHIP_STEP_ADD_LEARNER\x10\x01\x12#\n" +
+	"\x1fMEMBERSHIP_STEP_PROMOTE_LEARNER\x10\x02\x12\x1a\n" +
+	"\x16MEMBERSHIP_STEP_REMOVE\x10\x03\x12#\n" +
+	"\x1fMEMBERSHIP_STEP_SET_INCARNATION\x10\x04*\xca\x01\n" +
 	"\x0eLeaseEventType\x12 \n" +
 	"\x1cLEASE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LEASE_EVENT_TYPE_GRANTED\x10\x01\x12\x1a\n" +
 	"\x16LEASE_EVENT_TYPE_BOUND\x10\x02\x12\x1c\n" +
 	"\x18LEASE_EVENT_TYPE_EXPIRED\x10\x03\x12\x1d\n" +
 	"\x19LEASE_EVENT_TYPE_RELEASED\x10\x04\x12\x1f\n" +
-	"\x1bLEASE_EVENT_TYPE_MEMBERSHIP\x10\x052\xfb\b\n" +
+	"\x1bLEASE_EVENT_TYPE_MEMBERSHIP\x10\x052\x9b\v\n" +
 	"\fLeaseService\x12L\n" +
 	"\vCreateRange\x12\x1d.tenure.v1.CreateRangeRequest\x1a\x1e.tenure.v1.CreateRangeResponse\x12C\n" +
 	"\bGetRange\x12\x1a.tenure.v1.GetRangeRequest\x1a\x1b.tenure.v1.GetRangeResponse\x12F\n" +
 	"\tGetRanges\x12\x1b.tenure.v1.GetRangesRequest\x1a\x1c.tenure.v1.GetRangesResponse\x12I\n" +
 	"\n" +
 	"ListRanges\x12\x1c.tenure.v1.ListRangesRequest\x1a\x1d.tenure.v1.ListRangesResponse\x12L\n" +
-	"\vSetReplicas\x12\x1d.tenure.v1.SetReplicasRequest\x1a\x1e.tenure.v1.SetReplicasResponse\x12L\n" +
+	"\vSetReplicas\x12\x1d.tenure.v1.SetReplicasRequest\x1a\x1e.tenure.v1.SetReplicasResponse\x12[\n" +
+	"\x10ChangeMembership\x12\".tenure.v1.ChangeMembershipRequest\x1a#.tenure.v1.ChangeMembershipResponse\x12s\n" +
+	"\x18CompleteMembershipChange\x12*.tenure.v1.CompleteMembershipChangeRequest\x1a+.tenure.v1.CompleteMembershipChangeResponse\x12L\n" +
+	"\vDeleteRange\x12\x1d.tenure.v1.DeleteRangeRequest\x1a\x1e.tenure.v1.DeleteRangeResponse\x12L\n" +
 	"\vOpenSession\x12\x1d.tenure.v1.OpenSessionRequest\x1a\x1e.tenure.v1.OpenSessionResponse\x12F\n" +
 	"\tKeepAlive\x12\x1b.tenure.v1.KeepAliveRequest\x1a\x1c.tenure.v1.KeepAliveResponse\x12O\n" +
 	"\fCloseSession\x12\x1e.tenure.v1.CloseSessionRequest\x1a\x1f.tenure.v1.CloseSessionResponse\x12I\n" +
@@ -2371,111 +2890,132 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_lease_proto_rawDescData
 }
 
-var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_tenure_v1_lease_proto_goTypes = []any{
-	(LeaseEventType)(0),          // 0: tenure.v1.LeaseEventType
-	(*RangeInfo)(nil),            // 1: tenure.v1.RangeInfo
-	(*Lease)(nil),                // 2: tenure.v1.Lease
-	(*CreateRangeRequest)(nil),   // 3: tenure.v1.CreateRangeRequest
-	(*CreateRangeResponse)(nil),  // 4: tenure.v1.CreateRangeResponse
-	(*GetRangeRequest)(nil),      // 5: tenure.v1.GetRangeRequest
-	(*GetRangeResponse)(nil),     // 6: tenure.v1.GetRangeResponse
-	(*GetRangesRequest)(nil),     // 7: tenure.v1.GetRangesRequest
-	(*GetRangeResult)(nil),       // 8: tenure.v1.GetRangeResult
-	(*GetRangesResponse)(nil),    // 9: tenure.v1.GetRangesResponse
-	(*ListRangesRequest)(nil),    // 10: tenure.v1.ListRangesRequest
-	(*ListRangesResponse)(nil),   // 11: tenure.v1.ListRangesResponse
-	(*SetReplicasRequest)(nil),   // 12: tenure.v1.SetReplicasRequest
-	(*SetReplicasResponse)(nil),  // 13: tenure.v1.SetReplicasResponse
-	(*OpenSessionRequest)(nil),   // 14: tenure.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),  // 15: tenure.v1.OpenSessionResponse
-	(*RangeEpoch)(nil),           // 16: tenure.v1.RangeEpoch
-	(*KeepAliveRequest)(nil),     // 17: tenure.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),    // 18: tenure.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),  // 19: tenure.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil), // 20: tenure.v1.CloseSessionResponse
-	(*GrantEpochRequest)(nil),    // 21: tenure.v1.GrantEpochRequest
-	(*GrantEpochResponse)(nil),   // 22: tenure.v1.GrantEpochResponse
-	(*BindLeaseRequest)(nil),     // 23: tenure.v1.BindLeaseRequest
-	(*BindLeaseResponse)(nil),    // 24: tenure.v1.BindLeaseResponse
-	(*LeaseError)(nil),           // 25: tenure.v1.LeaseError
-	(*GrantEpochsRequest)(nil),   // 26: tenure.v1.GrantEpochsRequest
-	(*GrantEpochResult)(nil),     // 27: tenure.v1.GrantEpochResult
-	(*GrantEpochsResponse)(nil),  // 28: tenure.v1.GrantEpochsResponse
-	(*BindLeasesRequest)(nil),    // 29: tenure.v1.BindLeasesRequest
-	(*BindLeaseResult)(nil),      // 30: tenure.v1.BindLeaseResult
-	(*BindLeasesResponse)(nil),   // 31: tenure.v1.BindLeasesResponse
-	(*ReleaseLeaseRequest)(nil),  // 32: tenure.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil), // 33: tenure.v1.ReleaseLeaseResponse
-	(*GetLeaseRequest)(nil),      // 34: tenure.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),     // 35: tenure.v1.GetLeaseResponse
-	(*WatchLeasesRequest)(nil),   // 36: tenure.v1.WatchLeasesRequest
-	(*WatchLeasesResponse)(nil),  // 37: tenure.v1.WatchLeasesResponse
-	(*Replica)(nil),              // 38: tenure.v1.Replica
+	(MembershipStep)(0),                      // 0: tenure.v1.MembershipStep
+	(LeaseEventType)(0),                      // 1: tenure.v1.LeaseEventType
+	(*RangeInfo)(nil),                        // 2: tenure.v1.RangeInfo
+	(*MembershipChange)(nil),                 // 3: tenure.v1.MembershipChange
+	(*ChangeMembershipRequest)(nil),          // 4: tenure.v1.ChangeMembershipRequest
+	(*ChangeMembershipResponse)(nil),         // 5: tenure.v1.ChangeMembershipResponse
+	(*CompleteMembershipChangeRequest)(nil),  // 6: tenure.v1.CompleteMembershipChangeRequest
+	(*CompleteMembershipChangeResponse)(nil), // 7: tenure.v1.CompleteMembershipChangeResponse
+	(*DeleteRangeRequest)(nil),               // 8: tenure.v1.DeleteRangeRequest
+	(*DeleteRangeResponse)(nil),              // 9: tenure.v1.DeleteRangeResponse
+	(*Lease)(nil),                            // 10: tenure.v1.Lease
+	(*CreateRangeRequest)(nil),               // 11: tenure.v1.CreateRangeRequest
+	(*CreateRangeResponse)(nil),              // 12: tenure.v1.CreateRangeResponse
+	(*GetRangeRequest)(nil),                  // 13: tenure.v1.GetRangeRequest
+	(*GetRangeResponse)(nil),                 // 14: tenure.v1.GetRangeResponse
+	(*GetRangesRequest)(nil),                 // 15: tenure.v1.GetRangesRequest
+	(*GetRangeResult)(nil),                   // 16: tenure.v1.GetRangeResult
+	(*GetRangesResponse)(nil),                // 17: tenure.v1.GetRangesResponse
+	(*ListRangesRequest)(nil),                // 18: tenure.v1.ListRangesRequest
+	(*ListRangesResponse)(nil),               // 19: tenure.v1.ListRangesResponse
+	(*SetReplicasRequest)(nil),               // 20: tenure.v1.SetReplicasRequest
+	(*SetReplicasResponse)(nil),              // 21: tenure.v1.SetReplicasResponse
+	(*OpenSessionRequest)(nil),               // 22: tenure.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),              // 23: tenure.v1.OpenSessionResponse
+	(*RangeEpoch)(nil),                       // 24: tenure.v1.RangeEpoch
+	(*KeepAliveRequest)(nil),                 // 25: tenure.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),                // 26: tenure.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),              // 27: tenure.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),             // 28: tenure.v1.CloseSessionResponse
+	(*GrantEpochRequest)(nil),                // 29: tenure.v1.GrantEpochRequest
+	(*GrantEpochResponse)(nil),               // 30: tenure.v1.GrantEpochResponse
+	(*BindLeaseRequest)(nil),                 // 31: tenure.v1.BindLeaseRequest
+	(*BindLeaseResponse)(nil),                // 32: tenure.v1.BindLeaseResponse
+	(*LeaseError)(nil),                       // 33: tenure.v1.LeaseError
+	(*GrantEpochsRequest)(nil),               // 34: tenure.v1.GrantEpochsRequest
+	(*GrantEpochResult)(nil),                 // 35: tenure.v1.GrantEpochResult
+	(*GrantEpochsResponse)(nil),              // 36: tenure.v1.GrantEpochsResponse
+	(*BindLeasesRequest)(nil),                // 37: tenure.v1.BindLeasesRequest
+	(*BindLeaseResult)(nil),                  // 38: tenure.v1.BindLeaseResult
+	(*BindLeasesResponse)(nil),               // 39: tenure.v1.BindLeasesResponse
+	(*ReleaseLeaseRequest)(nil),              // 40: tenure.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),             // 41: tenure.v1.ReleaseLeaseResponse
+	(*GetLeaseRequest)(nil),                  // 42: tenure.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),                 // 43: tenure.v1.GetLeaseResponse
+	(*WatchLeasesRequest)(nil),               // 44: tenure.v1.WatchLeasesRequest
+	(*WatchLeasesResponse)(nil),              // 45: tenure.v1.WatchLeasesResponse
+	(*Replica)(nil),                          // 46: tenure.v1.Replica
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	38, // 0: tenure.v1.RangeInfo.replicas:type_name -> tenure.v1.Replica
-	2,  // 1: tenure.v1.RangeInfo.lease:type_name -> tenure.v1.Lease
-	38, // 2: tenure.v1.CreateRangeRequest.replicas:type_name -> tenure.v1.Replica
-	1,  // 3: tenure.v1.CreateRangeResponse.range:type_name -> tenure.v1.RangeInfo
-	1,  // 4: tenure.v1.GetRangeResponse.range:type_name -> tenure.v1.RangeInfo
-	1,  // 5: tenure.v1.GetRangeResult.range:type_name -> tenure.v1.RangeInfo
-	25, // 6: tenure.v1.GetRangeResult.error:type_name -> tenure.v1.LeaseError
-	8,  // 7: tenure.v1.GetRangesResponse.results:type_name -> tenure.v1.GetRangeResult
-	1,  // 8: tenure.v1.ListRangesResponse.ranges:type_name -> tenure.v1.RangeInfo
-	38, // 9: tenure.v1.SetReplicasRequest.replicas:type_name -> tenure.v1.Replica
-	1,  // 10: tenure.v1.SetReplicasResponse.range:type_name -> tenure.v1.RangeInfo
-	16, // 11: tenure.v1.KeepAliveRequest.held:type_name -> tenure.v1.RangeEpoch
-	16, // 12: tenure.v1.KeepAliveResponse.superseded:type_name -> tenure.v1.RangeEpoch
-	2,  // 13: tenure.v1.GrantEpochResponse.lease:type_name -> tenure.v1.Lease
-	1,  // 14: tenure.v1.GrantEpochResponse.range:type_name -> tenure.v1.RangeInfo
-	2,  // 15: tenure.v1.BindLeaseResponse.lease:type_name -> tenure.v1.Lease
-	21, // 16: tenure.v1.GrantEpochsRequest.grants:type_name -> tenure.v1.GrantEpochRequest
-	22, // 17: tenure.v1.GrantEpochResult.grant:type_name -> tenure.v1.GrantEpochResponse
-	25, // 18: tenure.v1.GrantEpochResult.error:type_name -> tenure.v1.LeaseError
-	27, // 19: tenure.v1.GrantEpochsResponse.results:type_name -> tenure.v1.GrantEpochResult
-	23, // 20: tenure.v1.BindLeasesRequest.binds:type_name -> tenure.v1.BindLeaseRequest
-	24, // 21: tenure.v1.BindLeaseResult.bind:type_name -> tenure.v1.BindLeaseResponse
-	25, // 22: tenure.v1.BindLeaseResult.error:type_name -> tenure.v1.LeaseError
-	30, // 23: tenure.v1.BindLeasesResponse.results:type_name -> tenure.v1.BindLeaseResult
-	2,  // 24: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	0,  // 25: tenure.v1.WatchLeasesResponse.type:type_name -> tenure.v1.LeaseEventType
-	3,  // 26: tenure.v1.LeaseService.CreateRange:input_type -> tenure.v1.CreateRangeRequest
-	5,  // 27: tenure.v1.LeaseService.GetRange:input_type -> tenure.v1.GetRangeRequest
-	7,  // 28: tenure.v1.LeaseService.GetRanges:input_type -> tenure.v1.GetRangesRequest
-	10, // 29: tenure.v1.LeaseService.ListRanges:input_type -> tenure.v1.ListRangesRequest
-	12, // 30: tenure.v1.LeaseService.SetReplicas:input_type -> tenure.v1.SetReplicasRequest
-	14, // 31: tenure.v1.LeaseService.OpenSession:input_type -> tenure.v1.OpenSessionRequest
-	17, // 32: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	19, // 33: tenure.v1.LeaseService.CloseSession:input_type -> tenure.v1.CloseSessionRequest
-	21, // 34: tenure.v1.LeaseService.GrantEpoch:input_type -> tenure.v1.GrantEpochRequest
-	23, // 35: tenure.v1.LeaseService.BindLease:input_type -> tenure.v1.BindLeaseRequest
-	26, // 36: tenure.v1.LeaseService.GrantEpochs:input_type -> tenure.v1.GrantEpochsRequest
-	29, // 37: tenure.v1.LeaseService.BindLeases:input_type -> tenure.v1.BindLeasesRequest
-	32, // 38: tenure.v1.LeaseService.ReleaseLease:input_type -> tenure.v1.ReleaseLeaseRequest
-	34, // 39: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	36, // 40: tenure.v1.LeaseService.WatchLeases:input_type -> tenure.v1.WatchLeasesRequest
-	4,  // 41: tenure.v1.LeaseService.CreateRange:output_type -> tenure.v1.CreateRangeResponse
-	6,  // 42: tenure.v1.LeaseService.GetRange:output_type -> tenure.v1.GetRangeResponse
-	9,  // 43: tenure.v1.LeaseService.GetRanges:output_type -> tenure.v1.GetRangesResponse
-	11, // 44: tenure.v1.LeaseService.ListRanges:output_type -> tenure.v1.ListRangesResponse
-	13, // 45: tenure.v1.LeaseService.SetReplicas:output_type -> tenure.v1.SetReplicasResponse
-	15, // 46: tenure.v1.LeaseService.OpenSession:output_type -> tenure.v1.OpenSessionResponse
-	18, // 47: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	20, // 48: tenure.v1.LeaseService.CloseSession:output_type -> tenure.v1.CloseSessionResponse
-	22, // 49: tenure.v1.LeaseService.GrantEpoch:output_type -> tenure.v1.GrantEpochResponse
-	24, // 50: tenure.v1.LeaseService.BindLease:output_type -> tenure.v1.BindLeaseResponse
-	28, // 51: tenure.v1.LeaseService.GrantEpochs:output_type -> tenure.v1.GrantEpochsResponse
-	31, // 52: tenure.v1.LeaseService.BindLeases:output_type -> tenure.v1.BindLeasesResponse
-	33, // 53: tenure.v1.LeaseService.ReleaseLease:output_type -> tenure.v1.ReleaseLeaseResponse
-	35, // 54: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	37, // 55: tenure.v1.LeaseService.WatchLeases:output_type -> tenure.v1.WatchLeasesResponse
-	41, // [41:56] is the sub-list for method output_type
-	26, // [26:41] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	46, // 0: tenure.v1.RangeInfo.replicas:type_name -> tenure.v1.Replica
+	10, // 1: tenure.v1.RangeInfo.lease:type_name -> tenure.v1.Lease
+	3,  // 2: tenure.v1.RangeInfo.change:type_name -> tenure.v1.MembershipChange
+	0,  // 3: tenure.v1.MembershipChange.step:type_name -> tenure.v1.MembershipStep
+	46, // 4: tenure.v1.MembershipChange.old_replicas:type_name -> tenure.v1.Replica
+	0,  // 5: tenure.v1.ChangeMembershipRequest.step:type_name -> tenure.v1.MembershipStep
+	46, // 6: tenure.v1.ChangeMembershipRequest.replica:type_name -> tenure.v1.Replica
+	2,  // 7: tenure.v1.ChangeMembershipResponse.range:type_name -> tenure.v1.RangeInfo
+	2,  // 8: tenure.v1.CompleteMembershipChangeResponse.range:type_name -> tenure.v1.RangeInfo
+	46, // 9: tenure.v1.CreateRangeRequest.replicas:type_name -> tenure.v1.Replica
+	2,  // 10: tenure.v1.CreateRangeResponse.range:type_name -> tenure.v1.RangeInfo
+	2,  // 11: tenure.v1.GetRangeResponse.range:type_name -> tenure.v1.RangeInfo
+	2,  // 12: tenure.v1.GetRangeResult.range:type_name -> tenure.v1.RangeInfo
+	33, // 13: tenure.v1.GetRangeResult.error:type_name -> tenure.v1.LeaseError
+	16, // 14: tenure.v1.GetRangesResponse.results:type_name -> tenure.v1.GetRangeResult
+	2,  // 15: tenure.v1.ListRangesResponse.ranges:type_name -> tenure.v1.RangeInfo
+	46, // 16: tenure.v1.SetReplicasRequest.replicas:type_name -> tenure.v1.Replica
+	2,  // 17: tenure.v1.SetReplicasResponse.range:type_name -> tenure.v1.RangeInfo
+	24, // 18: tenure.v1.KeepAliveRequest.held:type_name -> tenure.v1.RangeEpoch
+	24, // 19: tenure.v1.KeepAliveResponse.superseded:type_name -> tenure.v1.RangeEpoch
+	10, // 20: tenure.v1.GrantEpochResponse.lease:type_name -> tenure.v1.Lease
+	2,  // 21: tenure.v1.GrantEpochResponse.range:type_name -> tenure.v1.RangeInfo
+	10, // 22: tenure.v1.BindLeaseResponse.lease:type_name -> tenure.v1.Lease
+	29, // 23: tenure.v1.GrantEpochsRequest.grants:type_name -> tenure.v1.GrantEpochRequest
+	30, // 24: tenure.v1.GrantEpochResult.grant:type_name -> tenure.v1.GrantEpochResponse
+	33, // 25: tenure.v1.GrantEpochResult.error:type_name -> tenure.v1.LeaseError
+	35, // 26: tenure.v1.GrantEpochsResponse.results:type_name -> tenure.v1.GrantEpochResult
+	31, // 27: tenure.v1.BindLeasesRequest.binds:type_name -> tenure.v1.BindLeaseRequest
+	32, // 28: tenure.v1.BindLeaseResult.bind:type_name -> tenure.v1.BindLeaseResponse
+	33, // 29: tenure.v1.BindLeaseResult.error:type_name -> tenure.v1.LeaseError
+	38, // 30: tenure.v1.BindLeasesResponse.results:type_name -> tenure.v1.BindLeaseResult
+	10, // 31: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	1,  // 32: tenure.v1.WatchLeasesResponse.type:type_name -> tenure.v1.LeaseEventType
+	11, // 33: tenure.v1.LeaseService.CreateRange:input_type -> tenure.v1.CreateRangeRequest
+	13, // 34: tenure.v1.LeaseService.GetRange:input_type -> tenure.v1.GetRangeRequest
+	15, // 35: tenure.v1.LeaseService.GetRanges:input_type -> tenure.v1.GetRangesRequest
+	18, // 36: tenure.v1.LeaseService.ListRanges:input_type -> tenure.v1.ListRangesRequest
+	20, // 37: tenure.v1.LeaseService.SetReplicas:input_type -> tenure.v1.SetReplicasRequest
+	4,  // 38: tenure.v1.LeaseService.ChangeMembership:input_type -> tenure.v1.ChangeMembershipRequest
+	6,  // 39: tenure.v1.LeaseService.CompleteMembershipChange:input_type -> tenure.v1.CompleteMembershipChangeRequest
+	8,  // 40: tenure.v1.LeaseService.DeleteRange:input_type -> tenure.v1.DeleteRangeRequest
+	22, // 41: tenure.v1.LeaseService.OpenSession:input_type -> tenure.v1.OpenSessionRequest
+	25, // 42: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	27, // 43: tenure.v1.LeaseService.CloseSession:input_type -> tenure.v1.CloseSessionRequest
+	29, // 44: tenure.v1.LeaseService.GrantEpoch:input_type -> tenure.v1.GrantEpochRequest
+	31, // 45: tenure.v1.LeaseService.BindLease:input_type -> tenure.v1.BindLeaseRequest
+	34, // 46: tenure.v1.LeaseService.GrantEpochs:input_type -> tenure.v1.GrantEpochsRequest
+	37, // 47: tenure.v1.LeaseService.BindLeases:input_type -> tenure.v1.BindLeasesRequest
+	40, // 48: tenure.v1.LeaseService.ReleaseLease:input_type -> tenure.v1.ReleaseLeaseRequest
+	42, // 49: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	44, // 50: tenure.v1.LeaseService.WatchLeases:input_type -> tenure.v1.WatchLeasesRequest
+	12, // 51: tenure.v1.LeaseService.CreateRange:output_type -> tenure.v1.CreateRangeResponse
+	14, // 52: tenure.v1.LeaseService.GetRange:output_type -> tenure.v1.GetRangeResponse
+	17, // 53: tenure.v1.LeaseService.GetRanges:output_type -> tenure.v1.GetRangesResponse
+	19, // 54: tenure.v1.LeaseService.ListRanges:output_type -> tenure.v1.ListRangesResponse
+	21, // 55: tenure.v1.LeaseService.SetReplicas:output_type -> tenure.v1.SetReplicasResponse
+	5,  // 56: tenure.v1.LeaseService.ChangeMembership:output_type -> tenure.v1.ChangeMembershipResponse
+	7,  // 57: tenure.v1.LeaseService.CompleteMembershipChange:output_type -> tenure.v1.CompleteMembershipChangeResponse
+	9,  // 58: tenure.v1.LeaseService.DeleteRange:output_type -> tenure.v1.DeleteRangeResponse
+	23, // 59: tenure.v1.LeaseService.OpenSession:output_type -> tenure.v1.OpenSessionResponse
+	26, // 60: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	28, // 61: tenure.v1.LeaseService.CloseSession:output_type -> tenure.v1.CloseSessionResponse
+	30, // 62: tenure.v1.LeaseService.GrantEpoch:output_type -> tenure.v1.GrantEpochResponse
+	32, // 63: tenure.v1.LeaseService.BindLease:output_type -> tenure.v1.BindLeaseResponse
+	36, // 64: tenure.v1.LeaseService.GrantEpochs:output_type -> tenure.v1.GrantEpochsResponse
+	39, // 65: tenure.v1.LeaseService.BindLeases:output_type -> tenure.v1.BindLeasesResponse
+	41, // 66: tenure.v1.LeaseService.ReleaseLease:output_type -> tenure.v1.ReleaseLeaseResponse
+	43, // 67: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	45, // 68: tenure.v1.LeaseService.WatchLeases:output_type -> tenure.v1.WatchLeasesResponse
+	51, // [51:69] is the sub-list for method output_type
+	33, // [33:51] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -2489,8 +3029,8 @@ func file_tenure_v1_lease_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   37,
+			NumEnums:      2,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,9 +29,14 @@ type PromoteRequest struct {
 	// Optional replica to prefer among equally complete candidates.
 	PreferredReplicaId string `protobuf:"bytes,2,opt,name=preferred_replica_id,json=preferredReplicaId,proto3" json:"preferred_replica_id,omitempty"`
 	// Why (shown in the transition record), e.g. "operator: planned handover".
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Promote even without a fenced quorum (a quorum is gone for good): fence
+	// what answers and lead from the most complete surviving log. Records
+	// acknowledged beyond that log are lost; the transition says which
+	// offsets may be. Never automatic.
+	UnsafeAcceptDataLoss bool `protobuf:"varint,4,opt,name=unsafe_accept_data_loss,json=unsafeAcceptDataLoss,proto3" json:"unsafe_accept_data_loss,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *PromoteRequest) Reset() {
@@ -83,6 +88,13 @@ func (x *PromoteRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *PromoteRequest) GetUnsafeAcceptDataLoss() bool {
+	if x != nil {
+		return x.UnsafeAcceptDataLoss
+	}
+	return false
 }
 
 // PromoteResponse is the promotion's report.
@@ -148,7 +160,13 @@ type FencedReplica struct {
 	// Last epoch of its history (0 when unknown or empty).
 	LastEpoch uint64 `protobuf:"varint,6,opt,name=last_epoch,json=lastEpoch,proto3" json:"last_epoch,omitempty"`
 	// Why it was not fenced, if it was not.
-	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// The incarnation it answered with.
+	Incarnation string `protobuf:"bytes,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// Whether it is a learner (never counts).
+	Learner bool `protobuf:"varint,9,opt,name=learner,proto3" json:"learner,omitempty"`
+	// Whether its answer counted (fenced, the member's incarnation, a voter).
+	Counted       bool `protobuf:"varint,10,opt,name=counted,proto3" json:"counted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -230,6 +248,27 @@ func (x *FencedReplica) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *FencedReplica) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *FencedReplica) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
+}
+
+func (x *FencedReplica) GetCounted() bool {
+	if x != nil {
+		return x.Counted
+	}
+	return false
 }
 
 // Truncation is one truncation a promotion commanded.
@@ -381,9 +420,22 @@ type Transition struct {
 	// When it started, Unix milliseconds.
 	StartedUnixMs int64 `protobuf:"varint,13,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
 	// Total duration, decision to adoption, microseconds.
-	DurationUs    int64 `protobuf:"varint,14,opt,name=duration_us,json=durationUs,proto3" json:"duration_us,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DurationUs int64 `protobuf:"varint,14,opt,name=duration_us,json=durationUs,proto3" json:"duration_us,omitempty"`
+	// Whether it was an unsafe promotion (--unsafe-accept-data-loss).
+	Unsafe bool `protobuf:"varint,15,opt,name=unsafe,proto3" json:"unsafe,omitempty"`
+	// The highest HWM the promoter knows of for the range, from the fenced
+	// answers and earlier transitions.
+	HighestHwmSeen uint64 `protobuf:"varint,16,opt,name=highest_hwm_seen,json=highestHwmSeen,proto3" json:"highest_hwm_seen,omitempty"`
+	// Offsets [possibly_lost_from, highest_hwm_seen) may have been
+	// acknowledged and are not on the new leader (an unsafe promotion's
+	// candidate ends below the highest HWM seen); equal to highest_hwm_seen
+	// when nothing acknowledged is known to be lost.
+	PossiblyLostFrom uint64 `protobuf:"varint,17,opt,name=possibly_lost_from,json=possiblyLostFrom,proto3" json:"possibly_lost_from,omitempty"`
+	// The membership step this promotion carried out, if any, e.g.
+	// "add-learner r4".
+	MembershipStep string `protobuf:"bytes,18,opt,name=membership_step,json=membershipStep,proto3" json:"membership_step,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Transition) Reset() {
@@ -514,6 +566,320 @@ func (x *Transition) GetDurationUs() int64 {
 	return 0
 }
 
+func (x *Transition) GetUnsafe() bool {
+	if x != nil {
+		return x.Unsafe
+	}
+	return false
+}
+
+func (x *Transition) GetHighestHwmSeen() uint64 {
+	if x != nil {
+		return x.HighestHwmSeen
+	}
+	return 0
+}
+
+func (x *Transition) GetPossiblyLostFrom() uint64 {
+	if x != nil {
+		return x.PossiblyLostFrom
+	}
+	return 0
+}
+
+func (x *Transition) GetMembershipStep() string {
+	if x != nil {
+		return x.MembershipStep
+	}
+	return ""
+}
+
+// ChangeReplicasRequest is one membership change.
+type ChangeReplicasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The replica to add (id and address), if any.
+	Add *Replica `protobuf:"bytes,2,opt,name=add,proto3" json:"add,omitempty"`
+	// The replica to remove, if any. With add set, the add runs first.
+	RemoveReplicaId string `protobuf:"bytes,3,opt,name=remove_replica_id,json=removeReplicaId,proto3" json:"remove_replica_id,omitempty"`
+	// A learner becomes a voter once its lag behind the leader's log end is at
+	// most this many records (0 = 64).
+	CatchUpLag uint64 `protobuf:"varint,4,opt,name=catch_up_lag,json=catchUpLag,proto3" json:"catch_up_lag,omitempty"`
+	// How long the learner may take to catch up, milliseconds (0 = 5 minutes).
+	CatchUpTimeoutMs int64 `protobuf:"varint,5,opt,name=catch_up_timeout_ms,json=catchUpTimeoutMs,proto3" json:"catch_up_timeout_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ChangeReplicasRequest) Reset() {
+	*x = ChangeReplicasRequest{}
+	mi := &file_tenure_v1_promoter_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeReplicasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeReplicasRequest) ProtoMessage() {}
+
+func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_promoter_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
+func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ChangeReplicasRequest) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *ChangeReplicasRequest) GetAdd() *Replica {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *ChangeReplicasRequest) GetRemoveReplicaId() string {
+	if x != nil {
+		return x.RemoveReplicaId
+	}
+	return ""
+}
+
+func (x *ChangeReplicasRequest) GetCatchUpLag() uint64 {
+	if x != nil {
+		return x.CatchUpLag
+	}
+	return 0
+}
+
+func (x *ChangeReplicasRequest) GetCatchUpTimeoutMs() int64 {
+	if x != nil {
+		return x.CatchUpTimeoutMs
+	}
+	return 0
+}
+
+// ChangeReplicasResponse is one phase of a membership change.
+type ChangeReplicasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The phase: "add-learner", "catch-up", "promote-learner", "remove", "done".
+	Phase string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	// What happened in it, for people.
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// During catch-up: the learner's lag behind the leader, records.
+	Lag uint64 `protobuf:"varint,3,opt,name=lag,proto3" json:"lag,omitempty"`
+	// The range after the phase.
+	Range *RangeInfo `protobuf:"bytes,4,opt,name=range,proto3" json:"range,omitempty"`
+	// The promotion the phase ran, if any.
+	Transition *Transition `protobuf:"bytes,5,opt,name=transition,proto3" json:"transition,omitempty"`
+	// Set on the last message.
+	Done          bool `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeReplicasResponse) Reset() {
+	*x = ChangeReplicasResponse{}
+	mi := &file_tenure_v1_promoter_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeReplicasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeReplicasResponse) ProtoMessage() {}
+
+func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_promoter_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeReplicasResponse.ProtoReflect.Descriptor instead.
+func (*ChangeReplicasResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ChangeReplicasResponse) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *ChangeReplicasResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *ChangeReplicasResponse) GetLag() uint64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *ChangeReplicasResponse) GetRange() *RangeInfo {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *ChangeReplicasResponse) GetTransition() *Transition {
+	if x != nil {
+		return x.Transition
+	}
+	return nil
+}
+
+func (x *ChangeReplicasResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+// PromoterServiceDeleteRangeRequest names a range to delete.
+type PromoterServiceDeleteRangeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range.
+	RangeId       string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoterServiceDeleteRangeRequest) Reset() {
+	*x = PromoterServiceDeleteRangeRequest{}
+	mi := &file_tenure_v1_promoter_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoterServiceDeleteRangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoterServiceDeleteRangeRequest) ProtoMessage() {}
+
+func (x *PromoterServiceDeleteRangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_promoter_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoterServiceDeleteRangeRequest.ProtoReflect.Descriptor instead.
+func (*PromoterServiceDeleteRangeRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PromoterServiceDeleteRangeRequest) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+// PromoterServiceDeleteRangeResponse reports the deletion.
+type PromoterServiceDeleteRangeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the range was already gone from the lease service.
+	Existed bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	// Members that dropped the range's data.
+	Dropped []string `protobuf:"bytes,2,rep,name=dropped,proto3" json:"dropped,omitempty"`
+	// Members that could not be reached, with why: they drop the data when
+	// they are fenced for the range's next generation, or never serve it
+	// again (nobody fences them for it).
+	Unreachable   []string `protobuf:"bytes,3,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoterServiceDeleteRangeResponse) Reset() {
+	*x = PromoterServiceDeleteRangeResponse{}
+	mi := &file_tenure_v1_promoter_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoterServiceDeleteRangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoterServiceDeleteRangeResponse) ProtoMessage() {}
+
+func (x *PromoterServiceDeleteRangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_promoter_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoterServiceDeleteRangeResponse.ProtoReflect.Descriptor instead.
+func (*PromoterServiceDeleteRangeResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PromoterServiceDeleteRangeResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
+func (x *PromoterServiceDeleteRangeResponse) GetDropped() []string {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
+}
+
+func (x *PromoterServiceDeleteRangeResponse) GetUnreachable() []string {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
+}
+
 // ListTransitionsRequest names a range.
 type ListTransitionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -527,7 +893,7 @@ type ListTransitionsRequest struct {
 
 func (x *ListTransitionsRequest) Reset() {
 	*x = ListTransitionsRequest{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[6]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +905,7 @@ func (x *ListTransitionsRequest) String() string {
 func (*ListTransitionsRequest) ProtoMessage() {}
 
 func (x *ListTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[6]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +918,7 @@ func (x *ListTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{6}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListTransitionsRequest) GetRangeId() string {
@@ -580,7 +946,7 @@ type ListTransitionsResponse struct {
 
 func (x *ListTransitionsResponse) Reset() {
 	*x = ListTransitionsResponse{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[7]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +958,7 @@ func (x *ListTransitionsResponse) String() string {
 func (*ListTransitionsResponse) ProtoMessage() {}
 
 func (x *ListTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[7]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +971,7 @@ func (x *ListTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{7}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListTransitionsResponse) GetTransitions() []*Transition {
@@ -624,7 +990,7 @@ type PromoterServiceGetStatusRequest struct {
 
 func (x *PromoterServiceGetStatusRequest) Reset() {
 	*x = PromoterServiceGetStatusRequest{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[8]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +1002,7 @@ func (x *PromoterServiceGetStatusRequest) String() string {
 func (*PromoterServiceGetStatusRequest) ProtoMessage() {}
 
 func (x *PromoterServiceGetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[8]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +1015,7 @@ func (x *PromoterServiceGetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoterServiceGetStatusRequest.ProtoReflect.Descriptor instead.
 func (*PromoterServiceGetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{8}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{12}
 }
 
 // RangePromotionState is the promoter's view of one range.
@@ -672,13 +1038,16 @@ type RangePromotionState struct {
 	Attempts uint32 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	// Next retry, Unix milliseconds (0 = none scheduled).
 	NextRetryUnixMs int64 `protobuf:"varint,7,opt,name=next_retry_unix_ms,json=nextRetryUnixMs,proto3" json:"next_retry_unix_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The membership change in flight, if any, e.g. "add-learner r4 since
+	// epoch 7".
+	MembershipChange string `protobuf:"bytes,8,opt,name=membership_change,json=membershipChange,proto3" json:"membership_change,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RangePromotionState) Reset() {
 	*x = RangePromotionState{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[9]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +1059,7 @@ func (x *RangePromotionState) String() string {
 func (*RangePromotionState) ProtoMessage() {}
 
 func (x *RangePromotionState) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[9]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +1072,7 @@ func (x *RangePromotionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangePromotionState.ProtoReflect.Descriptor instead.
 func (*RangePromotionState) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{9}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RangePromotionState) GetRangeId() string {
@@ -755,6 +1124,13 @@ func (x *RangePromotionState) GetNextRetryUnixMs() int64 {
 	return 0
 }
 
+func (x *RangePromotionState) GetMembershipChange() string {
+	if x != nil {
+		return x.MembershipChange
+	}
+	return ""
+}
+
 // PromoterServiceGetStatusResponse reports the promoter.
 type PromoterServiceGetStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -772,7 +1148,7 @@ type PromoterServiceGetStatusResponse struct {
 
 func (x *PromoterServiceGetStatusResponse) Reset() {
 	*x = PromoterServiceGetStatusResponse{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[10]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +1160,7 @@ func (x *PromoterServiceGetStatusResponse) String() string {
 func (*PromoterServiceGetStatusResponse) ProtoMessage() {}
 
 func (x *PromoterServiceGetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[10]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +1173,7 @@ func (x *PromoterServiceGetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoterServiceGetStatusResponse.ProtoReflect.Descriptor instead.
 func (*PromoterServiceGetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{10}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PromoterServiceGetStatusResponse) GetPromoterId() string {
@@ -832,15 +1208,16 @@ var File_tenure_v1_promoter_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_promoter_proto_rawDesc = "" +
 	"\n" +
-	"\x18tenure/v1/promoter.proto\x12\ttenure.v1\"u\n" +
+	"\x18tenure/v1/promoter.proto\x12\ttenure.v1\x1a\x16tenure/v1/common.proto\x1a\x15tenure/v1/lease.proto\"\xac\x01\n" +
 	"\x0ePromoteRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x120\n" +
 	"\x14preferred_replica_id\x18\x02 \x01(\tR\x12preferredReplicaId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"H\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x125\n" +
+	"\x17unsafe_accept_data_loss\x18\x04 \x01(\bR\x14unsafeAcceptDataLoss\"H\n" +
 	"\x0fPromoteResponse\x125\n" +
 	"\n" +
 	"transition\x18\x01 \x01(\v2\x15.tenure.v1.TransitionR\n" +
-	"transition\"\xe1\x01\n" +
+	"transition\"\xb7\x02\n" +
 	"\rFencedReplica\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x16\n" +
@@ -850,7 +1227,11 @@ const file_tenure_v1_promoter_proto_rawDesc = "" +
 	"\x0fhigh_water_mark\x18\x05 \x01(\x04R\rhighWaterMark\x12\x1d\n" +
 	"\n" +
 	"last_epoch\x18\x06 \x01(\x04R\tlastEpoch\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"i\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12 \n" +
+	"\vincarnation\x18\b \x01(\tR\vincarnation\x12\x18\n" +
+	"\alearner\x18\t \x01(\bR\alearner\x12\x18\n" +
+	"\acounted\x18\n" +
+	" \x01(\bR\acounted\"i\n" +
 	"\n" +
 	"Truncation\x12\x1d\n" +
 	"\n" +
@@ -862,7 +1243,7 @@ const file_tenure_v1_promoter_proto_rawDesc = "" +
 	"StepTiming\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x1f\n" +
 	"\vduration_us\x18\x02 \x01(\x03R\n" +
-	"durationUs\"\x8e\x04\n" +
+	"durationUs\"\xa7\x05\n" +
 	"\n" +
 	"Transition\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
@@ -881,13 +1262,39 @@ const file_tenure_v1_promoter_proto_rawDesc = "" +
 	"promoterId\x12&\n" +
 	"\x0fstarted_unix_ms\x18\r \x01(\x03R\rstartedUnixMs\x12\x1f\n" +
 	"\vduration_us\x18\x0e \x01(\x03R\n" +
-	"durationUs\"I\n" +
+	"durationUs\x12\x16\n" +
+	"\x06unsafe\x18\x0f \x01(\bR\x06unsafe\x12(\n" +
+	"\x10highest_hwm_seen\x18\x10 \x01(\x04R\x0ehighestHwmSeen\x12,\n" +
+	"\x12possibly_lost_from\x18\x11 \x01(\x04R\x10possiblyLostFrom\x12'\n" +
+	"\x0fmembership_step\x18\x12 \x01(\tR\x0emembershipStep\"\xd5\x01\n" +
+	"\x15ChangeReplicasRequest\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x12$\n" +
+	"\x03add\x18\x02 \x01(\v2\x12.tenure.v1.ReplicaR\x03add\x12*\n" +
+	"\x11remove_replica_id\x18\x03 \x01(\tR\x0fremoveReplicaId\x12 \n" +
+	"\fcatch_up_lag\x18\x04 \x01(\x04R\n" +
+	"catchUpLag\x12-\n" +
+	"\x13catch_up_timeout_ms\x18\x05 \x01(\x03R\x10catchUpTimeoutMs\"\xcf\x01\n" +
+	"\x16ChangeReplicasResponse\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x10\n" +
+	"\x03lag\x18\x03 \x01(\x04R\x03lag\x12*\n" +
+	"\x05range\x18\x04 \x01(\v2\x14.tenure.v1.RangeInfoR\x05range\x125\n" +
+	"\n" +
+	"transition\x18\x05 \x01(\v2\x15.tenure.v1.TransitionR\n" +
+	"transition\x12\x12\n" +
+	"\x04done\x18\x06 \x01(\bR\x04done\">\n" +
+	"!PromoterServiceDeleteRangeRequest\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\"z\n" +
+	"\"PromoterServiceDeleteRangeResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\x12\x18\n" +
+	"\adropped\x18\x02 \x03(\tR\adropped\x12 \n" +
+	"\vunreachable\x18\x03 \x03(\tR\vunreachable\"I\n" +
 	"\x16ListTransitionsRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"R\n" +
 	"\x17ListTransitionsResponse\x127\n" +
 	"\vtransitions\x18\x01 \x03(\v2\x15.tenure.v1.TransitionR\vtransitions\"!\n" +
-	"\x1fPromoterServiceGetStatusRequest\"\xe1\x01\n" +
+	"\x1fPromoterServiceGetStatusRequest\"\x8e\x02\n" +
 	"\x13RangePromotionState\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1b\n" +
@@ -896,17 +1303,20 @@ const file_tenure_v1_promoter_proto_rawDesc = "" +
 	"\n" +
 	"last_error\x18\x05 \x01(\tR\tlastError\x12\x1a\n" +
 	"\battempts\x18\x06 \x01(\rR\battempts\x12+\n" +
-	"\x12next_retry_unix_ms\x18\a \x01(\x03R\x0fnextRetryUnixMs\"\xc3\x01\n" +
+	"\x12next_retry_unix_ms\x18\a \x01(\x03R\x0fnextRetryUnixMs\x12+\n" +
+	"\x11membership_change\x18\b \x01(\tR\x10membershipChange\"\xc3\x01\n" +
 	" PromoterServiceGetStatusResponse\x12\x1f\n" +
 	"\vpromoter_id\x18\x01 \x01(\tR\n" +
 	"promoterId\x12\x18\n" +
 	"\aelected\x18\x02 \x01(\bR\aelected\x12,\n" +
 	"\x12leader_promoter_id\x18\x03 \x01(\tR\x10leaderPromoterId\x126\n" +
-	"\x06ranges\x18\x04 \x03(\v2\x1e.tenure.v1.RangePromotionStateR\x06ranges2\x93\x02\n" +
+	"\x06ranges\x18\x04 \x03(\v2\x1e.tenure.v1.RangePromotionStateR\x06ranges2\xd8\x03\n" +
 	"\x0fPromoterService\x12@\n" +
 	"\aPromote\x12\x19.tenure.v1.PromoteRequest\x1a\x1a.tenure.v1.PromoteResponse\x12X\n" +
 	"\x0fListTransitions\x12!.tenure.v1.ListTransitionsRequest\x1a\".tenure.v1.ListTransitionsResponse\x12d\n" +
-	"\tGetStatus\x12*.tenure.v1.PromoterServiceGetStatusRequest\x1a+.tenure.v1.PromoterServiceGetStatusResponseB9Z7github.com/tenurelog/tenure/pkg/wire/tenure/v1;tenurev1b\x06proto3"
+	"\tGetStatus\x12*.tenure.v1.PromoterServiceGetStatusRequest\x1a+.tenure.v1.PromoterServiceGetStatusResponse\x12W\n" +
+	"\x0eChangeReplicas\x12 .tenure.v1.ChangeReplicasRequest\x1a!.tenure.v1.ChangeReplicasResponse0\x01\x12j\n" +
+	"\vDeleteRange\x12,.tenure.v1.PromoterServiceDeleteRangeRequest\x1a-.tenure.v1.PromoterServiceDeleteRangeResponseB9Z7github.com/tenurelog/tenure/pkg/wire/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_promoter_proto_rawDescOnce sync.Once
@@ -920,38 +1330,51 @@ func file_tenure_v1_promoter_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_promoter_proto_rawDescData
 }
 
-var file_tenure_v1_promoter_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_tenure_v1_promoter_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_tenure_v1_promoter_proto_goTypes = []any{
-	(*PromoteRequest)(nil),                   // 0: tenure.v1.PromoteRequest
-	(*PromoteResponse)(nil),                  // 1: tenure.v1.PromoteResponse
-	(*FencedReplica)(nil),                    // 2: tenure.v1.FencedReplica
-	(*Truncation)(nil),                       // 3: tenure.v1.Truncation
-	(*StepTiming)(nil),                       // 4: tenure.v1.StepTiming
-	(*Transition)(nil),                       // 5: tenure.v1.Transition
-	(*ListTransitionsRequest)(nil),           // 6: tenure.v1.ListTransitionsRequest
-	(*ListTransitionsResponse)(nil),          // 7: tenure.v1.ListTransitionsResponse
-	(*PromoterServiceGetStatusRequest)(nil),  // 8: tenure.v1.PromoterServiceGetStatusRequest
-	(*RangePromotionState)(nil),              // 9: tenure.v1.RangePromotionState
-	(*PromoterServiceGetStatusResponse)(nil), // 10: tenure.v1.PromoterServiceGetStatusResponse
+	(*PromoteRequest)(nil),                     // 0: tenure.v1.PromoteRequest
+	(*PromoteResponse)(nil),                    // 1: tenure.v1.PromoteResponse
+	(*FencedReplica)(nil),                      // 2: tenure.v1.FencedReplica
+	(*Truncation)(nil),                         // 3: tenure.v1.Truncation
+	(*StepTiming)(nil),                         // 4: tenure.v1.StepTiming
+	(*Transition)(nil),                         // 5: tenure.v1.Transition
+	(*ChangeReplicasRequest)(nil),              // 6: tenure.v1.ChangeReplicasRequest
+	(*ChangeReplicasResponse)(nil),             // 7: tenure.v1.ChangeReplicasResponse
+	(*PromoterServiceDeleteRangeRequest)(nil),  // 8: tenure.v1.PromoterServiceDeleteRangeRequest
+	(*PromoterServiceDeleteRangeResponse)(nil), // 9: tenure.v1.PromoterServiceDeleteRangeResponse
+	(*ListTransitionsRequest)(nil),             // 10: tenure.v1.ListTransitionsRequest
+	(*ListTransitionsResponse)(nil),            // 11: tenure.v1.ListTransitionsResponse
+	(*PromoterServiceGetStatusRequest)(nil),    // 12: tenure.v1.PromoterServiceGetStatusRequest
+	(*RangePromotionState)(nil),                // 13: tenure.v1.RangePromotionState
+	(*PromoterServiceGetStatusResponse)(nil),   // 14: tenure.v1.PromoterServiceGetStatusResponse
+	(*Replica)(nil),                            // 15: tenure.v1.Replica
+	(*RangeInfo)(nil),                          // 16: tenure.v1.RangeInfo
 }
 var file_tenure_v1_promoter_proto_depIdxs = []int32{
 	5,  // 0: tenure.v1.PromoteResponse.transition:type_name -> tenure.v1.Transition
 	2,  // 1: tenure.v1.Transition.replicas:type_name -> tenure.v1.FencedReplica
 	3,  // 2: tenure.v1.Transition.truncations:type_name -> tenure.v1.Truncation
 	4,  // 3: tenure.v1.Transition.timings:type_name -> tenure.v1.StepTiming
-	5,  // 4: tenure.v1.ListTransitionsResponse.transitions:type_name -> tenure.v1.Transition
-	9,  // 5: tenure.v1.PromoterServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangePromotionState
-	0,  // 6: tenure.v1.PromoterService.Promote:input_type -> tenure.v1.PromoteRequest
-	6,  // 7: tenure.v1.PromoterService.ListTransitions:input_type -> tenure.v1.ListTransitionsRequest
-	8,  // 8: tenure.v1.PromoterService.GetStatus:input_type -> tenure.v1.PromoterServiceGetStatusRequest
-	1,  // 9: tenure.v1.PromoterService.Promote:output_type -> tenure.v1.PromoteResponse
-	7,  // 10: tenure.v1.PromoterService.ListTransitions:output_type -> tenure.v1.ListTransitionsResponse
-	10, // 11: tenure.v1.PromoterService.GetStatus:output_type -> tenure.v1.PromoterServiceGetStatusResponse
-	9,  // [9:12] is the sub-list for method output_type
-	6,  // [6:9] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	15, // 4: tenure.v1.ChangeReplicasRequest.add:type_name -> tenure.v1.Replica
+	16, // 5: tenure.v1.ChangeReplicasResponse.range:type_name -> tenure.v1.RangeInfo
+	5,  // 6: tenure.v1.ChangeReplicasResponse.transition:type_name -> tenure.v1.Transition
+	5,  // 7: tenure.v1.ListTransitionsResponse.transitions:type_name -> tenure.v1.Transition
+	13, // 8: tenure.v1.PromoterServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangePromotionState
+	0,  // 9: tenure.v1.PromoterService.Promote:input_type -> tenure.v1.PromoteRequest
+	10, // 10: tenure.v1.PromoterService.ListTransitions:input_type -> tenure.v1.ListTransitionsRequest
+	12, // 11: tenure.v1.PromoterService.GetStatus:input_type -> tenure.v1.PromoterServiceGetStatusRequest
+	6,  // 12: tenure.v1.PromoterService.ChangeReplicas:input_type -> tenure.v1.ChangeReplicasRequest
+	8,  // 13: tenure.v1.PromoterService.DeleteRange:input_type -> tenure.v1.PromoterServiceDeleteRangeRequest
+	1,  // 14: tenure.v1.PromoterService.Promote:output_type -> tenure.v1.PromoteResponse
+	11, // 15: tenure.v1.PromoterService.ListTransitions:output_type -> tenure.v1.ListTransitionsResponse
+	14, // 16: tenure.v1.PromoterService.GetStatus:output_type -> tenure.v1.PromoterServiceGetStatusResponse
+	7,  // 17: tenure.v1.PromoterService.ChangeReplicas:output_type -> tenure.v1.ChangeReplicasResponse
+	9,  // 18: tenure.v1.PromoterService.DeleteRange:output_type -> tenure.v1.PromoterServiceDeleteRangeResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_promoter_proto_init() }
@@ -959,13 +1382,15 @@ func file_tenure_v1_promoter_proto_init() {
 	if File_tenure_v1_promoter_proto != nil {
 		return
 	}
+	file_tenure_v1_common_proto_init()
+	file_tenure_v1_lease_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_promoter_proto_rawDesc), len(file_tenure_v1_promoter_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

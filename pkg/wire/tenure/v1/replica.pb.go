@@ -133,7 +133,10 @@ type FetchRequest struct {
 	MaxBytes uint32 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	// How long the leader may hold the request when it has nothing new, in
 	// milliseconds; at most wire.MaxFetchWaitMillis.
-	MaxWaitMs     uint32 `protobuf:"varint,7,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	MaxWaitMs uint32 `protobuf:"varint,7,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	// The follower's incarnation; a leader counts a fetch only from the
+	// incarnation its replica set names.
+	Incarnation   string `protobuf:"bytes,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -215,6 +218,13 @@ func (x *FetchRequest) GetMaxWaitMs() uint32 {
 		return x.MaxWaitMs
 	}
 	return 0
+}
+
+func (x *FetchRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 // DivergingEpoch tells a follower where its log stopped agreeing with the
@@ -368,9 +378,19 @@ type FenceRequest struct {
 	// The new epoch, granted by the lease service. Must be positive.
 	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// Who fences (a promoter id), for logs and status.
-	FencerId      string `protobuf:"bytes,3,opt,name=fencer_id,json=fencerId,proto3" json:"fencer_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FencerId string `protobuf:"bytes,3,opt,name=fencer_id,json=fencerId,proto3" json:"fencer_id,omitempty"`
+	// The member's incarnation as the membership records it; empty when none
+	// is recorded yet (a new member, or a range created before incarnations).
+	// A replica whose own incarnation differs refuses with FailedPrecondition:
+	// its disk is not the member's (replaced or wiped), and hosting an empty
+	// range under the member's id would count as a complete, empty log.
+	Incarnation string `protobuf:"bytes,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The range's generation (RangeInfo.generation; 0 = not known). A replica
+	// holding the range at an older generation drops that data first: it
+	// belongs to a deleted range of the same id.
+	RangeGeneration uint64 `protobuf:"varint,5,opt,name=range_generation,json=rangeGeneration,proto3" json:"range_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *FenceRequest) Reset() {
@@ -424,6 +444,20 @@ func (x *FenceRequest) GetFencerId() string {
 	return ""
 }
 
+func (x *FenceRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *FenceRequest) GetRangeGeneration() uint64 {
+	if x != nil {
+		return x.RangeGeneration
+	}
+	return 0
+}
+
 // FenceResponse is the replica's state as of the durable fence.
 type FenceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -440,7 +474,9 @@ type FenceResponse struct {
 	// The replica's epoch history. Empty = unknown, unless log_end is 0.
 	History []*EpochStart `protobuf:"bytes,6,rep,name=history,proto3" json:"history,omitempty"`
 	// The role the replica had before this fence.
-	PreviousRole  Role `protobuf:"varint,7,opt,name=previous_role,json=previousRole,proto3,enum=tenure.v1.Role" json:"previous_role,omitempty"`
+	PreviousRole Role `protobuf:"varint,7,opt,name=previous_role,json=previousRole,proto3,enum=tenure.v1.Role" json:"previous_role,omitempty"`
+	// The replica's incarnation.
+	Incarnation   string `protobuf:"bytes,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -522,6 +558,13 @@ func (x *FenceResponse) GetPreviousRole() Role {
 		return x.PreviousRole
 	}
 	return Role_ROLE_UNSPECIFIED
+}
+
+func (x *FenceResponse) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 // TruncateRequest cuts a fenced replica's log.
@@ -1255,8 +1298,11 @@ type FollowerProgress struct {
 	// written an answer, so this stays near 0; growing, it says the follower
 	// cannot reach the leader (or is stuck), which no fetch offset shows.
 	FetchWaitingMs uint64 `protobuf:"varint,5,opt,name=fetch_waiting_ms,json=fetchWaitingMs,proto3" json:"fetch_waiting_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Whether the replica set names it a learner: it fetches, but its offset
+	// never counts toward the HWM.
+	Learner       bool `protobuf:"varint,6,opt,name=learner,proto3" json:"learner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FollowerProgress) Reset() {
@@ -1324,6 +1370,13 @@ func (x *FollowerProgress) GetFetchWaitingMs() uint64 {
 	return 0
 }
 
+func (x *FollowerProgress) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
+}
+
 // RangeStatus is one hosted range's state.
 type RangeStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1357,9 +1410,25 @@ type RangeStatus struct {
 	// or a failure of its local store. A halted range answers Fence and
 	// nothing that acts on the log until the replica restarts; role and
 	// epochs show where it stopped.
-	Halted        string `protobuf:"bytes,13,opt,name=halted,proto3" json:"halted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Halted string `protobuf:"bytes,13,opt,name=halted,proto3" json:"halted,omitempty"`
+	// Truncations this replica made in the range at fetch time (a leader's
+	// divergence answer: the follower held another leadership's records,
+	// such as a deposed leader's uncommitted tail), since this replica
+	// process started. Not durable: the log line "truncated on divergence"
+	// is the lasting record of each.
+	FetchTruncations uint64 `protobuf:"varint,20,opt,name=fetch_truncations,json=fetchTruncations,proto3" json:"fetch_truncations,omitempty"`
+	// Records those truncations removed, in all.
+	FetchTruncatedRecords uint64 `protobuf:"varint,21,opt,name=fetch_truncated_records,json=fetchTruncatedRecords,proto3" json:"fetch_truncated_records,omitempty"`
+	// The last of them (all 0 or empty when there was none): the log end it
+	// cut from, the offset it cut to, the epoch the follower fetched at, the
+	// leader whose answer it followed, and when (Unix milliseconds).
+	LastFetchTruncationFrom   uint64 `protobuf:"varint,22,opt,name=last_fetch_truncation_from,json=lastFetchTruncationFrom,proto3" json:"last_fetch_truncation_from,omitempty"`
+	LastFetchTruncationTo     uint64 `protobuf:"varint,23,opt,name=last_fetch_truncation_to,json=lastFetchTruncationTo,proto3" json:"last_fetch_truncation_to,omitempty"`
+	LastFetchTruncationEpoch  uint64 `protobuf:"varint,24,opt,name=last_fetch_truncation_epoch,json=lastFetchTruncationEpoch,proto3" json:"last_fetch_truncation_epoch,omitempty"`
+	LastFetchTruncationLeader string `protobuf:"bytes,25,opt,name=last_fetch_truncation_leader,json=lastFetchTruncationLeader,proto3" json:"last_fetch_truncation_leader,omitempty"`
+	LastFetchTruncationUnixMs int64  `protobuf:"varint,26,opt,name=last_fetch_truncation_unix_ms,json=lastFetchTruncationUnixMs,proto3" json:"last_fetch_truncation_unix_ms,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *RangeStatus) Reset() {
@@ -1483,13 +1552,69 @@ func (x *RangeStatus) GetHalted() string {
 	return ""
 }
 
+func (x *RangeStatus) GetFetchTruncations() uint64 {
+	if x != nil {
+		return x.FetchTruncations
+	}
+	return 0
+}
+
+func (x *RangeStatus) GetFetchTruncatedRecords() uint64 {
+	if x != nil {
+		return x.FetchTruncatedRecords
+	}
+	return 0
+}
+
+func (x *RangeStatus) GetLastFetchTruncationFrom() uint64 {
+	if x != nil {
+		return x.LastFetchTruncationFrom
+	}
+	return 0
+}
+
+func (x *RangeStatus) GetLastFetchTruncationTo() uint64 {
+	if x != nil {
+		return x.LastFetchTruncationTo
+	}
+	return 0
+}
+
+func (x *RangeStatus) GetLastFetchTruncationEpoch() uint64 {
+	if x != nil {
+		return x.LastFetchTruncationEpoch
+	}
+	return 0
+}
+
+func (x *RangeStatus) GetLastFetchTruncationLeader() string {
+	if x != nil {
+		return x.LastFetchTruncationLeader
+	}
+	return ""
+}
+
+func (x *RangeStatus) GetLastFetchTruncationUnixMs() int64 {
+	if x != nil {
+		return x.LastFetchTruncationUnixMs
+	}
+	return 0
+}
+
 // ReplicaServiceGetStatusResponse lists hosted ranges.
 type ReplicaServiceGetStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// This replica's id.
 	ReplicaId string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
 	// One entry per hosted range (or the one asked for), sorted by id.
-	Ranges        []*RangeStatus `protobuf:"bytes,2,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	Ranges []*RangeStatus `protobuf:"bytes,2,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	// This replica's incarnation: its data directory's id, made at its first
+	// start.
+	Incarnation string `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// Ranges this replica was asked to serve as a member whose recorded
+	// incarnation is not this one: its disk lost them (replaced or wiped). It
+	// does not host them; an operator re-adds it (remove, then add).
+	LostRanges    []*LostRange `protobuf:"bytes,4,rep,name=lost_ranges,json=lostRanges,proto3" json:"lost_ranges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1538,6 +1663,185 @@ func (x *ReplicaServiceGetStatusResponse) GetRanges() []*RangeStatus {
 	return nil
 }
 
+func (x *ReplicaServiceGetStatusResponse) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *ReplicaServiceGetStatusResponse) GetLostRanges() []*LostRange {
+	if x != nil {
+		return x.LostRanges
+	}
+	return nil
+}
+
+// LostRange is a range a replica's disk lost.
+type LostRange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The incarnation the membership records for this replica.
+	MemberIncarnation string `protobuf:"bytes,2,opt,name=member_incarnation,json=memberIncarnation,proto3" json:"member_incarnation,omitempty"`
+	// When a fence first found it, Unix milliseconds.
+	SinceUnixMs   int64 `protobuf:"varint,3,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LostRange) Reset() {
+	*x = LostRange{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LostRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LostRange) ProtoMessage() {}
+
+func (x *LostRange) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LostRange.ProtoReflect.Descriptor instead.
+func (*LostRange) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *LostRange) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *LostRange) GetMemberIncarnation() string {
+	if x != nil {
+		return x.MemberIncarnation
+	}
+	return ""
+}
+
+func (x *LostRange) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+// DropRangeRequest names a range to drop.
+type DropRangeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// At least the replica's fenced epoch for the range.
+	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropRangeRequest) Reset() {
+	*x = DropRangeRequest{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropRangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropRangeRequest) ProtoMessage() {}
+
+func (x *DropRangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropRangeRequest.ProtoReflect.Descriptor instead.
+func (*DropRangeRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DropRangeRequest) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *DropRangeRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// DropRangeResponse reports the drop.
+type DropRangeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the replica did not host the range.
+	Existed       bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropRangeResponse) Reset() {
+	*x = DropRangeResponse{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropRangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropRangeResponse) ProtoMessage() {}
+
+func (x *DropRangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropRangeResponse.ProtoReflect.Descriptor instead.
+func (*DropRangeResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DropRangeResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
 // GetEpochHistoryRequest names a range.
 type GetEpochHistoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1549,7 +1853,7 @@ type GetEpochHistoryRequest struct {
 
 func (x *GetEpochHistoryRequest) Reset() {
 	*x = GetEpochHistoryRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[22]
+	mi := &file_tenure_v1_replica_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1865,7 @@ func (x *GetEpochHistoryRequest) String() string {
 func (*GetEpochHistoryRequest) ProtoMessage() {}
 
 func (x *GetEpochHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[22]
+	mi := &file_tenure_v1_replica_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1878,7 @@ func (x *GetEpochHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEpochHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetEpochHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetEpochHistoryRequest) GetRangeId() string {
@@ -1599,7 +1903,7 @@ type GetEpochHistoryResponse struct {
 
 func (x *GetEpochHistoryResponse) Reset() {
 	*x = GetEpochHistoryResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[23]
+	mi := &file_tenure_v1_replica_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1915,7 @@ func (x *GetEpochHistoryResponse) String() string {
 func (*GetEpochHistoryResponse) ProtoMessage() {}
 
 func (x *GetEpochHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[23]
+	mi := &file_tenure_v1_replica_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1928,7 @@ func (x *GetEpochHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEpochHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetEpochHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetEpochHistoryResponse) GetHistory() []*EpochStart {
@@ -1656,7 +1960,7 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x12FetchStreamRequest\x12-\n" +
 	"\x05fetch\x18\x01 \x01(\v2\x17.tenure.v1.FetchRequestR\x05fetch\"E\n" +
 	"\x13FetchStreamResponse\x12.\n" +
-	"\x05fetch\x18\x01 \x01(\v2\x18.tenure.v1.FetchResponseR\x05fetch\"\xec\x01\n" +
+	"\x05fetch\x18\x01 \x01(\v2\x18.tenure.v1.FetchResponseR\x05fetch\"\x8e\x02\n" +
 	"\fFetchRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
@@ -1665,7 +1969,8 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\ffetch_offset\x18\x04 \x01(\x04R\vfetchOffset\x12,\n" +
 	"\x12last_fetched_epoch\x18\x05 \x01(\x04R\x10lastFetchedEpoch\x12\x1b\n" +
 	"\tmax_bytes\x18\x06 \x01(\rR\bmaxBytes\x12\x1e\n" +
-	"\vmax_wait_ms\x18\a \x01(\rR\tmaxWaitMs\"E\n" +
+	"\vmax_wait_ms\x18\a \x01(\rR\tmaxWaitMs\x12 \n" +
+	"\vincarnation\x18\b \x01(\tR\vincarnation\"E\n" +
 	"\x0eDivergingEpoch\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1d\n" +
 	"\n" +
@@ -1675,11 +1980,13 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\arecords\x18\x02 \x03(\v2\x11.tenure.v1.RecordR\arecords\x12&\n" +
 	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark\x12\x17\n" +
 	"\alog_end\x18\x04 \x01(\x04R\x06logEnd\x127\n" +
-	"\tdiverging\x18\x05 \x01(\v2\x19.tenure.v1.DivergingEpochR\tdiverging\"\\\n" +
+	"\tdiverging\x18\x05 \x01(\v2\x19.tenure.v1.DivergingEpochR\tdiverging\"\xa9\x01\n" +
 	"\fFenceRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1b\n" +
-	"\tfencer_id\x18\x03 \x01(\tR\bfencerId\"\x96\x02\n" +
+	"\tfencer_id\x18\x03 \x01(\tR\bfencerId\x12 \n" +
+	"\vincarnation\x18\x04 \x01(\tR\vincarnation\x12)\n" +
+	"\x10range_generation\x18\x05 \x01(\x04R\x0frangeGeneration\"\xb8\x02\n" +
 	"\rFenceResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12!\n" +
@@ -1688,7 +1995,8 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\alog_end\x18\x04 \x01(\x04R\x06logEnd\x12&\n" +
 	"\x0fhigh_water_mark\x18\x05 \x01(\x04R\rhighWaterMark\x12/\n" +
 	"\ahistory\x18\x06 \x03(\v2\x15.tenure.v1.EpochStartR\ahistory\x124\n" +
-	"\rprevious_role\x18\a \x01(\x0e2\x0f.tenure.v1.RoleR\fpreviousRole\"g\n" +
+	"\rprevious_role\x18\a \x01(\x0e2\x0f.tenure.v1.RoleR\fpreviousRole\x12 \n" +
+	"\vincarnation\x18\b \x01(\tR\vincarnation\"g\n" +
 	"\x0fTruncateRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
@@ -1729,14 +2037,15 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x13AdoptRangesResponse\x125\n" +
 	"\aresults\x18\x01 \x03(\v2\x1b.tenure.v1.AdoptRangeResultR\aresults\";\n" +
 	"\x1eReplicaServiceGetStatusRequest\x12\x19\n" +
-	"\brange_id\x18\x01 \x01(\tR\arangeId\"\xbd\x01\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\"\xd7\x01\n" +
 	"\x10FollowerProgress\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12!\n" +
 	"\ffetch_offset\x18\x02 \x01(\x04R\vfetchOffset\x12\x10\n" +
 	"\x03lag\x18\x03 \x01(\x04R\x03lag\x12+\n" +
 	"\x12last_fetch_unix_ms\x18\x04 \x01(\x03R\x0flastFetchUnixMs\x12(\n" +
-	"\x10fetch_waiting_ms\x18\x05 \x01(\x04R\x0efetchWaitingMs\"\xbb\x03\n" +
+	"\x10fetch_waiting_ms\x18\x05 \x01(\x04R\x0efetchWaitingMs\x12\x18\n" +
+	"\alearner\x18\x06 \x01(\bR\alearner\"\xd8\x06\n" +
 	"\vRangeStatus\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12#\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12!\n" +
@@ -1753,17 +2062,36 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"last_epoch\x18\v \x01(\x04R\tlastEpoch\x12\x1f\n" +
 	"\vlease_valid\x18\f \x01(\bR\n" +
 	"leaseValid\x12\x16\n" +
-	"\x06halted\x18\r \x01(\tR\x06halted\"p\n" +
+	"\x06halted\x18\r \x01(\tR\x06halted\x12+\n" +
+	"\x11fetch_truncations\x18\x14 \x01(\x04R\x10fetchTruncations\x126\n" +
+	"\x17fetch_truncated_records\x18\x15 \x01(\x04R\x15fetchTruncatedRecords\x12;\n" +
+	"\x1alast_fetch_truncation_from\x18\x16 \x01(\x04R\x17lastFetchTruncationFrom\x127\n" +
+	"\x18last_fetch_truncation_to\x18\x17 \x01(\x04R\x15lastFetchTruncationTo\x12=\n" +
+	"\x1blast_fetch_truncation_epoch\x18\x18 \x01(\x04R\x18lastFetchTruncationEpoch\x12?\n" +
+	"\x1clast_fetch_truncation_leader\x18\x19 \x01(\tR\x19lastFetchTruncationLeader\x12@\n" +
+	"\x1dlast_fetch_truncation_unix_ms\x18\x1a \x01(\x03R\x19lastFetchTruncationUnixMs\"\xc9\x01\n" +
 	"\x1fReplicaServiceGetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12.\n" +
-	"\x06ranges\x18\x02 \x03(\v2\x16.tenure.v1.RangeStatusR\x06ranges\"3\n" +
+	"\x06ranges\x18\x02 \x03(\v2\x16.tenure.v1.RangeStatusR\x06ranges\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x125\n" +
+	"\vlost_ranges\x18\x04 \x03(\v2\x14.tenure.v1.LostRangeR\n" +
+	"lostRanges\"y\n" +
+	"\tLostRange\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x12-\n" +
+	"\x12member_incarnation\x18\x02 \x01(\tR\x11memberIncarnation\x12\"\n" +
+	"\rsince_unix_ms\x18\x03 \x01(\x03R\vsinceUnixMs\"C\n" +
+	"\x10DropRangeRequest\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"-\n" +
+	"\x11DropRangeResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"3\n" +
 	"\x16GetEpochHistoryRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\"\x8b\x01\n" +
 	"\x17GetEpochHistoryResponse\x12/\n" +
 	"\ahistory\x18\x01 \x03(\v2\x15.tenure.v1.EpochStartR\ahistory\x12\x17\n" +
 	"\alog_end\x18\x02 \x01(\x04R\x06logEnd\x12&\n" +
-	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark2\xb5\x05\n" +
+	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark2\xfd\x05\n" +
 	"\x0eReplicaService\x12:\n" +
 	"\x05Fetch\x12\x17.tenure.v1.FetchRequest\x1a\x18.tenure.v1.FetchResponse\x12P\n" +
 	"\vFetchStream\x12\x1d.tenure.v1.FetchStreamRequest\x1a\x1e.tenure.v1.FetchStreamResponse(\x010\x01\x12:\n" +
@@ -1773,7 +2101,8 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\vFenceRanges\x12\x1d.tenure.v1.FenceRangesRequest\x1a\x1e.tenure.v1.FenceRangesResponse\x12L\n" +
 	"\vAdoptRanges\x12\x1d.tenure.v1.AdoptRangesRequest\x1a\x1e.tenure.v1.AdoptRangesResponse\x12b\n" +
 	"\tGetStatus\x12).tenure.v1.ReplicaServiceGetStatusRequest\x1a*.tenure.v1.ReplicaServiceGetStatusResponse\x12X\n" +
-	"\x0fGetEpochHistory\x12!.tenure.v1.GetEpochHistoryRequest\x1a\".tenure.v1.GetEpochHistoryResponseB9Z7github.com/tenurelog/tenure/pkg/wire/tenure/v1;tenurev1b\x06proto3"
+	"\x0fGetEpochHistory\x12!.tenure.v1.GetEpochHistoryRequest\x1a\".tenure.v1.GetEpochHistoryResponse\x12F\n" +
+	"\tDropRange\x12\x1b.tenure.v1.DropRangeRequest\x1a\x1c.tenure.v1.DropRangeResponseB9Z7github.com/tenurelog/tenure/pkg/wire/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_replica_proto_rawDescOnce sync.Once
@@ -1787,7 +2116,7 @@ func file_tenure_v1_replica_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_replica_proto_rawDescData
 }
 
-var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_tenure_v1_replica_proto_goTypes = []any{
 	(*FetchStreamRequest)(nil),              // 0: tenure.v1.FetchStreamRequest
 	(*FetchStreamResponse)(nil),             // 1: tenure.v1.FetchStreamResponse
@@ -1811,24 +2140,27 @@ var file_tenure_v1_replica_proto_goTypes = []any{
 	(*FollowerProgress)(nil),                // 19: tenure.v1.FollowerProgress
 	(*RangeStatus)(nil),                     // 20: tenure.v1.RangeStatus
 	(*ReplicaServiceGetStatusResponse)(nil), // 21: tenure.v1.ReplicaServiceGetStatusResponse
-	(*GetEpochHistoryRequest)(nil),          // 22: tenure.v1.GetEpochHistoryRequest
-	(*GetEpochHistoryResponse)(nil),         // 23: tenure.v1.GetEpochHistoryResponse
-	(*Record)(nil),                          // 24: tenure.v1.Record
-	(*EpochStart)(nil),                      // 25: tenure.v1.EpochStart
-	(Role)(0),                               // 26: tenure.v1.Role
-	(*Replica)(nil),                         // 27: tenure.v1.Replica
+	(*LostRange)(nil),                       // 22: tenure.v1.LostRange
+	(*DropRangeRequest)(nil),                // 23: tenure.v1.DropRangeRequest
+	(*DropRangeResponse)(nil),               // 24: tenure.v1.DropRangeResponse
+	(*GetEpochHistoryRequest)(nil),          // 25: tenure.v1.GetEpochHistoryRequest
+	(*GetEpochHistoryResponse)(nil),         // 26: tenure.v1.GetEpochHistoryResponse
+	(*Record)(nil),                          // 27: tenure.v1.Record
+	(*EpochStart)(nil),                      // 28: tenure.v1.EpochStart
+	(Role)(0),                               // 29: tenure.v1.Role
+	(*Replica)(nil),                         // 30: tenure.v1.Replica
 }
 var file_tenure_v1_replica_proto_depIdxs = []int32{
 	2,  // 0: tenure.v1.FetchStreamRequest.fetch:type_name -> tenure.v1.FetchRequest
 	4,  // 1: tenure.v1.FetchStreamResponse.fetch:type_name -> tenure.v1.FetchResponse
-	24, // 2: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
+	27, // 2: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
 	3,  // 3: tenure.v1.FetchResponse.diverging:type_name -> tenure.v1.DivergingEpoch
-	25, // 4: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
-	26, // 5: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
-	25, // 6: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
-	26, // 7: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
-	27, // 8: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
-	25, // 9: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
+	28, // 4: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
+	29, // 5: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
+	28, // 6: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
+	29, // 7: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
+	30, // 8: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
+	28, // 9: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
 	5,  // 10: tenure.v1.FenceRangesRequest.fences:type_name -> tenure.v1.FenceRequest
 	6,  // 11: tenure.v1.FenceRangeResult.fence:type_name -> tenure.v1.FenceResponse
 	11, // 12: tenure.v1.FenceRangeResult.error:type_name -> tenure.v1.ReplicaError
@@ -1837,33 +2169,36 @@ var file_tenure_v1_replica_proto_depIdxs = []int32{
 	10, // 15: tenure.v1.AdoptRangeResult.adopt:type_name -> tenure.v1.AdoptResponse
 	11, // 16: tenure.v1.AdoptRangeResult.error:type_name -> tenure.v1.ReplicaError
 	16, // 17: tenure.v1.AdoptRangesResponse.results:type_name -> tenure.v1.AdoptRangeResult
-	26, // 18: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
+	29, // 18: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
 	19, // 19: tenure.v1.RangeStatus.followers:type_name -> tenure.v1.FollowerProgress
 	20, // 20: tenure.v1.ReplicaServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangeStatus
-	25, // 21: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
-	2,  // 22: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
-	0,  // 23: tenure.v1.ReplicaService.FetchStream:input_type -> tenure.v1.FetchStreamRequest
-	5,  // 24: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
-	7,  // 25: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
-	9,  // 26: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
-	12, // 27: tenure.v1.ReplicaService.FenceRanges:input_type -> tenure.v1.FenceRangesRequest
-	15, // 28: tenure.v1.ReplicaService.AdoptRanges:input_type -> tenure.v1.AdoptRangesRequest
-	18, // 29: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
-	22, // 30: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
-	4,  // 31: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
-	1,  // 32: tenure.v1.ReplicaService.FetchStream:output_type -> tenure.v1.FetchStreamResponse
-	6,  // 33: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
-	8,  // 34: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
-	10, // 35: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
-	14, // 36: tenure.v1.ReplicaService.FenceRanges:output_type -> tenure.v1.FenceRangesResponse
-	17, // 37: tenure.v1.ReplicaService.AdoptRanges:output_type -> tenure.v1.AdoptRangesResponse
-	21, // 38: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
-	23, // 39: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	22, // 21: tenure.v1.ReplicaServiceGetStatusResponse.lost_ranges:type_name -> tenure.v1.LostRange
+	28, // 22: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
+	2,  // 23: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
+	0,  // 24: tenure.v1.ReplicaService.FetchStream:input_type -> tenure.v1.FetchStreamRequest
+	5,  // 25: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
+	7,  // 26: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
+	9,  // 27: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
+	12, // 28: tenure.v1.ReplicaService.FenceRanges:input_type -> tenure.v1.FenceRangesRequest
+	15, // 29: tenure.v1.ReplicaService.AdoptRanges:input_type -> tenure.v1.AdoptRangesRequest
+	18, // 30: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
+	25, // 31: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
+	23, // 32: tenure.v1.ReplicaService.DropRange:input_type -> tenure.v1.DropRangeRequest
+	4,  // 33: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
+	1,  // 34: tenure.v1.ReplicaService.FetchStream:output_type -> tenure.v1.FetchStreamResponse
+	6,  // 35: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
+	8,  // 36: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
+	10, // 37: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
+	14, // 38: tenure.v1.ReplicaService.FenceRanges:output_type -> tenure.v1.FenceRangesResponse
+	17, // 39: tenure.v1.ReplicaService.AdoptRanges:output_type -> tenure.v1.AdoptRangesResponse
+	21, // 40: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
+	26, // 41: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
+	24, // 42: tenure.v1.ReplicaService.DropRange:output_type -> tenure.v1.DropRangeResponse
+	33, // [33:43] is the sub-list for method output_type
+	23, // [23:33] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_replica_proto_init() }
@@ -1878,7 +2213,7 @@ func file_tenure_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_replica_proto_rawDesc), len(file_tenure_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

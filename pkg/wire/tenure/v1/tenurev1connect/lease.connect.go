@@ -45,6 +45,15 @@ const (
 	// LeaseServiceSetReplicasProcedure is the fully-qualified name of the LeaseService's SetReplicas
 	// RPC.
 	LeaseServiceSetReplicasProcedure = "/tenure.v1.LeaseService/SetReplicas"
+	// LeaseServiceChangeMembershipProcedure is the fully-qualified name of the LeaseService's
+	// ChangeMembership RPC.
+	LeaseServiceChangeMembershipProcedure = "/tenure.v1.LeaseService/ChangeMembership"
+	// LeaseServiceCompleteMembershipChangeProcedure is the fully-qualified name of the LeaseService's
+	// CompleteMembershipChange RPC.
+	LeaseServiceCompleteMembershipChangeProcedure = "/tenure.v1.LeaseService/CompleteMembershipChange"
+	// LeaseServiceDeleteRangeProcedure is the fully-qualified name of the LeaseService's DeleteRange
+	// RPC.
+	LeaseServiceDeleteRangeProcedure = "/tenure.v1.LeaseService/DeleteRange"
 	// LeaseServiceOpenSessionProcedure is the fully-qualified name of the LeaseService's OpenSession
 	// RPC.
 	LeaseServiceOpenSessionProcedure = "/tenure.v1.LeaseService/OpenSession"
@@ -87,9 +96,31 @@ type LeaseServiceClient interface {
 	GetRanges(context.Context, *connect.Request[v1.GetRangesRequest]) (*connect.Response[v1.GetRangesResponse], error)
 	// ListRanges lists ranges in id order, a page at a time.
 	ListRanges(context.Context, *connect.Request[v1.ListRangesRequest]) (*connect.Response[v1.ListRangesResponse], error)
-	// SetReplicas replaces a range's replica set, by compare-and-swap on the
-	// membership revision the caller read (Aborted if it moved).
+	// SetReplicas changes the addresses of a range's members, by
+	// compare-and-swap on the membership revision the caller read (Aborted if
+	// it moved). It refuses (FailedPrecondition) any change of who the members
+	// are, their incarnations or their roles: a raw overwrite of the set could
+	// make the quorums before and after it disjoint and lose acknowledged
+	// records. Membership changes go through ChangeMembership, one step at a
+	// time, as the promoter drives them.
 	SetReplicas(context.Context, *connect.Request[v1.SetReplicasRequest]) (*connect.Response[v1.SetReplicasResponse], error)
+	// ChangeMembership applies one membership step by compare-and-swap on the
+	// membership revision, and records it as the change in flight (with the
+	// voter set before it) until CompleteMembershipChange. FailedPrecondition
+	// while another change is in flight, or for a step that does not apply.
+	// Only the promoter calls it: each step takes effect through a promotion.
+	ChangeMembership(context.Context, *connect.Request[v1.ChangeMembershipRequest]) (*connect.Response[v1.ChangeMembershipResponse], error)
+	// CompleteMembershipChange ends the change in flight, by compare-and-swap
+	// on the membership revision: from then on promotions need a quorum of the
+	// new voter set only. The promoter calls it once a leader adopted under the
+	// new set has committed its epoch-start record.
+	CompleteMembershipChange(context.Context, *connect.Request[v1.CompleteMembershipChangeRequest]) (*connect.Response[v1.CompleteMembershipChangeResponse], error)
+	// DeleteRange removes a range's membership and lease. Idempotent: deleting
+	// a range that does not exist succeeds. Its epoch key stays behind as a
+	// tombstone, so a range created again under the same id continues above
+	// every epoch the deleted one granted, and its new generation tells
+	// replicas that still hold the old data to drop it.
+	DeleteRange(context.Context, *connect.Request[v1.DeleteRangeRequest]) (*connect.Response[v1.DeleteRangeResponse], error)
 	// OpenSession starts a holder session: one etcd lease with a TTL.
 	OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error)
 	// KeepAlive renews a session and names every held range whose epoch has
@@ -168,6 +199,24 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("SetReplicas")),
 			connect.WithClientOptions(opts...),
 		),
+		changeMembership: connect.NewClient[v1.ChangeMembershipRequest, v1.ChangeMembershipResponse](
+			httpClient,
+			baseURL+LeaseServiceChangeMembershipProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("ChangeMembership")),
+			connect.WithClientOptions(opts...),
+		),
+		completeMembershipChange: connect.NewClient[v1.CompleteMembershipChangeRequest, v1.CompleteMembershipChangeResponse](
+			httpClient,
+			baseURL+LeaseServiceCompleteMembershipChangeProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("CompleteMembershipChange")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteRange: connect.NewClient[v1.DeleteRangeRequest, v1.DeleteRangeResponse](
+			httpClient,
+			baseURL+LeaseServiceDeleteRangeProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("DeleteRange")),
+			connect.WithClientOptions(opts...),
+		),
 		openSession: connect.NewClient[v1.OpenSessionRequest, v1.OpenSessionResponse](
 			httpClient,
 			baseURL+LeaseServiceOpenSessionProcedure,
@@ -233,21 +282,24 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 
 // leaseServiceClient implements LeaseServiceClient.
 type leaseServiceClient struct {
-	createRange  *connect.Client[v1.CreateRangeRequest, v1.CreateRangeResponse]
-	getRange     *connect.Client[v1.GetRangeRequest, v1.GetRangeResponse]
-	getRanges    *connect.Client[v1.GetRangesRequest, v1.GetRangesResponse]
-	listRanges   *connect.Client[v1.ListRangesRequest, v1.ListRangesResponse]
-	setReplicas  *connect.Client[v1.SetReplicasRequest, v1.SetReplicasResponse]
-	openSession  *connect.Client[v1.OpenSessionRequest, v1.OpenSessionResponse]
-	keepAlive    *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
-	closeSession *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
-	grantEpoch   *connect.Client[v1.GrantEpochRequest, v1.GrantEpochResponse]
-	bindLease    *connect.Client[v1.BindLeaseRequest, v1.BindLeaseResponse]
-	grantEpochs  *connect.Client[v1.GrantEpochsRequest, v1.GrantEpochsResponse]
-	bindLeases   *connect.Client[v1.BindLeasesRequest, v1.BindLeasesResponse]
-	releaseLease *connect.Client[v1.ReleaseLeaseRequest, v1.ReleaseLeaseResponse]
-	getLease     *connect.Client[v1.GetLeaseRequest, v1.GetLeaseResponse]
-	watchLeases  *connect.Client[v1.WatchLeasesRequest, v1.WatchLeasesResponse]
+	createRange              *connect.Client[v1.CreateRangeRequest, v1.CreateRangeResponse]
+	getRange                 *connect.Client[v1.GetRangeRequest, v1.GetRangeResponse]
+	getRanges                *connect.Client[v1.GetRangesRequest, v1.GetRangesResponse]
+	listRanges               *connect.Client[v1.ListRangesRequest, v1.ListRangesResponse]
+	setReplicas              *connect.Client[v1.SetReplicasRequest, v1.SetReplicasResponse]
+	changeMembership         *connect.Client[v1.ChangeMembershipRequest, v1.ChangeMembershipResponse]
+	completeMembershipChange *connect.Client[v1.CompleteMembershipChangeRequest, v1.CompleteMembershipChangeResponse]
+	deleteRange              *connect.Client[v1.DeleteRangeRequest, v1.DeleteRangeResponse]
+	openSession              *connect.Client[v1.OpenSessionRequest, v1.OpenSessionResponse]
+	keepAlive                *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
+	closeSession             *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
+	grantEpoch               *connect.Client[v1.GrantEpochRequest, v1.GrantEpochResponse]
+	bindLease                *connect.Client[v1.BindLeaseRequest, v1.BindLeaseResponse]
+	grantEpochs              *connect.Client[v1.GrantEpochsRequest, v1.GrantEpochsResponse]
+	bindLeases               *connect.Client[v1.BindLeasesRequest, v1.BindLeasesResponse]
+	releaseLease             *connect.Client[v1.ReleaseLeaseRequest, v1.ReleaseLeaseResponse]
+	getLease                 *connect.Client[v1.GetLeaseRequest, v1.GetLeaseResponse]
+	watchLeases              *connect.Client[v1.WatchLeasesRequest, v1.WatchLeasesResponse]
 }
 
 // CreateRange calls tenure.v1.LeaseService.CreateRange.
@@ -273,6 +325,21 @@ func (c *leaseServiceClient) ListRanges(ctx context.Context, req *connect.Reques
 // SetReplicas calls tenure.v1.LeaseService.SetReplicas.
 func (c *leaseServiceClient) SetReplicas(ctx context.Context, req *connect.Request[v1.SetReplicasRequest]) (*connect.Response[v1.SetReplicasResponse], error) {
 	return c.setReplicas.CallUnary(ctx, req)
+}
+
+// ChangeMembership calls tenure.v1.LeaseService.ChangeMembership.
+func (c *leaseServiceClient) ChangeMembership(ctx context.Context, req *connect.Request[v1.ChangeMembershipRequest]) (*connect.Response[v1.ChangeMembershipResponse], error) {
+	return c.changeMembership.CallUnary(ctx, req)
+}
+
+// CompleteMembershipChange calls tenure.v1.LeaseService.CompleteMembershipChange.
+func (c *leaseServiceClient) CompleteMembershipChange(ctx context.Context, req *connect.Request[v1.CompleteMembershipChangeRequest]) (*connect.Response[v1.CompleteMembershipChangeResponse], error) {
+	return c.completeMembershipChange.CallUnary(ctx, req)
+}
+
+// DeleteRange calls tenure.v1.LeaseService.DeleteRange.
+func (c *leaseServiceClient) DeleteRange(ctx context.Context, req *connect.Request[v1.DeleteRangeRequest]) (*connect.Response[v1.DeleteRangeResponse], error) {
+	return c.deleteRange.CallUnary(ctx, req)
 }
 
 // OpenSession calls tenure.v1.LeaseService.OpenSession.
@@ -340,9 +407,31 @@ type LeaseServiceHandler interface {
 	GetRanges(context.Context, *connect.Request[v1.GetRangesRequest]) (*connect.Response[v1.GetRangesResponse], error)
 	// ListRanges lists ranges in id order, a page at a time.
 	ListRanges(context.Context, *connect.Request[v1.ListRangesRequest]) (*connect.Response[v1.ListRangesResponse], error)
-	// SetReplicas replaces a range's replica set, by compare-and-swap on the
-	// membership revision the caller read (Aborted if it moved).
+	// SetReplicas changes the addresses of a range's members, by
+	// compare-and-swap on the membership revision the caller read (Aborted if
+	// it moved). It refuses (FailedPrecondition) any change of who the members
+	// are, their incarnations or their roles: a raw overwrite of the set could
+	// make the quorums before and after it disjoint and lose acknowledged
+	// records. Membership changes go through ChangeMembership, one step at a
+	// time, as the promoter drives them.
 	SetReplicas(context.Context, *connect.Request[v1.SetReplicasRequest]) (*connect.Response[v1.SetReplicasResponse], error)
+	// ChangeMembership applies one membership step by compare-and-swap on the
+	// membership revision, and records it as the change in flight (with the
+	// voter set before it) until CompleteMembershipChange. FailedPrecondition
+	// while another change is in flight, or for a step that does not apply.
+	// Only the promoter calls it: each step takes effect through a promotion.
+	ChangeMembership(context.Context, *connect.Request[v1.ChangeMembershipRequest]) (*connect.Response[v1.ChangeMembershipResponse], error)
+	// CompleteMembershipChange ends the change in flight, by compare-and-swap
+	// on the membership revision: from then on promotions need a quorum of the
+	// new voter set only. The promoter calls it once a leader adopted under the
+	// new set has committed its epoch-start record.
+	CompleteMembershipChange(context.Context, *connect.Request[v1.CompleteMembershipChangeRequest]) (*connect.Response[v1.CompleteMembershipChangeResponse], error)
+	// DeleteRange removes a range's membership and lease. Idempotent: deleting
+	// a range that does not exist succeeds. Its epoch key stays behind as a
+	// tombstone, so a range created again under the same id continues above
+	// every epoch the deleted one granted, and its new generation tells
+	// replicas that still hold the old data to drop it.
+	DeleteRange(context.Context, *connect.Request[v1.DeleteRangeRequest]) (*connect.Response[v1.DeleteRangeResponse], error)
 	// OpenSession starts a holder session: one etcd lease with a TTL.
 	OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error)
 	// KeepAlive renews a session and names every held range whose epoch has
@@ -417,6 +506,24 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("SetReplicas")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceChangeMembershipHandler := connect.NewUnaryHandler(
+		LeaseServiceChangeMembershipProcedure,
+		svc.ChangeMembership,
+		connect.WithSchema(leaseServiceMethods.ByName("ChangeMembership")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseServiceCompleteMembershipChangeHandler := connect.NewUnaryHandler(
+		LeaseServiceCompleteMembershipChangeProcedure,
+		svc.CompleteMembershipChange,
+		connect.WithSchema(leaseServiceMethods.ByName("CompleteMembershipChange")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseServiceDeleteRangeHandler := connect.NewUnaryHandler(
+		LeaseServiceDeleteRangeProcedure,
+		svc.DeleteRange,
+		connect.WithSchema(leaseServiceMethods.ByName("DeleteRange")),
+		connect.WithHandlerOptions(opts...),
+	)
 	leaseServiceOpenSessionHandler := connect.NewUnaryHandler(
 		LeaseServiceOpenSessionProcedure,
 		svc.OpenSession,
@@ -489,6 +596,12 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceListRangesHandler.ServeHTTP(w, r)
 		case LeaseServiceSetReplicasProcedure:
 			leaseServiceSetReplicasHandler.ServeHTTP(w, r)
+		case LeaseServiceChangeMembershipProcedure:
+			leaseServiceChangeMembershipHandler.ServeHTTP(w, r)
+		case LeaseServiceCompleteMembershipChangeProcedure:
+			leaseServiceCompleteMembershipChangeHandler.ServeHTTP(w, r)
+		case LeaseServiceDeleteRangeProcedure:
+			leaseServiceDeleteRangeHandler.ServeHTTP(w, r)
 		case LeaseServiceOpenSessionProcedure:
 			leaseServiceOpenSessionHandler.ServeHTTP(w, r)
 		case LeaseServiceKeepAliveProcedure:
@@ -536,6 +649,18 @@ func (UnimplementedLeaseServiceHandler) ListRanges(context.Context, *connect.Req
 
 func (UnimplementedLeaseServiceHandler) SetReplicas(context.Context, *connect.Request[v1.SetReplicasRequest]) (*connect.Response[v1.SetReplicasResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.SetReplicas is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) ChangeMembership(context.Context, *connect.Request[v1.ChangeMembershipRequest]) (*connect.Response[v1.ChangeMembershipResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.ChangeMembership is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) CompleteMembershipChange(context.Context, *connect.Request[v1.CompleteMembershipChangeRequest]) (*connect.Response[v1.CompleteMembershipChangeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.CompleteMembershipChange is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) DeleteRange(context.Context, *connect.Request[v1.DeleteRangeRequest]) (*connect.Response[v1.DeleteRangeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.DeleteRange is not implemented"))
 }
 
 func (UnimplementedLeaseServiceHandler) OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {

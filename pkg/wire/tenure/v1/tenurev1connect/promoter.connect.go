@@ -41,6 +41,12 @@ const (
 	// PromoterServiceGetStatusProcedure is the fully-qualified name of the PromoterService's GetStatus
 	// RPC.
 	PromoterServiceGetStatusProcedure = "/tenure.v1.PromoterService/GetStatus"
+	// PromoterServiceChangeReplicasProcedure is the fully-qualified name of the PromoterService's
+	// ChangeReplicas RPC.
+	PromoterServiceChangeReplicasProcedure = "/tenure.v1.PromoterService/ChangeReplicas"
+	// PromoterServiceDeleteRangeProcedure is the fully-qualified name of the PromoterService's
+	// DeleteRange RPC.
+	PromoterServiceDeleteRangeProcedure = "/tenure.v1.PromoterService/DeleteRange"
 )
 
 // PromoterServiceClient is a client for the tenure.v1.PromoterService service.
@@ -54,6 +60,17 @@ type PromoterServiceClient interface {
 	// GetStatus reports whether this promoter is elected and each range's
 	// promotion state, with the last failure reason.
 	GetStatus(context.Context, *connect.Request[v1.PromoterServiceGetStatusRequest]) (*connect.Response[v1.PromoterServiceGetStatusResponse], error)
+	// ChangeReplicas adds a replica (as a learner, which catches up and then
+	// becomes a voter), removes one (fenced; a leader hands leadership over in
+	// the same step), or replaces one (add, then remove). Each step is a
+	// promotion of its own, made only after the current leader's epoch-start
+	// record is committed, and only while no other change is in flight
+	// (FailedPrecondition otherwise). The stream reports each phase; the last
+	// message has done set.
+	ChangeReplicas(context.Context, *connect.Request[v1.ChangeReplicasRequest]) (*connect.ServerStreamForClient[v1.ChangeReplicasResponse], error)
+	// DeleteRange fences every member, has each drop the range's data, and
+	// deletes the range from the lease service. Idempotent.
+	DeleteRange(context.Context, *connect.Request[v1.PromoterServiceDeleteRangeRequest]) (*connect.Response[v1.PromoterServiceDeleteRangeResponse], error)
 }
 
 // NewPromoterServiceClient constructs a client for the tenure.v1.PromoterService service. By
@@ -85,6 +102,18 @@ func NewPromoterServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(promoterServiceMethods.ByName("GetStatus")),
 			connect.WithClientOptions(opts...),
 		),
+		changeReplicas: connect.NewClient[v1.ChangeReplicasRequest, v1.ChangeReplicasResponse](
+			httpClient,
+			baseURL+PromoterServiceChangeReplicasProcedure,
+			connect.WithSchema(promoterServiceMethods.ByName("ChangeReplicas")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteRange: connect.NewClient[v1.PromoterServiceDeleteRangeRequest, v1.PromoterServiceDeleteRangeResponse](
+			httpClient,
+			baseURL+PromoterServiceDeleteRangeProcedure,
+			connect.WithSchema(promoterServiceMethods.ByName("DeleteRange")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -93,6 +122,8 @@ type promoterServiceClient struct {
 	promote         *connect.Client[v1.PromoteRequest, v1.PromoteResponse]
 	listTransitions *connect.Client[v1.ListTransitionsRequest, v1.ListTransitionsResponse]
 	getStatus       *connect.Client[v1.PromoterServiceGetStatusRequest, v1.PromoterServiceGetStatusResponse]
+	changeReplicas  *connect.Client[v1.ChangeReplicasRequest, v1.ChangeReplicasResponse]
+	deleteRange     *connect.Client[v1.PromoterServiceDeleteRangeRequest, v1.PromoterServiceDeleteRangeResponse]
 }
 
 // Promote calls tenure.v1.PromoterService.Promote.
@@ -110,6 +141,16 @@ func (c *promoterServiceClient) GetStatus(ctx context.Context, req *connect.Requ
 	return c.getStatus.CallUnary(ctx, req)
 }
 
+// ChangeReplicas calls tenure.v1.PromoterService.ChangeReplicas.
+func (c *promoterServiceClient) ChangeReplicas(ctx context.Context, req *connect.Request[v1.ChangeReplicasRequest]) (*connect.ServerStreamForClient[v1.ChangeReplicasResponse], error) {
+	return c.changeReplicas.CallServerStream(ctx, req)
+}
+
+// DeleteRange calls tenure.v1.PromoterService.DeleteRange.
+func (c *promoterServiceClient) DeleteRange(ctx context.Context, req *connect.Request[v1.PromoterServiceDeleteRangeRequest]) (*connect.Response[v1.PromoterServiceDeleteRangeResponse], error) {
+	return c.deleteRange.CallUnary(ctx, req)
+}
+
 // PromoterServiceHandler is an implementation of the tenure.v1.PromoterService service.
 type PromoterServiceHandler interface {
 	// Promote runs a promotion now (planned handover or operator request). The
@@ -121,6 +162,17 @@ type PromoterServiceHandler interface {
 	// GetStatus reports whether this promoter is elected and each range's
 	// promotion state, with the last failure reason.
 	GetStatus(context.Context, *connect.Request[v1.PromoterServiceGetStatusRequest]) (*connect.Response[v1.PromoterServiceGetStatusResponse], error)
+	// ChangeReplicas adds a replica (as a learner, which catches up and then
+	// becomes a voter), removes one (fenced; a leader hands leadership over in
+	// the same step), or replaces one (add, then remove). Each step is a
+	// promotion of its own, made only after the current leader's epoch-start
+	// record is committed, and only while no other change is in flight
+	// (FailedPrecondition otherwise). The stream reports each phase; the last
+	// message has done set.
+	ChangeReplicas(context.Context, *connect.Request[v1.ChangeReplicasRequest], *connect.ServerStream[v1.ChangeReplicasResponse]) error
+	// DeleteRange fences every member, has each drop the range's data, and
+	// deletes the range from the lease service. Idempotent.
+	DeleteRange(context.Context, *connect.Request[v1.PromoterServiceDeleteRangeRequest]) (*connect.Response[v1.PromoterServiceDeleteRangeResponse], error)
 }
 
 // NewPromoterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -148,6 +200,18 @@ func NewPromoterServiceHandler(svc PromoterServiceHandler, opts ...connect.Handl
 		connect.WithSchema(promoterServiceMethods.ByName("GetStatus")),
 		connect.WithHandlerOptions(opts...),
 	)
+	promoterServiceChangeReplicasHandler := connect.NewServerStreamHandler(
+		PromoterServiceChangeReplicasProcedure,
+		svc.ChangeReplicas,
+		connect.WithSchema(promoterServiceMethods.ByName("ChangeReplicas")),
+		connect.WithHandlerOptions(opts...),
+	)
+	promoterServiceDeleteRangeHandler := connect.NewUnaryHandler(
+		PromoterServiceDeleteRangeProcedure,
+		svc.DeleteRange,
+		connect.WithSchema(promoterServiceMethods.ByName("DeleteRange")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.PromoterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case PromoterServicePromoteProcedure:
@@ -156,6 +220,10 @@ func NewPromoterServiceHandler(svc PromoterServiceHandler, opts ...connect.Handl
 			promoterServiceListTransitionsHandler.ServeHTTP(w, r)
 		case PromoterServiceGetStatusProcedure:
 			promoterServiceGetStatusHandler.ServeHTTP(w, r)
+		case PromoterServiceChangeReplicasProcedure:
+			promoterServiceChangeReplicasHandler.ServeHTTP(w, r)
+		case PromoterServiceDeleteRangeProcedure:
+			promoterServiceDeleteRangeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -175,4 +243,12 @@ func (UnimplementedPromoterServiceHandler) ListTransitions(context.Context, *con
 
 func (UnimplementedPromoterServiceHandler) GetStatus(context.Context, *connect.Request[v1.PromoterServiceGetStatusRequest]) (*connect.Response[v1.PromoterServiceGetStatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PromoterService.GetStatus is not implemented"))
+}
+
+func (UnimplementedPromoterServiceHandler) ChangeReplicas(context.Context, *connect.Request[v1.ChangeReplicasRequest], *connect.ServerStream[v1.ChangeReplicasResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PromoterService.ChangeReplicas is not implemented"))
+}
+
+func (UnimplementedPromoterServiceHandler) DeleteRange(context.Context, *connect.Request[v1.PromoterServiceDeleteRangeRequest]) (*connect.Response[v1.PromoterServiceDeleteRangeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PromoterService.DeleteRange is not implemented"))
 }

@@ -56,6 +56,9 @@ const (
 	// ReplicaServiceGetEpochHistoryProcedure is the fully-qualified name of the ReplicaService's
 	// GetEpochHistory RPC.
 	ReplicaServiceGetEpochHistoryProcedure = "/tenure.v1.ReplicaService/GetEpochHistory"
+	// ReplicaServiceDropRangeProcedure is the fully-qualified name of the ReplicaService's DropRange
+	// RPC.
+	ReplicaServiceDropRangeProcedure = "/tenure.v1.ReplicaService/DropRange"
 )
 
 // ReplicaServiceClient is a client for the tenure.v1.ReplicaService service.
@@ -105,6 +108,10 @@ type ReplicaServiceClient interface {
 	GetStatus(context.Context, *connect.Request[v1.ReplicaServiceGetStatusRequest]) (*connect.Response[v1.ReplicaServiceGetStatusResponse], error)
 	// GetEpochHistory returns one range's epoch history (empty = unknown).
 	GetEpochHistory(context.Context, *connect.Request[v1.GetEpochHistoryRequest]) (*connect.Response[v1.GetEpochHistoryResponse], error)
+	// DropRange deletes a range's data and state from this replica (the range
+	// was deleted, or this replica was removed from it). Only at or above its
+	// fenced epoch, never while leading. Idempotent.
+	DropRange(context.Context, *connect.Request[v1.DropRangeRequest]) (*connect.Response[v1.DropRangeResponse], error)
 }
 
 // NewReplicaServiceClient constructs a client for the tenure.v1.ReplicaService service. By default,
@@ -172,6 +179,12 @@ func NewReplicaServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(replicaServiceMethods.ByName("GetEpochHistory")),
 			connect.WithClientOptions(opts...),
 		),
+		dropRange: connect.NewClient[v1.DropRangeRequest, v1.DropRangeResponse](
+			httpClient,
+			baseURL+ReplicaServiceDropRangeProcedure,
+			connect.WithSchema(replicaServiceMethods.ByName("DropRange")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -186,6 +199,7 @@ type replicaServiceClient struct {
 	adoptRanges     *connect.Client[v1.AdoptRangesRequest, v1.AdoptRangesResponse]
 	getStatus       *connect.Client[v1.ReplicaServiceGetStatusRequest, v1.ReplicaServiceGetStatusResponse]
 	getEpochHistory *connect.Client[v1.GetEpochHistoryRequest, v1.GetEpochHistoryResponse]
+	dropRange       *connect.Client[v1.DropRangeRequest, v1.DropRangeResponse]
 }
 
 // Fetch calls tenure.v1.ReplicaService.Fetch.
@@ -231,6 +245,11 @@ func (c *replicaServiceClient) GetStatus(ctx context.Context, req *connect.Reque
 // GetEpochHistory calls tenure.v1.ReplicaService.GetEpochHistory.
 func (c *replicaServiceClient) GetEpochHistory(ctx context.Context, req *connect.Request[v1.GetEpochHistoryRequest]) (*connect.Response[v1.GetEpochHistoryResponse], error) {
 	return c.getEpochHistory.CallUnary(ctx, req)
+}
+
+// DropRange calls tenure.v1.ReplicaService.DropRange.
+func (c *replicaServiceClient) DropRange(ctx context.Context, req *connect.Request[v1.DropRangeRequest]) (*connect.Response[v1.DropRangeResponse], error) {
+	return c.dropRange.CallUnary(ctx, req)
 }
 
 // ReplicaServiceHandler is an implementation of the tenure.v1.ReplicaService service.
@@ -280,6 +299,10 @@ type ReplicaServiceHandler interface {
 	GetStatus(context.Context, *connect.Request[v1.ReplicaServiceGetStatusRequest]) (*connect.Response[v1.ReplicaServiceGetStatusResponse], error)
 	// GetEpochHistory returns one range's epoch history (empty = unknown).
 	GetEpochHistory(context.Context, *connect.Request[v1.GetEpochHistoryRequest]) (*connect.Response[v1.GetEpochHistoryResponse], error)
+	// DropRange deletes a range's data and state from this replica (the range
+	// was deleted, or this replica was removed from it). Only at or above its
+	// fenced epoch, never while leading. Idempotent.
+	DropRange(context.Context, *connect.Request[v1.DropRangeRequest]) (*connect.Response[v1.DropRangeResponse], error)
 }
 
 // NewReplicaServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -343,6 +366,12 @@ func NewReplicaServiceHandler(svc ReplicaServiceHandler, opts ...connect.Handler
 		connect.WithSchema(replicaServiceMethods.ByName("GetEpochHistory")),
 		connect.WithHandlerOptions(opts...),
 	)
+	replicaServiceDropRangeHandler := connect.NewUnaryHandler(
+		ReplicaServiceDropRangeProcedure,
+		svc.DropRange,
+		connect.WithSchema(replicaServiceMethods.ByName("DropRange")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.ReplicaService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ReplicaServiceFetchProcedure:
@@ -363,6 +392,8 @@ func NewReplicaServiceHandler(svc ReplicaServiceHandler, opts ...connect.Handler
 			replicaServiceGetStatusHandler.ServeHTTP(w, r)
 		case ReplicaServiceGetEpochHistoryProcedure:
 			replicaServiceGetEpochHistoryHandler.ServeHTTP(w, r)
+		case ReplicaServiceDropRangeProcedure:
+			replicaServiceDropRangeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -406,4 +437,8 @@ func (UnimplementedReplicaServiceHandler) GetStatus(context.Context, *connect.Re
 
 func (UnimplementedReplicaServiceHandler) GetEpochHistory(context.Context, *connect.Request[v1.GetEpochHistoryRequest]) (*connect.Response[v1.GetEpochHistoryResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ReplicaService.GetEpochHistory is not implemented"))
+}
+
+func (UnimplementedReplicaServiceHandler) DropRange(context.Context, *connect.Request[v1.DropRangeRequest]) (*connect.Response[v1.DropRangeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ReplicaService.DropRange is not implemented"))
 }

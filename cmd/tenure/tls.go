@@ -1,0 +1,82 @@
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/tenurelog/tenure/pkg/auth"
+	"github.com/tenurelog/tenure/pkg/transport"
+)
+
+// tlsFlags are every server's TLS flags (env TENURE_TLS_CERT, ... as
+// fallback, like every flag).
+type tlsFlags struct {
+	cert, key, ca *string
+	insecure      *bool
+}
+
+const tlsHelp = `
+Every hop is mutual TLS when --tls-cert, --tls-key and --tls-ca are given
+(tenure certs init DIR writes them): the server presents its certificate,
+requires one from every caller but health probes, and admits each procedure
+only to the roles its certificate carries (pkg/auth, table.go). The files are
+reloaded when they change. Without them the server speaks cleartext and
+listens only on loopback, unless --insecure says so on purpose.
+`
+
+func addTLSFlags(fs *flag.FlagSet) *tlsFlags {
+	return &tlsFlags{
+		cert:     fs.String("tls-cert", "", "PEM certificate this process presents as a server and as a client (with --tls-key and --tls-ca)"),
+		key:      fs.String("tls-key", "", "PEM private key of --tls-cert"),
+		ca:       fs.String("tls-ca", "", "PEM CA certificate(s) peers' certificates must chain to"),
+		insecure: fs.Bool("insecure", false, "allow cleartext on a non-loopback address (no TLS, no authentication: anyone who reaches the port can fence and truncate)"),
+	}
+}
+
+// setup installs the process's TLS identity before any server or client is
+// built, or refuses to serve cleartext beyond loopback. listen is the
+// address the process serves on ("" for none).
+func (f *tlsFlags) setup(log *slog.Logger, listen string) error {
+	files := auth.Files{Cert: *f.cert, Key: *f.key, CA: *f.ca}
+	if !files.Configured() {
+		if listen != "" && !transport.Loopback(listen) && !*f.insecure {
+			return fmt.Errorf("--listen %s: %w", listen, auth.ErrNoTLS)
+		}
+		if listen != "" && !transport.Loopback(listen) {
+			log.Warn("serving cleartext without authentication on a non-loopback address (--insecure)", "listen", listen)
+		}
+		return nil
+	}
+	src, err := auth.Load(files, log)
+	if err != nil {
+		return err
+	}
+	transport.SetTLS(src)
+	return nil
+}
+
+// etcdTLS is the etcd client's TLS configuration: the process's own
+// certificate and CA when TLS is on and the endpoints say https (etcd's
+// client URLs), nil otherwise.
+func etcdTLS(endpoints string) *tls.Config {
+	src := transport.TLS()
+	if src == nil || !strings.Contains(endpoints, "https://") {
+		return nil
+	}
+	return src.ClientConfig()
+}
+
+// serviceURL is a peer's base URL as given, with http upgraded to https
+// when this process speaks TLS: a default like http://127.0.0.1:7000 then
+// still names the right server.
+func serviceURL(u string) string {
+	if transport.TLS() != nil {
+		if rest, ok := strings.CutPrefix(u, "http://"); ok {
+			return "https://" + rest
+		}
+	}
+	return u
+}

@@ -1,0 +1,97 @@
+package auth
+
+import (
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+)
+
+// Role is what a certificate's holder may do.
+type Role string
+
+// The roles. A certificate may carry several (an operator's tenurectl
+// certificate usually also carries producer and consumer).
+const (
+	// RoleReplica: a replica process. Fetches from peers (the leader
+	// checks who fetches by the request's replica id, and this role is
+	// what a follower needs); its own lease session.
+	RoleReplica Role = "replica"
+	// RolePromoter: fences, truncates, adopts and drops ranges on replicas,
+	// grants and binds epochs, steps membership.
+	RolePromoter Role = "promoter"
+	// RoleProducer: appends.
+	RoleProducer Role = "producer"
+	// RoleConsumer: reads and tails.
+	RoleConsumer Role = "consumer"
+	// RoleOperator: creates and deletes ranges, changes membership and
+	// promotes through the promoter, reads every status.
+	RoleOperator Role = "operator"
+)
+
+// Roles lists every role, in the order `tenure certs init` issues them.
+var Roles = []Role{RoleReplica, RolePromoter, RoleProducer, RoleConsumer, RoleOperator}
+
+// Table is every procedure tenure serves and the roles it admits: the whole
+// authorisation policy, in one place. A procedure missing from it is
+// refused to everyone (PermissionDenied), so a new RPC is closed until
+// someone decides who may call it here.
+var Table = map[string][]Role{
+	// LogService: clients of the log.
+	tenurev1connect.LogServiceAppendProcedure:       {RoleProducer},
+	tenurev1connect.LogServiceAppendStreamProcedure: {RoleProducer},
+	tenurev1connect.LogServiceReadProcedure:         {RoleConsumer},
+	tenurev1connect.LogServiceTailProcedure:         {RoleConsumer},
+
+	// ReplicaService: replication between replicas, and the promoter's
+	// commands. Fence, Truncate and Adopt are exactly what an attacker
+	// would use to brick a range or mark records committed that never
+	// were: only the promoter.
+	tenurev1connect.ReplicaServiceFetchProcedure:       {RoleReplica},
+	tenurev1connect.ReplicaServiceFetchStreamProcedure: {RoleReplica},
+	tenurev1connect.ReplicaServiceFenceProcedure:       {RolePromoter},
+	tenurev1connect.ReplicaServiceFenceRangesProcedure: {RolePromoter},
+	tenurev1connect.ReplicaServiceTruncateProcedure:    {RolePromoter},
+	tenurev1connect.ReplicaServiceAdoptProcedure:       {RolePromoter},
+	tenurev1connect.ReplicaServiceAdoptRangesProcedure: {RolePromoter},
+	tenurev1connect.ReplicaServiceDropRangeProcedure:   {RolePromoter},
+	// A leader confirms with its followers that it still leads before it
+	// serves a read (readindex.go): replicas read each other's status.
+	tenurev1connect.ReplicaServiceGetStatusProcedure:       {RoleReplica, RolePromoter, RoleOperator},
+	tenurev1connect.ReplicaServiceGetEpochHistoryProcedure: {RolePromoter, RoleOperator},
+
+	// LeaseService: epochs, leases and membership.
+	tenurev1connect.LeaseServiceCreateRangeProcedure:              {RoleOperator},
+	tenurev1connect.LeaseServiceSetReplicasProcedure:              {RoleOperator},
+	tenurev1connect.LeaseServiceChangeMembershipProcedure:         {RolePromoter},
+	tenurev1connect.LeaseServiceCompleteMembershipChangeProcedure: {RolePromoter},
+	tenurev1connect.LeaseServiceDeleteRangeProcedure:              {RolePromoter},
+	tenurev1connect.LeaseServiceGetRangeProcedure:                 {RoleReplica, RolePromoter, RoleOperator},
+	tenurev1connect.LeaseServiceGetRangesProcedure:                {RoleReplica, RolePromoter, RoleOperator},
+	tenurev1connect.LeaseServiceListRangesProcedure:               {RoleReplica, RolePromoter, RoleOperator},
+	tenurev1connect.LeaseServiceGetLeaseProcedure:                 {RoleReplica, RolePromoter, RoleOperator},
+	tenurev1connect.LeaseServiceWatchLeasesProcedure:              {RolePromoter, RoleOperator},
+	tenurev1connect.LeaseServiceGrantEpochProcedure:               {RolePromoter},
+	tenurev1connect.LeaseServiceGrantEpochsProcedure:              {RolePromoter},
+	tenurev1connect.LeaseServiceBindLeaseProcedure:                {RolePromoter},
+	tenurev1connect.LeaseServiceBindLeasesProcedure:               {RolePromoter},
+	// Sessions: a replica's own (OpenSession checks the holder id against
+	// the certificate's replica id), and the promoter's.
+	tenurev1connect.LeaseServiceOpenSessionProcedure:  {RoleReplica, RolePromoter},
+	tenurev1connect.LeaseServiceKeepAliveProcedure:    {RoleReplica, RolePromoter},
+	tenurev1connect.LeaseServiceCloseSessionProcedure: {RoleReplica, RolePromoter},
+	tenurev1connect.LeaseServiceReleaseLeaseProcedure: {RoleReplica, RolePromoter},
+
+	// PromoterService: operators.
+	tenurev1connect.PromoterServicePromoteProcedure:         {RoleOperator},
+	tenurev1connect.PromoterServiceChangeReplicasProcedure:  {RoleOperator},
+	tenurev1connect.PromoterServiceDeleteRangeProcedure:     {RoleOperator},
+	tenurev1connect.PromoterServiceListTransitionsProcedure: {RoleOperator, RolePromoter},
+	tenurev1connect.PromoterServiceGetStatusProcedure:       {RoleOperator, RolePromoter},
+}
+
+// Paths outside the tenure services.
+const (
+	// healthPrefix is gRPC health: open to probes without a certificate.
+	healthPrefix = "/grpc.health.v1.Health/"
+	// reflectionPrefixes are gRPC reflection: operators only.
+	reflectionV1      = "/grpc.reflection.v1.ServerReflection/"
+	reflectionV1Alpha = "/grpc.reflection.v1alpha.ServerReflection/"
+)

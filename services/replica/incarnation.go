@@ -1,0 +1,125 @@
+package replica
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/tenurelog/tenure/pkg/journal"
+)
+
+// A replica's incarnation is its data directory's identity: 16 random bytes,
+// written as 32 lowercase hex digits to DataDir/incarnation at the
+// directory's first start and read back at every later one. A member of a
+// range is (replica id, incarnation), not an id (Kafka's KIP-853): a disk
+// that was replaced or wiped comes back under the same id with another
+// incarnation, and must not answer a fence as if it were the member, whose
+// log it no longer holds (its empty log would count as a complete one).
+
+const (
+	// incarnationFile is the file in the data directory that holds it.
+	// Part of the on-disk format.
+	incarnationFile = "incarnation"
+	// incarnationBytes is its length in random bytes (128 bits: two
+	// directories never draw the same one).
+	incarnationBytes = 16
+)
+
+// validIncarnation reports whether s is 32 lowercase hex digits.
+func validIncarnation(s string) bool {
+	if len(s) != 2*incarnationBytes {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// loadIncarnation returns the incarnation of dataDir, making and durably
+// writing one if the directory has none. It runs before the store opens and
+// long before the replica serves, so every answer carries the incarnation
+// that a restart will read back.
+func loadIncarnation(dataDir string, log *slog.Logger) (string, error) {
+	path := filepath.Join(dataDir, incarnationFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		inc := strings.TrimSuffix(string(b), "\n")
+		// Assert right after reading: a damaged id is refused, not
+		// replaced, since a new one would silently make this replica a
+		// stranger to every range it is a member of.
+		if !validIncarnation(inc) {
+			return "", fmt.Errorf("replica: %s holds %q, not %d lowercase hex digits: damaged; restore it or wipe the directory", path, b, 2*incarnationBytes)
+		}
+		return inc, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("replica: read %s: %w", path, err)
+	}
+	// A store without an incarnation was written before incarnations
+	// existed: it gets one now, and ranges whose membership recorded none
+	// record this one at their next fence.
+	_, statErr := os.Stat(filepath.Join(dataDir, "badger"))
+	hadStore := statErr == nil
+	raw := make([]byte, incarnationBytes)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("replica: draw an incarnation: %w", err)
+	}
+	inc := hex.EncodeToString(raw)
+	if err := writeIncarnation(dataDir, inc); err != nil {
+		return "", err
+	}
+	if hadStore {
+		log.Warn("data directory holds a store but no incarnation (written before incarnations): made one", "incarnation", inc, "data_dir", dataDir)
+	} else {
+		log.Info("new data directory: made its incarnation", "incarnation", inc, "data_dir", dataDir)
+	}
+	return inc, nil
+}
+
+// writeIncarnation writes inc to dataDir/incarnation atomically and
+// durably: a temporary file, fsynced, renamed over, then the directory
+// fsynced (and its parent, if the directory was just made), so a power loss
+// leaves either no file or the whole id, never a torn one.
+func writeIncarnation(dataDir, inc string) error {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("replica: %w", err)
+	}
+	path := filepath.Join(dataDir, incarnationFile)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("replica: write incarnation: %w", err)
+	}
+	_, err = f.WriteString(inc + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("replica: write incarnation: %w", err)
+	}
+	for _, d := range []string{dataDir, filepath.Dir(dataDir)} {
+		if err := (journal.OSFS{}).SyncDir(d); err != nil {
+			return fmt.Errorf("replica: write incarnation: sync directory %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// Incarnation is the incarnation of the replica's data directory.
+func (s *Replica) Incarnation() string { return s.incarnation }
