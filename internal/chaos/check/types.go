@@ -132,6 +132,13 @@ type ReplicaLog struct {
 	// Records holds every record the replica stores, committed or not,
 	// from LogStart to LogEnd.
 	Records []Record
+	// NotVoter says the replica is not a voter of the range at the end of
+	// the run (removed by a membership change, or left a learner): its
+	// committed prefix is judged like any other (a removed replica may lag,
+	// never differ), but it is no part of the majority that must hold every
+	// committed record, since the voters in effect alone are (joint
+	// quorums carry every committed record from the old voters to the new).
+	NotVoter bool `json:",omitempty"`
 }
 
 // HWMSample is one observation of a replica's high-water mark of a range.
