@@ -52,6 +52,9 @@ type Cluster struct {
 	leaseAddr string
 	leaseCli  tenurev1connect.LeaseServiceClient
 	replicas  []*replicaNode
+	// spares are the replicas started as no member, for reconfigure to
+	// add (also in replicas).
+	spares    []*replicaNode
 	promoters []*promoterNode
 	// direct reaches servers around the Network: the harness's own status
 	// polls must not be faulted.
