@@ -87,8 +87,15 @@ func (c *Cluster) markVoters(logs []check.ReplicaLog) []check.ReplicaLog {
 		return logs
 	}
 	vs := voters(rng)
+	var others []string
 	for i := range logs {
 		logs[i].NotVoter = !slices.Contains(vs, logs[i].Replica)
+		if logs[i].NotVoter {
+			others = append(others, fmt.Sprintf("%s (log [%d,%d), hwm %d)", logs[i].Replica, logs[i].LogStart, logs[i].LogEnd, logs[i].HWM))
+		}
+	}
+	if len(others) > 0 {
+		c.t.Logf("final voters %v; judged as no voter: %v", vs, others)
 	}
 	return logs
 }
