@@ -392,6 +392,7 @@ func (c *Cluster) sampleHWMs(ctx context.Context, rangeID string) []check.HWMSam
 			c.mu.Unlock()
 			if st != nil && same {
 				out = append(out, check.HWMSample{Replica: rn.id, Incarnation: inc, Range: rangeID, HWM: st.GetHighWaterMark(), At: time.Now()})
+				c.obs.fetchTruncations(rn.id, inc, st)
 			}
 		}
 		select {

@@ -424,8 +424,12 @@ func (rs *rangeRun) checkAckedTruncated(p *problems) int {
 			}
 			removed++
 			if removed == 1 {
-				p.add("acked-truncated", "range %s replica %s truncated to %d at epoch %d (log end %d) removed offset %d value %s of epoch %d (%s)",
-					rs.name, t.Replica, t.To, t.Epoch, t.LogEnd, c.offset, short(c.value), c.epoch, c.source)
+				how := "truncated"
+				if t.FetchLeader != "" {
+					how = "truncated on " + t.FetchLeader + "'s divergence answer"
+				}
+				p.add("acked-truncated", "range %s replica %s %s to %d at epoch %d (log end %d) removed offset %d value %s of epoch %d (%s)",
+					rs.name, t.Replica, how, t.To, t.Epoch, t.LogEnd, c.offset, short(c.value), c.epoch, c.source)
 			}
 		}
 		if removed > 0 {
