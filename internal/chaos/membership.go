@@ -225,7 +225,7 @@ func (c *Cluster) reconfigure(ep int, rng *rand.Rand) {
 	}
 }
 
-// wipe: a replica (the leader a third of the time) loses its whole data
+// wipe: a replica (the leader half the time) loses its whole data
 // directory and journals and restarts empty under its id and address (a new
 // incarnation); the leader then loses power and restarts. The wiped
 // replica must not count (the promoter and the replica refuse it), so the
@@ -257,8 +257,18 @@ func (c *Cluster) wipe(rng *rand.Rand) {
 	if len(candidates) == 0 {
 		c.t.Fatalf("wipe: no member's incarnation is recorded (membership %v)", c.getRange())
 	}
+	// The leader half the time (its successor is then the leader that
+	// dies), else another member.
 	victim := c.replica(candidates[rng.IntN(len(candidates))])
-	c.t.Logf("wipe: %s loses its data directory", victim.id)
+	if l := c.leader(rangeID); l != nil && slices.Contains(candidates, l.id) {
+		others := slices.DeleteFunc(slices.Clone(candidates), func(id string) bool { return id == l.id })
+		if rng.IntN(2) == 0 || len(others) == 0 {
+			victim = l
+		} else {
+			victim = c.replica(others[rng.IntN(len(others))])
+		}
+	}
+	c.t.Logf("wipe: %s loses its data directory (the leader: %t)", victim.id, victim == c.leader(rangeID))
 	c.killReplica(victim)
 	if err := os.RemoveAll(victim.dir); err != nil {
 		c.t.Fatal(err)
