@@ -225,12 +225,12 @@ func (c *Cluster) reconfigure(ep int, rng *rand.Rand) {
 	}
 }
 
-// wipe: a replica (the leader half the time) loses its whole data
-// directory and journals and restarts empty under its id and address (a new
-// incarnation); the leader then loses power and restarts. The wiped
-// replica must not count (the promoter and the replica refuse it), so the
-// range waits for the leader rather than lose what the wiped one held.
-// Once healed the wiped replica is removed and added again.
+// wipe: a third member lags, a replica (the leader half the time) loses
+// its whole data directory and journals and restarts empty under its id and
+// address (a new incarnation); the leader then loses power and restarts.
+// The wiped replica must not count (the promoter and the replica refuse
+// it), so the range waits for the leader rather than lose what the lagging
+// one lacks. Once healed the wiped replica is removed and added again.
 func (c *Cluster) wipe(rng *rand.Rand) {
 	// Only a member whose incarnation is recorded is (id, incarnation): one
 	// without counts on its first answer, as a new range's members do
@@ -268,7 +268,34 @@ func (c *Cluster) wipe(rng *rand.Rand) {
 			victim = c.replica(others[rng.IntN(len(others))])
 		}
 	}
-	c.t.Logf("wipe: %s loses its data directory (the leader: %t)", victim.id, victim == c.leader(rangeID))
+	leader := c.leader(rangeID)
+	// A third member lags: cut from every other replica (not from the
+	// promoters), it fetches nothing, so the records acknowledged from now
+	// on are held by the leader and one other member only, the victim or
+	// (when the victim leads) the successor. That is issue 24's hole:
+	// counting the wiped disk's empty log as a complete one would let the
+	// lagging member lead without them.
+	var lagger *replicaNode
+	var others []*replicaNode
+	for _, id := range voters(c.getRange()) {
+		if rn := c.replica(id); rn != victim && rn != leader {
+			others = append(others, rn)
+		}
+	}
+	if len(others) > 0 {
+		lagger = others[rng.IntN(len(others))]
+		var peers []string
+		for _, rn := range c.replicas {
+			peers = append(peers, rn.id)
+		}
+		c.net.Isolate(lagger.id, peers)
+		time.Sleep(300*time.Millisecond + time.Duration(rng.Int64N(int64(500*time.Millisecond))))
+	}
+	lagging := "none"
+	if lagger != nil {
+		lagging = lagger.id
+	}
+	c.t.Logf("wipe: %s loses its data directory (the leader: %t); lagging: %s", victim.id, victim == leader, lagging)
 	c.killReplica(victim)
 	if err := os.RemoveAll(victim.dir); err != nil {
 		c.t.Fatal(err)
@@ -278,17 +305,22 @@ func (c *Cluster) wipe(rng *rand.Rand) {
 	}
 	victim.jfs = journaltest.NewMemFS()
 	c.startReplica(victim)
-	time.Sleep(200*time.Millisecond + time.Duration(rng.Int64N(int64(800*time.Millisecond))))
 
 	// The leader dies: if the victim led, its successor (elected from the
-	// two members left) does.
-	leader := c.waitLeader(rangeID, 10*time.Second)
+	// two members left, the lagger fenced but still cut) does. Then the
+	// lagger and the wiped replica are the only members up: the range must
+	// wait for the dead leader rather than count the wiped one.
+	if leader == victim {
+		leader = c.waitLeader(rangeID, 10*time.Second)
+	}
 	if leader != nil && leader != victim {
 		c.t.Logf("wipe: the leader %s loses power", leader.id)
 		c.killReplica(leader)
+		c.net.Heal()
 		time.Sleep(300*time.Millisecond + time.Duration(rng.Int64N(int64(1700*time.Millisecond))))
 		c.startReplica(leader)
 	}
+	c.net.Heal()
 	if c.waitLeader(rangeID, livenessBound) == nil {
 		c.t.Logf("wipe: no leader after the restart")
 	}

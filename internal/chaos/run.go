@@ -30,9 +30,11 @@
 //	reconfigure     a random voter is replaced by a new replica (r4, r5, ...)
 //	                through the elected promoter's ChangeReplicas, and the
 //	                leader is killed or paused at a random step of it
-//	wipe            a replica loses its data directory and restarts empty
-//	                under its id (a new incarnation), then the leader dies;
-//	                once healed the wiped one is removed and added again
+//	wipe            a third member is cut from the other replicas (it lags),
+//	                a replica loses its data directory and restarts empty
+//	                under its id (a new incarnation), then the leader dies:
+//	                the lagging and the wiped one must not lead (issue 24's
+//	                hole); once healed the wiped one is removed and added again
 //
 // After each episode heals, the liveness checker (checkLiveness) requires
 // the range to serve an acknowledged append and a read, and the elected
