@@ -144,6 +144,15 @@ func (c *Cluster) changeUntil(req *tenurev1.ChangeReplicasRequest, done func(*te
 		c.t.Logf("chaos: membership change %v, attempt %d: %v", req, attempt, err)
 		// The range may be promoting after the fault: wait for a leader.
 		c.waitLeader(rangeID, 10*time.Second)
+		if rng := c.getRange(); rng.GetChange() != nil && rng.GetEpoch() <= rng.GetChange().GetEpoch() {
+			// A step whose promotion failed stays in flight and takes
+			// effect with the next successful promotion; a re-run of an
+			// add whose promote-learner step is in flight is refused
+			// ("already a voter") rather than resumed, and with a healthy
+			// leader no promotion comes by itself. So, as an operator
+			// would, ask for one; the promoter then completes the step.
+			c.handover("chaos: put the membership step in flight into effect")
+		}
 		time.Sleep(time.Duration(attempt) * 300 * time.Millisecond)
 	}
 	rng := c.getRange()
