@@ -111,7 +111,7 @@ CHAOS_FLAGS ?=
 .PHONY: chaos
 chaos: ## In-process chaos: SEEDS (default 5) seeded runs of every fault kind, ending with the scoreboard.
 	@mkdir -p $(BIN)
-	$(GO) test -race -count=1 -timeout $$(( $(SEEDS) * 11 * 60 + 300 ))s -run '^TestChaos$$' ./internal/chaos \
+	$(GO) test -race -count=1 -timeout $$(( $(SEEDS) * 13 * 60 + 300 ))s -run '^TestChaos$$' ./internal/chaos \
 		-chaos.seeds=$(SEEDS) -chaos.scoreboard=$(BIN)/chaos-scoreboard.txt $(CHAOS_FLAGS) -v 2>&1 | grep -v '^=== RUN'
 	@echo ">> scoreboard also in $(BIN)/chaos-scoreboard.txt"
 

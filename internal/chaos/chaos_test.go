@@ -66,8 +66,8 @@ func TestChaos(t *testing.T) {
 				boardMu.Lock()
 				board.Add(string(kind), run, rep)
 				boardMu.Unlock()
-				t.Logf("seed %d kind %s: ops %d, traffic before %d during %d, final epoch %d, truncations %d, linearizable %s in %v",
-					seed, kind, len(run.History), run.TrafficBefore, run.TrafficDuring, finalEpoch(run), len(run.Truncations), rep.Linearizable, rep.CheckTime)
+				t.Logf("seed %d kind %s: ops %d, traffic before %d during %d, final epoch %d, truncations %d (%d at fetch), linearizable %s in %v",
+					seed, kind, len(run.History), run.TrafficBefore, run.TrafficDuring, finalEpoch(run), len(run.Truncations), fetchCuts(run), rep.Linearizable, rep.CheckTime)
 				if v := run.Void(); v != "" {
 					// A void run proved nothing, but is no safety finding:
 					// on a starved box, 2 s lease sessions can lapse
@@ -118,6 +118,18 @@ func finalEpoch(run check.Run) uint64 {
 		e = max(e, l.FencedEpoch)
 	}
 	return e
+}
+
+// fetchCuts counts the run's fetch-time truncations (a follower's own, on a
+// leader's divergence answer).
+func fetchCuts(run check.Run) int {
+	n := 0
+	for _, tr := range run.Truncations {
+		if tr.FetchLeader != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // dumpRun writes a failing run's observations (history, final logs, events)

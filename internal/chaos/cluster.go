@@ -52,6 +52,9 @@ type Cluster struct {
 	leaseAddr string
 	leaseCli  tenurev1connect.LeaseServiceClient
 	replicas  []*replicaNode
+	// spares are the replicas started as no member, for reconfigure to
+	// add (also in replicas).
+	spares    []*replicaNode
 	promoters []*promoterNode
 	// direct reaches servers around the Network: the harness's own status
 	// polls must not be faulted.
@@ -389,6 +392,7 @@ func (c *Cluster) sampleHWMs(ctx context.Context, rangeID string) []check.HWMSam
 			c.mu.Unlock()
 			if st != nil && same {
 				out = append(out, check.HWMSample{Replica: rn.id, Incarnation: inc, Range: rangeID, HWM: st.GetHighWaterMark(), At: time.Now()})
+				c.obs.fetchTruncations(rn.id, inc, st)
 			}
 		}
 		select {

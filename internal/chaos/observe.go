@@ -25,6 +25,15 @@ type Observer struct {
 	// fences is each replica's last fence answer per range and epoch: what
 	// it held when a truncation at that epoch was commanded.
 	fences map[fenceKey]*tenurev1.FenceResponse
+	// cuts is, per replica process (id and harness incarnation) and range,
+	// how many fetch-time truncations its status reported last
+	// (fetchTruncations).
+	cuts map[cutKey]uint64
+}
+
+type cutKey struct {
+	replica, rangeID string
+	incarnation      int
 }
 
 type fenceKey struct {
@@ -33,7 +42,7 @@ type fenceKey struct {
 }
 
 func newObserver() *Observer {
-	return &Observer{fences: map[fenceKey]*tenurev1.FenceResponse{}}
+	return &Observer{fences: map[fenceKey]*tenurev1.FenceResponse{}, cuts: map[cutKey]uint64{}}
 }
 
 // current is the observer of the run in progress. The interceptor is
@@ -125,4 +134,41 @@ func (o *Observer) results() ([]check.EpochEvent, []check.Truncation) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]check.EpochEvent(nil), o.events...), append([]check.Truncation(nil), o.truncs...)
+}
+
+// fetchTruncations records the fetch-time truncation a replica's status
+// reports (RangeStatus.fetch_truncations and last_fetch_truncation_*), once
+// per increase of its count, as a check.Truncation the truncation checker
+// judges like a promotion's. A follower cuts its own tail when the leader
+// answers that it diverges; the checker would otherwise never see it, and
+// a fetch-time cut of an acknowledged record would go uncounted.
+//
+// The records cut are ones the replica held when fenced at the epoch it
+// fetched at: what it fetched since came from that epoch's leader, which
+// never answers that its own records diverge. So the cut is matched
+// against that fence's answer (history and log end), as a promotion's
+// truncation is, and only within it. Limits: the status keeps only the
+// last cut and the count since the process started, so two cuts between
+// samples show as the later one, and a cut of a process killed before the
+// next sample is not seen.
+func (o *Observer) fetchTruncations(replica string, incarnation int, st *tenurev1.RangeStatus) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	k := cutKey{replica, st.GetRangeId(), incarnation}
+	n := st.GetFetchTruncations()
+	if n <= o.cuts[k] {
+		return
+	}
+	o.cuts[k] = n
+	tr := check.Truncation{Replica: replica, Range: st.GetRangeId(), Epoch: st.GetLastFetchTruncationEpoch(),
+		To: st.GetLastFetchTruncationTo(), LogEnd: st.GetLastFetchTruncationFrom(), FetchLeader: st.GetLastFetchTruncationLeader()}
+	if f := o.fences[fenceKey{replica, st.GetRangeId(), tr.Epoch}]; f != nil {
+		tr.LogEnd = min(tr.LogEnd, f.GetLogEnd())
+		for _, h := range f.GetHistory() {
+			tr.History = append(tr.History, check.EpochStart{Epoch: h.GetEpoch(), Start: h.GetStartOffset()})
+		}
+	}
+	// Without the fence's history the checker cannot match records to
+	// epochs and counts nothing: the cut is still listed in the run.
+	o.truncs = append(o.truncs, tr)
 }

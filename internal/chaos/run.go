@@ -27,6 +27,14 @@
 //	etcd-partition  one of three etcd members is cut from its peers (its
 //	                clients still reach it), healed; then two are, so no
 //	                side has a quorum
+//	reconfigure     a random voter is replaced by a new replica (r4, r5, ...)
+//	                through the elected promoter's ChangeReplicas, and the
+//	                leader is killed or paused at a random step of it
+//	wipe            a third member is cut from the other replicas (it lags),
+//	                a replica loses its data directory and restarts empty
+//	                under its id (a new incarnation), then the leader dies:
+//	                the lagging and the wiped one must not lead (issue 24's
+//	                hole); once healed the wiped one is removed and added again
 //
 // After each episode heals, the liveness checker (checkLiveness) requires
 // the range to serve an acknowledged append and a read, and the elected
@@ -62,7 +70,7 @@ type Kind string
 
 // Kinds are every fault kind, in the scoreboard's order.
 var Kinds = []Kind{"kill", "pause", "partition", "flaky", "majority", "promoter", "cascade",
-	"lease-pause", "lease-kill", "etcd-pause", "etcd-partition"}
+	"lease-pause", "lease-kill", "etcd-pause", "etcd-partition", "reconfigure", "wipe"}
 
 // etcdMembers is how many etcd members a run of kind needs: three for the
 // etcd kinds, which fault one member or a majority, else one (cheaper).
@@ -106,6 +114,8 @@ func RunOne(t testing.TB, rc RunConfig) check.Run {
 	if c.waitLeader(rangeID, 20*time.Second) == nil {
 		t.Fatalf("seed %d: no first leader within 20s", rc.Seed)
 	}
+
+	c.addSpares(rc.Kind, rc.Episodes)
 
 	hist := &check.History{}
 	urls := map[string]string{}
@@ -170,7 +180,7 @@ func RunOne(t testing.TB, rc RunConfig) check.Run {
 
 	run.History = hist.Ops()
 	run.Epochs, run.Truncations = c.obs.results()
-	run.Final = c.finalLogs(rangeID)
+	run.Final = c.markVoters(c.finalLogs(rangeID))
 	run.HWMs = hwms
 	return run
 }
@@ -308,6 +318,10 @@ func (c *Cluster) inject(kind Kind, ep int, rng *rand.Rand) {
 		}
 		hold(sessionTTL/2, sessionTTL*3/2)
 		c.etcd.Heal()
+	case "reconfigure":
+		c.reconfigure(ep, rng)
+	case "wipe":
+		c.wipe(rng)
 	default:
 		c.t.Fatalf("unknown fault kind %q", kind)
 	}

@@ -146,6 +146,31 @@ func TestLostBelowQuorum(t *testing.T) {
 	expect(t, Check(run), VerdictOK, nil)
 }
 
+// After a membership change the majority is of the voters: a removed
+// replica (NotVoter) that lags makes up no majority, and is not needed for
+// one; its committed prefix is still judged.
+func TestLostCountsVotersOnly(t *testing.T) {
+	run := cleanRun()
+	// D was removed before c: it lags, and B, C and A (the voters) hold
+	// everything. Four replicas, but the majority is two of three voters.
+	run.Final = append(run.Final, replica("D", theLog()[:3], 3))
+	run.Final[1] = replica("B", theLog()[:3], 3)
+	run.Final[3].NotVoter = true
+	expect(t, Check(run), VerdictOK, nil)
+
+	// Only A and the removed D hold c: two of four, but one of three voters.
+	run.Final[2] = replica("C", theLog()[:3], 3)
+	run.Final[3] = replica("D", theLog(), 3)
+	run.Final[3].NotVoter = true
+	expect(t, Check(run), VerdictOK, map[string]int{"lost": 1})
+
+	// A removed replica's committed prefix must not differ from the others'.
+	run = cleanRun()
+	run.Final = append(run.Final, replica("D", []Record{start(0, 1), rec(1, 1, "x")}, 2))
+	run.Final[3].NotVoter = true
+	expect(t, Check(run), VerdictOK, map[string]int{"divergent": 3, "inconsistent": 1, "lost": 1})
+}
+
 func TestLostOnReplicaPastItsOffset(t *testing.T) {
 	run := cleanRun()
 	// C's HWM says offset 2 is committed, but C holds nothing there. A and

@@ -256,9 +256,17 @@ func sortedOffsets[V any](m map[uint64]V) []uint64 {
 // with its value on every replica whose final HWM is past that offset,
 // since a replica's committed prefix is the committed log; and (b) stored,
 // committed yet or not, on a majority of the range's replicas, since it
-// was committed by reaching a quorum and no truncation may remove it.
+// was committed by reaching a quorum and no truncation may remove it. The
+// majority is of the voters (ReplicaLog.NotVoter): a removed replica or a
+// learner neither makes one up nor is needed for one.
 func (rs *rangeRun) checkLost(p *problems) int {
-	quorum := len(rs.finals)/2 + 1
+	voters := 0
+	for i := range rs.finals {
+		if !rs.finals[i].NotVoter {
+			voters++
+		}
+	}
+	quorum := voters/2 + 1
 	lost := 0
 	for _, c := range rs.claims {
 		holders := 0
@@ -268,12 +276,14 @@ func (rs *rangeRun) checkLost(p *problems) int {
 			if f.LogStart > c.offset {
 				// Compacted past the offset: a replica only drops a prefix
 				// it has committed, so it counts as holding the record.
-				holders++
+				if !f.NotVoter {
+					holders++
+				}
 				continue
 			}
 			r, ok := f.record(c.offset)
 			has := ok && !r.EpochStart && bytes.Equal(r.Value, c.value)
-			if has {
+			if has && !f.NotVoter {
 				holders++
 			}
 			if !has && f.committed(c.offset) {
@@ -293,7 +303,7 @@ func (rs *rangeRun) checkLost(p *problems) int {
 			if detail != "" {
 				detail += "; "
 			}
-			detail += fmt.Sprintf("held by %d of %d replicas, quorum %d", holders, len(rs.finals), quorum)
+			detail += fmt.Sprintf("held by %d of %d replicas, quorum %d", holders, voters, quorum)
 		}
 		p.add("lost", "range %s offset %d value %s (%s): %s", rs.name, c.offset, short(c.value), c.source, detail)
 	}
@@ -414,8 +424,12 @@ func (rs *rangeRun) checkAckedTruncated(p *problems) int {
 			}
 			removed++
 			if removed == 1 {
-				p.add("acked-truncated", "range %s replica %s truncated to %d at epoch %d (log end %d) removed offset %d value %s of epoch %d (%s)",
-					rs.name, t.Replica, t.To, t.Epoch, t.LogEnd, c.offset, short(c.value), c.epoch, c.source)
+				how := "truncated"
+				if t.FetchLeader != "" {
+					how = "truncated on " + t.FetchLeader + "'s divergence answer"
+				}
+				p.add("acked-truncated", "range %s replica %s %s to %d at epoch %d (log end %d) removed offset %d value %s of epoch %d (%s)",
+					rs.name, t.Replica, how, t.To, t.Epoch, t.LogEnd, c.offset, short(c.value), c.epoch, c.source)
 			}
 		}
 		if removed > 0 {

@@ -132,6 +132,13 @@ type ReplicaLog struct {
 	// Records holds every record the replica stores, committed or not,
 	// from LogStart to LogEnd.
 	Records []Record
+	// NotVoter says the replica is not a voter of the range at the end of
+	// the run (removed by a membership change, or left a learner): its
+	// committed prefix is judged like any other (a removed replica may lag,
+	// never differ), but it is no part of the majority that must hold every
+	// committed record, since the voters in effect alone are (joint
+	// quorums carry every committed record from the old voters to the new).
+	NotVoter bool `json:",omitempty"`
 }
 
 // HWMSample is one observation of a replica's high-water mark of a range.
@@ -190,14 +197,20 @@ type EpochEvent struct {
 
 // Truncation is one truncation a promotion commanded (from the transition
 // records): replica Replica of Range cut to To at promotion epoch Epoch,
-// when its fence answer reported History and LogEnd.
+// when its fence answer reported History and LogEnd. Or, with FetchLeader
+// set, one the replica made itself as a follower fetching at Epoch, on
+// FetchLeader's divergence answer (RangeStatus.last_fetch_truncation_*),
+// with the History and LogEnd of its fence at Epoch: the records it cut
+// are ones it held then, since a leader never answers that its own
+// records diverge.
 type Truncation struct {
-	Replica string
-	Range   string
-	Epoch   uint64
-	To      uint64
-	LogEnd  uint64
-	History []EpochStart
+	Replica     string
+	Range       string
+	Epoch       uint64
+	To          uint64
+	LogEnd      uint64
+	History     []EpochStart
+	FetchLeader string `json:",omitempty"`
 }
 
 // Run is everything one chaos run observed.
