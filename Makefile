@@ -85,17 +85,29 @@ bench-check: ## The bench module (its own go.mod, so ./... above skips it): vet,
 	cd bench && $(GO) test -race -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) -bench=. -benchtime=1x -bench.duration=300ms ./...
 
 # Every RPC fuzzed against a real server (internal/rpcfuzz): an input is a
-# network round trip, ~500-2500 a second here, so these take a count of
-# their own. A long run: make fuzz RPC_FUZZTIME=1000000x (about 10 minutes a
-# target).
+# network round trip, ~400-1500 a second here, so these take a count of
+# their own. A long run: make fuzz RPC_FUZZTIME=1000000x.
 RPC_FUZZTIME ?= 5000x
+# Minimisation is bounded by a count, not left at Go's default of 60 s: with
+# a count limit (-fuzztime=Nx) the coordinator reserves N/workers executions
+# for every input it minimises, and hands out no fuzzing work while the
+# reservation and the count reach N, so a long run stalled at 0 execs/s for
+# up to a minute at a time, and for good near its end (seen at 899k of 1M).
+# A count makes each reservation that small.
+FUZZ_MINIMIZE ?= 500x
+# The servers' data (Badger, the journal, embedded etcd) go on tmpfs when
+# there is one: a fuzz target checks what a server does with its input, not
+# the disk, and an fsync per accepted input would make most of the time an
+# input costs the disk's.
+FUZZ_TMPDIR ?= $(if $(wildcard /dev/shm/.),/dev/shm,$(or $(TMPDIR),/tmp))
+RPC_FUZZ = TMPDIR=$(FUZZ_TMPDIR) $(GO) test -run='^$$' -fuzztime=$(RPC_FUZZTIME) -fuzzminimizetime=$(FUZZ_MINIMIZE)
 
 .PHONY: fuzz
 fuzz: ## Short fuzz runs: the journal decoder (FUZZTIME=200000x inputs), then every RPC of each service against a real server (RPC_FUZZTIME=5000x).
 	$(GO) test -run='^$$' -fuzz=FuzzOpen -fuzztime=$(FUZZTIME) ./pkg/journal
-	$(GO) test -run='^$$' -fuzz=FuzzReplicaRPC -fuzztime=$(RPC_FUZZTIME) ./services/replica
-	$(GO) test -run='^$$' -fuzz=FuzzLeaseRPC -fuzztime=$(RPC_FUZZTIME) ./services/lease
-	$(GO) test -run='^$$' -fuzz=FuzzPromoterRPC -fuzztime=$(RPC_FUZZTIME) ./services/promoter
+	$(RPC_FUZZ) -fuzz=FuzzReplicaRPC ./services/replica
+	$(RPC_FUZZ) -fuzz=FuzzLeaseRPC ./services/lease
+	$(RPC_FUZZ) -fuzz=FuzzPromoterRPC ./services/promoter
 
 .PHONY: test
 test: fmt-check vet lint proto-check gotest bench-check chaos-short fuzz ## Everything CI checks, in order, stopping at the first failure.

@@ -20,7 +20,8 @@ import (
 // PromoterService procedure, to a real, elected promoter whose range's
 // replicas are all down (their promotions fail, as they must). After each
 // input the promoter must still answer, and the range's epoch must never
-// have gone down.
+// have gone down. Its fence and RPC bounds are short: every fence goes to
+// a dead address, and an input that promotes waits them out.
 func FuzzPromoterRPC(f *testing.F) {
 	env := leasetest.Start(f)
 	ctx := context.Background()
@@ -28,7 +29,7 @@ func FuzzPromoterRPC(f *testing.F) {
 	if _, err := env.Client.CreateRange(ctx, connect.NewRequest(&tenurev1.CreateRangeRequest{RangeId: "r", Replicas: dead})); err != nil {
 		f.Fatal(err)
 	}
-	p, err := promoter.New(promoter.Config{ID: "p1", Etcd: env.EtcdClient, LeaseURL: env.Server.URL(), FenceTimeout: 100 * time.Millisecond, RPCTimeout: 200 * time.Millisecond})
+	p, err := promoter.New(promoter.Config{ID: "p1", Etcd: env.EtcdClient, LeaseURL: env.Server.URL(), FenceTimeout: 20 * time.Millisecond, RPCTimeout: 50 * time.Millisecond})
 	if err != nil {
 		f.Fatal(err)
 	}
