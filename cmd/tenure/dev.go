@@ -33,8 +33,11 @@ compare every replica's epoch history and divergence point; restart the old
 leader and watch it rejoin as a follower, its uncommitted record cut.
 
 Tracing follows the OTEL_* environment (see pkg/telemetry): with
-OTEL_EXPORTER_OTLP_ENDPOINT set, every process exports its spans there and
-the promotion's trace id can be looked up in Jaeger.
+OTEL_EXPORTER_OTLP_ENDPOINT set (http://127.0.0.1:4318 reaches the Jaeger
+of 'make up'), every process exports its spans there and the promotion's
+trace id can be looked up in Jaeger. The story says "exported" only once
+this process's exporter delivered the trace's spans, and NOT exported,
+with the exporter's error, when the endpoint refused them.
 
 Without --keep it stops everything when the story ends. With --keep the
 cluster keeps running for tenurectl until Ctrl-C. Ctrl-C stops everything

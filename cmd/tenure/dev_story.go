@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -12,9 +14,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenurelog/tenure/internal/table"
 	"github.com/tenurelog/tenure/pkg/journal"
+	"github.com/tenurelog/tenure/pkg/telemetry"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -221,7 +225,7 @@ func (s *story) run(ctx context.Context) error {
 		// promotion takes a new epoch, and fencing keeps every one safe.
 		s.say("%d promotions since the kill (epochs %d to %d); the last one, which stands, is shown", nextEpoch-epoch, epoch+1, nextEpoch)
 	}
-	s.printTransition(tr, killed, served)
+	s.printTransition(ctx, tr, killed, served)
 
 	s.step("append %d more records to the new leader %s, and read everything back", s.records, next)
 	if err := s.appendRecords(ctx, next, "after-failover", s.records); err != nil {
@@ -407,7 +411,7 @@ func (s *story) listTransitions(ctx context.Context) ([]*tenurev1.Transition, er
 	return resp.Msg.GetTransitions(), nil
 }
 
-func (s *story) printTransition(tr *tenurev1.Transition, killed time.Time, served time.Duration) {
+func (s *story) printTransition(ctx context.Context, tr *tenurev1.Transition, killed time.Time, served time.Duration) {
 	s.say("epoch %d -> %d: %s leads (reason: %s)", tr.GetPreviousEpoch(), tr.GetEpoch(), tr.GetLeaderId(), tr.GetReason())
 	detected := time.UnixMilli(tr.GetStartedUnixMs()).Sub(killed)
 	s.say("promotion started %v after the kill and took %v; %s served as leader %v after the kill",
@@ -449,13 +453,48 @@ func (s *story) printTransition(tr *tenurev1.Transition, killed time.Time, serve
 		steps = append(steps, fmt.Sprintf("%s %v", t.GetStep(), usDuration(t.GetDurationUs())))
 	}
 	s.say("step timings: %s", strings.Join(steps, ", "))
-	switch {
-	case tr.GetTraceId() == "":
-		s.say("trace id: none (tracing is off: OTEL_SDK_DISABLED)")
-	case s.c.tracesExported:
-		s.say("trace id: %s (exported over OTLP: 'tenurectl trace %s' draws it from Jaeger)", tr.GetTraceId(), tr.GetTraceId())
-	default:
-		s.say("trace id: %s (not exported: run with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 and a Jaeger to see it)", tr.GetTraceId())
+	s.say("trace id: %s", traceNote(ctx, tr.GetTraceId()))
+}
+
+// traceExportWait bounds how long the story waits for this process's
+// exporter to deliver the promotion's spans.
+const traceExportWait = 5 * time.Second
+
+// traceNote is the trace id and whether it can be looked up. A trace is
+// called exported only once this process's exporter delivered spans of it
+// (the promoter's, which start the trace) and none failed: an OTLP
+// endpoint nobody listens on used to be reported as exported.
+func traceNote(ctx context.Context, id string) string {
+	if id == "" {
+		return "none (tracing is off: OTEL_SDK_DISABLED)"
+	}
+	tid, err := trace.TraceIDFromHex(id)
+	if err != nil {
+		return fmt.Sprintf("%s (not a trace id: %v)", id, err)
+	}
+	to := "the OTLP endpoint"
+	if exp, err := telemetry.ExporterFromEnv(os.Getenv); err == nil && exp.Endpoint != "" {
+		to = exp.Endpoint
+	}
+	cctx, cancel := context.WithTimeout(ctx, traceExportWait)
+	defer cancel()
+	for {
+		te, err := telemetry.Flush(cctx, tid)
+		switch {
+		case errors.Is(err, telemetry.ErrNoExporter):
+			return id + " (not exported: run with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 and a Jaeger listening there, such as 'make up' starts, to see it)"
+		case te.Failed > 0:
+			return fmt.Sprintf("%s (NOT exported: %d of its spans could not be sent to %s: %v)", id, te.Failed, to, te.Err)
+		case te.Exported > 0:
+			return fmt.Sprintf("%s (exported to %s: 'tenurectl trace %s' draws it from Jaeger)", id, to, id)
+		case err != nil && cctx.Err() == nil:
+			return fmt.Sprintf("%s (NOT exported: flushing spans to %s failed: %v)", id, to, err)
+		}
+		select {
+		case <-cctx.Done():
+			return fmt.Sprintf("%s (NOT exported: none of its spans reached %s within %v)", id, to, traceExportWait)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
