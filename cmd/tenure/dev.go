@@ -218,9 +218,10 @@ The cluster keeps running (--keep). In another terminal, try (build it with 'mak
   tenurectl%[1]s bench orders --records 5000 --concurrency 8
   tenurectl journal dump %[4]s
 
-Kill a leader yourself ('tenurectl status %[2]s' names it; pids are above) and
+Replica processes: %[6]s (the PID column of 'tenurectl status').
+Kill a leader yourself ('tenurectl status %[2]s' names it) and
 watch 'tenurectl transitions %[2]s'. Ctrl-C here stops everything.
-`, flags, rangeID, members, filepath.Join(c.replica("r1").dataDir, "journal", rangeID+".journal"), exports)
+`, flags, rangeID, members, filepath.Join(c.replica("r1").dataDir, "journal", rangeID+".journal"), exports, replicaPids(c.replicas, nil))
 }
 
 // setupDevTLS makes the dev cluster's certificates in dir and installs this

@@ -195,7 +195,8 @@ func (s *story) run(ctx context.Context) error {
 		return err
 	}
 
-	s.step("kill the leader: SIGKILL %s (pid %d), then resume the followers (SIGCONT)", old.id, old.cmd.Process.Pid)
+	oldPid := old.cmd.Process.Pid
+	s.step("kill the leader: SIGKILL %s (pid %d), then resume the followers (SIGCONT)", old.id, oldPid)
 	err = old.kill()
 	for _, f := range followers {
 		if rerr := f.resume(); err == nil {
@@ -255,6 +256,9 @@ func (s *story) run(ctx context.Context) error {
 	}
 	s.say("%s (pid %d) follows %s at epoch %d and holds the whole log (log end %d), %v after the restart",
 		old.id, old.cmd.Process.Pid, next, nextEpoch, end, since(restarted))
+	// The pids printed at start-up are stale for the restarted replica:
+	// whoever kills a replica next needs the current ones.
+	s.say("replica processes now: %s", replicaPids(s.c.replicas, map[string]int{old.id: oldPid}))
 
 	s.step("epoch histories, side by side")
 	if err := s.printHistories(ctx, next); err != nil {
@@ -268,6 +272,23 @@ func (s *story) run(ctx context.Context) error {
 
 	s.step("transition records of range %q, newest first (tenurectl transitions %s)", s.rangeID, s.rangeID)
 	return s.printTransitions(ctx)
+}
+
+// replicaPids lists each running replica's pid, "r1 pid 4242, ...", and
+// for one in was the pid it had before a restart.
+func replicaPids(rs []*devReplica, was map[string]int) string {
+	parts := make([]string, 0, len(rs))
+	for _, r := range rs {
+		switch {
+		case r.cmd == nil:
+			parts = append(parts, r.id+" down")
+		case was[r.id] != 0:
+			parts = append(parts, fmt.Sprintf("%s pid %d (restarted; was %d)", r.id, r.cmd.Process.Pid, was[r.id]))
+		default:
+			parts = append(parts, fmt.Sprintf("%s pid %d", r.id, r.cmd.Process.Pid))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // waitLeader waits until a replica other than not leads the range at an
