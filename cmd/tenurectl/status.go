@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +44,11 @@ as fetch_truncations, fetch_truncated_records and last_fetch_truncation.
 PID and UP are each replica's process id and how long ago it started
 (GetStatus's pid and started_unix_ms; --json: pid, started_unix_ms), so a
 replica restarted since the last look is told apart by its new pid.
+
+A replica is dialled at the address it advertises. When that address's
+host does not resolve from where tenurectl runs (a compose stack's
+replica-1, seen from the host), the row says so and a hint below the
+table says where to run tenurectl instead ('make ctl ARGS=status').
 
 A learner (a member being added: it fetches, never counts) has "(learner)"
 after its role. A member whose replica answers with another incarnation
@@ -282,6 +289,9 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 			}
 			if m.status == nil {
 				note := shortErr(m.err)
+				if host := unresolvedHost(m.err); host != "" {
+					note = "host " + host + " does not resolve here (hint below)"
+				}
 				if nf := notFetching(m, leader, leaderID); nf != "" {
 					note += "; " + nf
 				}
@@ -336,6 +346,7 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeUnresolvedHint(w, rs)
 	// A change in flight matters until it completes: promotions need a
 	// quorum of the old and of the new voters meanwhile.
 	for _, r := range rs {
@@ -377,6 +388,42 @@ func uptime(d time.Duration) string {
 		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
 	}
 	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// writeUnresolvedHint explains, below the table, members whose address's
+// host does not resolve from where tenurectl runs. Replicas advertise the
+// address their peers use (in compose, a host name on the stack's private
+// network, such as replica-1), and tenurectl dials what they advertise:
+// from outside that network every such member reads "unreachable" while
+// it is healthy.
+func writeUnresolvedHint(w io.Writer, rs []rangeStatus) {
+	var hosts []string
+	for _, r := range rs {
+		for _, m := range r.members {
+			if h := unresolvedHost(m.err); h != "" && !slices.Contains(hosts, h) {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	if len(hosts) == 0 {
+		return
+	}
+	which := "host " + hosts[0] + " does"
+	if len(hosts) > 1 {
+		which = "hosts " + strings.Join(hosts, ", ") + " do"
+	}
+	fmt.Fprintf(w, "\nhint: %s not resolve from here. Replicas are dialled at the addresses they advertise;"+
+		" a compose stack's (replica-1, ...) resolve only on its network: run tenurectl there ('make ctl ARGS=status'),"+
+		" or have the replicas advertise addresses this host reaches (tenure replica --advertise)\n", which)
+}
+
+// unresolvedHost is the host name err failed to resolve, or "".
+func unresolvedHost(err error) string {
+	var dns *net.DNSError
+	if err == nil || !errors.As(err, &dns) {
+		return ""
+	}
+	return dns.Name
 }
 
 // membershipStepName is a step's short name, e.g. "add-learner".
