@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -63,4 +64,33 @@ func TestTraceNoteSaysWhetherExported(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The whole demo with an OTLP endpoint that refuses connections: step 6
+// must say the promotion's trace was NOT exported, and why.
+func TestDevStoryTraceNotExportedWhenRefused(t *testing.T) {
+	bin := buildTenure(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + ln.Addr().String()
+	ln.Close()
+	// startDev passes this process's environment on to tenure dev, and
+	// tenure dev to its replicas.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", refused)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	t.Setenv("OTEL_SDK_DISABLED", "")
+	d := startDev(t, bin, "--records", "1")
+	if err := d.wait(t, 90*time.Second); err != nil {
+		t.Fatalf("tenure dev: %v\n%s", err, d.output())
+	}
+	out := d.output()
+	line := regexp.MustCompile(`trace id: [0-9a-f]{32} .*`).FindString(out)
+	t.Logf("step 6 says: %s", line)
+	if !strings.Contains(line, "NOT exported") || !strings.Contains(line, "connection refused") || strings.Contains(line, "exported to") {
+		t.Errorf("trace line = %q, want NOT exported with the refused connection\n%s", line, out)
+	}
+	d.checkCleanedUp(t)
 }
