@@ -33,11 +33,15 @@ compare every replica's epoch history and divergence point; restart the old
 leader and watch it rejoin as a follower, its uncommitted record cut.
 
 Tracing follows the OTEL_* environment (see pkg/telemetry): with
-OTEL_EXPORTER_OTLP_ENDPOINT set (http://127.0.0.1:4318 reaches the Jaeger
-of 'make up'), every process exports its spans there and the promotion's
-trace id can be looked up in Jaeger. The story says "exported" only once
-this process's exporter delivered the trace's spans, and NOT exported,
-with the exporter's error, when the endpoint refused them.
+OTEL_EXPORTER_OTLP_ENDPOINT set, every process exports its spans there and
+the promotion's trace id can be looked up in Jaeger. The Jaeger of 'make
+up' listens on https://127.0.0.1:4318 with mutual TLS: also set
+OTEL_EXPORTER_OTLP_CERTIFICATE, OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and
+OTEL_EXPORTER_OTLP_CLIENT_KEY to bin/compose-certs' ca.pem, operator.pem
+and operator-key.pem (README, "Compose quickstart"). The story says
+"exported" only once this process's exporter delivered the trace's spans,
+and NOT exported, with the exporter's error, when the endpoint refused
+them.
 
 Without --keep it stops everything when the story ends. With --keep the
 cluster keeps running for tenurectl until Ctrl-C. Ctrl-C stops everything

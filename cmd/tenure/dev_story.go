@@ -503,7 +503,7 @@ func traceNote(ctx context.Context, id string) string {
 		te, err := telemetry.Flush(cctx, tid)
 		switch {
 		case errors.Is(err, telemetry.ErrNoExporter):
-			return id + " (not exported: run with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 and a Jaeger listening there, such as 'make up' starts, to see it)"
+			return id + " (not exported: set OTEL_EXPORTER_OTLP_ENDPOINT to a collector to see it; README's compose quickstart sends it to the stack's Jaeger)"
 		case te.Failed > 0:
 			return fmt.Sprintf("%s (NOT exported: %d of its spans could not be sent to %s: %v)", id, te.Failed, to, te.Err)
 		case te.Exported > 0:

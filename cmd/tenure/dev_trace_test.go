@@ -36,7 +36,7 @@ func TestTraceNoteSaysWhetherExported(t *testing.T) {
 	}{
 		{name: "refused", endpoint: refused, want: []string{"NOT exported", refused, "connection refused"}, notWant: "exported to"},
 		{name: "collector listening", endpoint: collector.URL, want: []string{"exported to " + collector.URL, "tenurectl trace"}, notWant: "NOT"},
-		{name: "no endpoint", endpoint: "", want: []string{"not exported: run with OTEL_EXPORTER_OTLP_ENDPOINT="}, notWant: "exported to"},
+		{name: "no endpoint", endpoint: "", want: []string{"not exported: set OTEL_EXPORTER_OTLP_ENDPOINT"}, notWant: "exported to"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			for k, v := range map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": tt.endpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "",
