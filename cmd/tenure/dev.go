@@ -34,7 +34,14 @@ leader and watch it rejoin as a follower, its uncommitted record cut.
 
 Tracing follows the OTEL_* environment (see pkg/telemetry): with
 OTEL_EXPORTER_OTLP_ENDPOINT set, every process exports its spans there and
-the promotion's trace id can be looked up in Jaeger.
+the promotion's trace id can be looked up in Jaeger. The Jaeger of 'make
+up' listens on https://127.0.0.1:4318 with mutual TLS: also set
+OTEL_EXPORTER_OTLP_CERTIFICATE, OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and
+OTEL_EXPORTER_OTLP_CLIENT_KEY to bin/compose-certs' ca.pem, operator.pem
+and operator-key.pem (README, "Compose quickstart"). The story says
+"exported" only once this process's exporter delivered the trace's spans,
+and NOT exported, with the exporter's error, when the endpoint refused
+them.
 
 Without --keep it stops everything when the story ends. With --keep the
 cluster keeps running for tenurectl until Ctrl-C. Ctrl-C stops everything
@@ -215,9 +222,10 @@ The cluster keeps running (--keep). In another terminal, try (build it with 'mak
   tenurectl%[1]s bench orders --records 5000 --concurrency 8
   tenurectl journal dump %[4]s
 
-Kill a leader yourself ('tenurectl status %[2]s' names it; pids are above) and
+Replica processes: %[6]s (the PID column of 'tenurectl status').
+Kill a leader yourself ('tenurectl status %[2]s' names it) and
 watch 'tenurectl transitions %[2]s'. Ctrl-C here stops everything.
-`, flags, rangeID, members, filepath.Join(c.replica("r1").dataDir, "journal", rangeID+".journal"), exports)
+`, flags, rangeID, members, filepath.Join(c.replica("r1").dataDir, "journal", rangeID+".journal"), exports, replicaPids(c.replicas, nil))
 }
 
 // setupDevTLS makes the dev cluster's certificates in dir and installs this

@@ -45,10 +45,8 @@ type devCluster struct {
 	log       *slog.Logger
 	logFile   *os.File
 	ports     devPorts
-	// stopTracing flushes buffered spans; tracesExported says whether they
-	// go anywhere (an OTLP endpoint is configured).
-	stopTracing    func()
-	tracesExported bool
+	// stopTracing flushes buffered spans.
+	stopTracing func()
 
 	etcd        *embedetcd.Etcd
 	etcdClient  *clientv3.Client
@@ -167,9 +165,6 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 	// environment, so a promotion is one trace across all of them.
 	if c.stopTracing, err = startTracing(ctx, c.log, "tenure-dev"); err != nil {
 		return err
-	}
-	if exp, err := telemetry.ExporterFromEnv(os.Getenv); err == nil && exp.Kind == "otlp" && !telemetry.Disabled(os.Getenv) {
-		c.tracesExported = true
 	}
 
 	started := time.Now()

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -12,9 +14,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tenurelog/tenure/internal/table"
 	"github.com/tenurelog/tenure/pkg/journal"
+	"github.com/tenurelog/tenure/pkg/telemetry"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -191,7 +195,8 @@ func (s *story) run(ctx context.Context) error {
 		return err
 	}
 
-	s.step("kill the leader: SIGKILL %s (pid %d), then resume the followers (SIGCONT)", old.id, old.cmd.Process.Pid)
+	oldPid := old.cmd.Process.Pid
+	s.step("kill the leader: SIGKILL %s (pid %d), then resume the followers (SIGCONT)", old.id, oldPid)
 	err = old.kill()
 	for _, f := range followers {
 		if rerr := f.resume(); err == nil {
@@ -221,7 +226,7 @@ func (s *story) run(ctx context.Context) error {
 		// promotion takes a new epoch, and fencing keeps every one safe.
 		s.say("%d promotions since the kill (epochs %d to %d); the last one, which stands, is shown", nextEpoch-epoch, epoch+1, nextEpoch)
 	}
-	s.printTransition(tr, killed, served)
+	s.printTransition(ctx, tr, killed, served)
 
 	s.step("append %d more records to the new leader %s, and read everything back", s.records, next)
 	if err := s.appendRecords(ctx, next, "after-failover", s.records); err != nil {
@@ -251,6 +256,9 @@ func (s *story) run(ctx context.Context) error {
 	}
 	s.say("%s (pid %d) follows %s at epoch %d and holds the whole log (log end %d), %v after the restart",
 		old.id, old.cmd.Process.Pid, next, nextEpoch, end, since(restarted))
+	// The pids printed at start-up are stale for the restarted replica:
+	// whoever kills a replica next needs the current ones.
+	s.say("replica processes now: %s", replicaPids(s.c.replicas, map[string]int{old.id: oldPid}))
 
 	s.step("epoch histories, side by side")
 	if err := s.printHistories(ctx, next); err != nil {
@@ -264,6 +272,23 @@ func (s *story) run(ctx context.Context) error {
 
 	s.step("transition records of range %q, newest first (tenurectl transitions %s)", s.rangeID, s.rangeID)
 	return s.printTransitions(ctx)
+}
+
+// replicaPids lists each running replica's pid, "r1 pid 4242, ...", and
+// for one in was the pid it had before a restart.
+func replicaPids(rs []*devReplica, was map[string]int) string {
+	parts := make([]string, 0, len(rs))
+	for _, r := range rs {
+		switch {
+		case r.cmd == nil:
+			parts = append(parts, r.id+" down")
+		case was[r.id] != 0:
+			parts = append(parts, fmt.Sprintf("%s pid %d (restarted; was %d)", r.id, r.cmd.Process.Pid, was[r.id]))
+		default:
+			parts = append(parts, fmt.Sprintf("%s pid %d", r.id, r.cmd.Process.Pid))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // waitLeader waits until a replica other than not leads the range at an
@@ -407,7 +432,7 @@ func (s *story) listTransitions(ctx context.Context) ([]*tenurev1.Transition, er
 	return resp.Msg.GetTransitions(), nil
 }
 
-func (s *story) printTransition(tr *tenurev1.Transition, killed time.Time, served time.Duration) {
+func (s *story) printTransition(ctx context.Context, tr *tenurev1.Transition, killed time.Time, served time.Duration) {
 	s.say("epoch %d -> %d: %s leads (reason: %s)", tr.GetPreviousEpoch(), tr.GetEpoch(), tr.GetLeaderId(), tr.GetReason())
 	detected := time.UnixMilli(tr.GetStartedUnixMs()).Sub(killed)
 	s.say("promotion started %v after the kill and took %v; %s served as leader %v after the kill",
@@ -449,13 +474,48 @@ func (s *story) printTransition(tr *tenurev1.Transition, killed time.Time, serve
 		steps = append(steps, fmt.Sprintf("%s %v", t.GetStep(), usDuration(t.GetDurationUs())))
 	}
 	s.say("step timings: %s", strings.Join(steps, ", "))
-	switch {
-	case tr.GetTraceId() == "":
-		s.say("trace id: none (tracing is off: OTEL_SDK_DISABLED)")
-	case s.c.tracesExported:
-		s.say("trace id: %s (exported over OTLP: 'tenurectl trace %s' draws it from Jaeger)", tr.GetTraceId(), tr.GetTraceId())
-	default:
-		s.say("trace id: %s (not exported: run with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 and a Jaeger to see it)", tr.GetTraceId())
+	s.say("trace id: %s", traceNote(ctx, tr.GetTraceId()))
+}
+
+// traceExportWait bounds how long the story waits for this process's
+// exporter to deliver the promotion's spans.
+const traceExportWait = 5 * time.Second
+
+// traceNote is the trace id and whether it can be looked up. A trace is
+// called exported only once this process's exporter delivered spans of it
+// (the promoter's, which start the trace) and none failed: an OTLP
+// endpoint nobody listens on used to be reported as exported.
+func traceNote(ctx context.Context, id string) string {
+	if id == "" {
+		return "none (tracing is off: OTEL_SDK_DISABLED)"
+	}
+	tid, err := trace.TraceIDFromHex(id)
+	if err != nil {
+		return fmt.Sprintf("%s (not a trace id: %v)", id, err)
+	}
+	to := "the OTLP endpoint"
+	if exp, err := telemetry.ExporterFromEnv(os.Getenv); err == nil && exp.Endpoint != "" {
+		to = exp.Endpoint
+	}
+	cctx, cancel := context.WithTimeout(ctx, traceExportWait)
+	defer cancel()
+	for {
+		te, err := telemetry.Flush(cctx, tid)
+		switch {
+		case errors.Is(err, telemetry.ErrNoExporter):
+			return id + " (not exported: set OTEL_EXPORTER_OTLP_ENDPOINT to a collector to see it; README's compose quickstart sends it to the stack's Jaeger)"
+		case te.Failed > 0:
+			return fmt.Sprintf("%s (NOT exported: %d of its spans could not be sent to %s: %v)", id, te.Failed, to, te.Err)
+		case te.Exported > 0:
+			return fmt.Sprintf("%s (exported to %s: 'tenurectl trace %s' draws it from Jaeger)", id, to, id)
+		case err != nil && cctx.Err() == nil:
+			return fmt.Sprintf("%s (NOT exported: flushing spans to %s failed: %v)", id, to, err)
+		}
+		select {
+		case <-cctx.Done():
+			return fmt.Sprintf("%s (NOT exported: none of its spans reached %s within %v)", id, to, traceExportWait)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 

@@ -310,5 +310,14 @@ func checkDevReadyLines(t *testing.T, d *devRun, restarted string) {
 		if id == restarted && !strings.Contains(d.output(), fmt.Sprintf("%s (pid %d) follows", id, got[1])) {
 			t.Errorf("the restarted %s's last ready line names pid %d, which the story does not", id, got[1])
 		}
+		// After the restart the story lists every replica's current pid:
+		// the ones printed at start-up are stale for the restarted one.
+		now := fmt.Sprintf("%s pid %d", id, got[0])
+		if id == restarted {
+			now = fmt.Sprintf("%s pid %d (restarted; was %d)", id, got[1], got[0])
+		}
+		if m := regexp.MustCompile(`replica processes now: .*`).FindString(d.output()); !strings.Contains(m, now) {
+			t.Errorf("the story's pids after the restart (%q) lack %q", m, now)
+		}
 	}
 }

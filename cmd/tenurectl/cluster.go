@@ -264,6 +264,8 @@ type memberStatus struct {
 	// records another incarnation for it).
 	incarnation string
 	lost        *tenurev1.LostRange
+	// pid and startedUnixMs name the replica's process, when it answered.
+	pid, startedUnixMs int64
 }
 
 // mismatch says whether the replica answering is not the member's disk.
@@ -301,6 +303,7 @@ func (c *clients) memberStatuses(ctx context.Context, r *tenurev1.RangeInfo) []m
 			}
 			if err == nil {
 				out[i].incarnation, out[i].lost = resp.Msg.GetIncarnation(), lostRange(resp.Msg, r.GetRangeId())
+				out[i].pid, out[i].startedUnixMs = resp.Msg.GetPid(), resp.Msg.GetStartedUnixMs()
 			}
 			switch {
 			case out[i].mismatch():

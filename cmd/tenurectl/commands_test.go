@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -158,11 +160,13 @@ func testStatus(t *testing.T, c *testCluster) {
 		return strings.Count(out, `"log_end": 4`) == 3 && strings.Count(out, `"high_water_mark": 4`) == 3 && strings.Count(out, `"lag": 0`) == 2
 	})
 	out := c.mustCtl("", "status", "status-range")
-	want := []string{"RANGE EPOCH LEADER REPLICA ROLE EPOCH LOG END HWM LAG NOTE"}
+	want := []string{"RANGE EPOCH LEADER REPLICA ROLE EPOCH LOG END HWM LAG PID UP NOTE"}
+	// Every replica runs in this process: PID is the test's.
+	pid := strconv.Itoa(os.Getpid())
 	for i, tr := range c.replicas {
-		line := tr.id + " follower 1 4 4 0"
+		line := tr.id + " follower 1 4 4 0 " + pid + " "
 		if tr.id == leader {
-			line = tr.id + " leader 1 4 4 - lease live"
+			line = tr.id + " leader 1 4 4 - " + pid + " "
 		}
 		if i == 0 {
 			line = "status-range 1 " + leader + " " + line
@@ -170,6 +174,9 @@ func testStatus(t *testing.T, c *testCluster) {
 		want = append(want, line)
 	}
 	wantLines(t, "status", out, want...)
+	if !strings.Contains(out, "lease live") {
+		t.Errorf("status lacks the leader's lease note:\n%s", out)
+	}
 
 	out = c.mustCtl("", "status")
 	for _, r := range []string{"orders", "events", "status-range"} {
@@ -185,6 +192,8 @@ func testStatus(t *testing.T, c *testCluster) {
 			ID, Role string
 			LogEnd   uint64 `json:"log_end"`
 			Lag      *uint64
+			PID      int64 `json:"pid"`
+			Started  int64 `json:"started_unix_ms"`
 		}
 	}
 	out = c.mustCtl("", "--json", "status", "status-range")
@@ -195,6 +204,9 @@ func testStatus(t *testing.T, c *testCluster) {
 		if (r.ID == leader) != (r.Lag == nil) || r.LogEnd != 4 {
 			t.Errorf("status --json replica %+v: want log end 4, and a lag for followers only", r)
 		}
+		if r.PID != int64(os.Getpid()) || r.Started <= 0 || r.Started > time.Now().UnixMilli() {
+			t.Errorf("status --json replica %+v: want pid %d and a start time in the past", r, os.Getpid())
+		}
 	}
 
 	// A replica that is down is shown as such, not as an error of the command.
@@ -202,7 +214,7 @@ func testStatus(t *testing.T, c *testCluster) {
 	c.stop(c.byID[down])
 	defer c.start(c.byID[down])
 	out = c.mustCtl("", "status", "status-range")
-	wantLines(t, "status with "+down+" down", out, down+" unreachable - - - - unreachable")
+	wantLines(t, "status with "+down+" down", out, down+" unreachable - - - - - - unreachable")
 }
 
 func testPromoteTransitions(t *testing.T, c *testCluster) {

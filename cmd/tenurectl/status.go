@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +40,15 @@ they were another leadership's, such as a deposed leader's uncommitted
 tail) says how many, and where the last cut was: "cut 3 records at fetch
 (1 time); last 7->4 at epoch 2, following r2, 5s ago". --json has the same
 as fetch_truncations, fetch_truncated_records and last_fetch_truncation.
+
+PID and UP are each replica's process id and how long ago it started
+(GetStatus's pid and started_unix_ms; --json: pid, started_unix_ms), so a
+replica restarted since the last look is told apart by its new pid.
+
+A replica is dialled at the address it advertises. When that address's
+host does not resolve from where tenurectl runs (a compose stack's
+replica-1, seen from the host), the row says so and a hint below the
+table says where to run tenurectl instead ('make ctl ARGS=status').
 
 A learner (a member being added: it fetches, never counts) has "(learner)"
 after its role. A member whose replica answers with another incarnation
@@ -262,7 +273,8 @@ func commitsStalled(members []memberStatus, leader *memberStatus, leaderID strin
 
 func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 	tw := table.New(w, 2)
-	fmt.Fprintf(tw, "RANGE\tEPOCH\tLEADER\tREPLICA\tROLE\tEPOCH\tLOG END\tHWM\tLAG\tNOTE\n")
+	fmt.Fprintf(tw, "RANGE\tEPOCH\tLEADER\tREPLICA\tROLE\tEPOCH\tLOG END\tHWM\tLAG\tPID\tUP\tNOTE\n")
+	now := time.Now()
 	for _, r := range rs {
 		l, ok := leaderOf(r.members)
 		var leader *memberStatus
@@ -277,6 +289,9 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 			}
 			if m.status == nil {
 				note := shortErr(m.err)
+				if host := unresolvedHost(m.err); host != "" {
+					note = "host " + host + " does not resolve here (hint below)"
+				}
 				if nf := notFetching(m, leader, leaderID); nf != "" {
 					note += "; " + nf
 				}
@@ -285,7 +300,7 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 					role = "lost"
 					note = m.err.Error()
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t%s\n", first[0], first[1], first[2], m.replica.GetId(), role, note)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t%s\n", first[0], first[1], first[2], m.replica.GetId(), role, note)
 				continue
 			}
 			st := m.status
@@ -324,12 +339,14 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 			if m.replica.GetLearner() {
 				role += " (learner)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", first[0], first[1], first[2], m.replica.GetId(), role, epoch, st.GetLogEnd(), st.GetHighWaterMark(), lag, note)
+			pid, up := processOf(m, now)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", first[0], first[1], first[2], m.replica.GetId(), role, epoch, st.GetLogEnd(), st.GetHighWaterMark(), lag, pid, up, note)
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeUnresolvedHint(w, rs)
 	// A change in flight matters until it completes: promotions need a
 	// quorum of the old and of the new voters meanwhile.
 	for _, r := range rs {
@@ -346,6 +363,67 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 		}
 	}
 	return nil
+}
+
+// processOf is the PID and UP cells of a member that answered: its
+// process id and how long ago it started, "-" for what it did not say.
+func processOf(m memberStatus, now time.Time) (pid, up string) {
+	pid, up = "-", "-"
+	if m.pid > 0 {
+		pid = strconv.FormatInt(m.pid, 10)
+	}
+	if m.startedUnixMs > 0 {
+		up = uptime(now.Sub(time.UnixMilli(m.startedUnixMs)))
+	}
+	return pid, up
+}
+
+// uptime is d in its two largest units: "42s", "3m12s", "5h3m", "2d4h".
+func uptime(d time.Duration) string {
+	d = max(d, 0).Round(time.Second)
+	switch {
+	case d < time.Hour:
+		return d.String()
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// writeUnresolvedHint explains, below the table, members whose address's
+// host does not resolve from where tenurectl runs. Replicas advertise the
+// address their peers use (in compose, a host name on the stack's private
+// network, such as replica-1), and tenurectl dials what they advertise:
+// from outside that network every such member reads "unreachable" while
+// it is healthy.
+func writeUnresolvedHint(w io.Writer, rs []rangeStatus) {
+	var hosts []string
+	for _, r := range rs {
+		for _, m := range r.members {
+			if h := unresolvedHost(m.err); h != "" && !slices.Contains(hosts, h) {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	if len(hosts) == 0 {
+		return
+	}
+	which := "host " + hosts[0] + " does"
+	if len(hosts) > 1 {
+		which = "hosts " + strings.Join(hosts, ", ") + " do"
+	}
+	fmt.Fprintf(w, "\nhint: %s not resolve from here. Replicas are dialled at the addresses they advertise;"+
+		" a compose stack's (replica-1, ...) resolve only on its network: run tenurectl there ('make ctl ARGS=status'),"+
+		" or have the replicas advertise addresses this host reaches (tenure replica --advertise)\n", which)
+}
+
+// unresolvedHost is the host name err failed to resolve, or "".
+func unresolvedHost(err error) string {
+	var dns *net.DNSError
+	if err == nil || !errors.As(err, &dns) {
+		return ""
+	}
+	return dns.Name
 }
 
 // membershipStepName is a step's short name, e.g. "add-learner".
@@ -425,6 +503,9 @@ type replicaStatusJSON struct {
 	Answered    string `json:"answered_incarnation,omitempty"`
 	// IncarnationMismatch: the replica answering is not the member's disk.
 	IncarnationMismatch bool `json:"incarnation_mismatch"`
+	// PID and StartedUnixMs name the replica's process, when it answered.
+	PID           int64 `json:"pid,omitempty"`
+	StartedUnixMs int64 `json:"started_unix_ms,omitempty"`
 	// The truncations the replica made at fetch time since it started
 	// (RangeStatus.fetch_truncations and the fields after it).
 	FetchTruncations      uint64               `json:"fetch_truncations"`
@@ -455,7 +536,8 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 		}
 		for _, m := range r.members {
 			rj := replicaStatusJSON{ID: m.replica.GetId(), Address: m.replica.GetAddress(), Learner: m.replica.GetLearner(),
-				Incarnation: m.replica.GetIncarnation(), Answered: m.incarnation, IncarnationMismatch: m.mismatch()}
+				Incarnation: m.replica.GetIncarnation(), Answered: m.incarnation, IncarnationMismatch: m.mismatch(),
+				PID: m.pid, StartedUnixMs: m.startedUnixMs}
 			if m.status == nil {
 				rj.Error = m.err.Error()
 			} else {

@@ -197,7 +197,7 @@ func TestStatusShowsLearnersLostDisksAndChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLines(t, "status", out.String(),
-		"r3 lost - - - - INCARNATION MISMATCH",
+		"r3 lost - - - - - - INCARNATION MISMATCH",
 		"r4 follower (learner) 4",
 		"range orders: membership change in flight: add-learner r4 since epoch 4")
 	out.Reset()

@@ -161,9 +161,11 @@ func Disabled(getenv func(string) string) bool {
 //
 // shutdown flushes buffered spans (bounded by its context) and stops the
 // exporter; call it when the process stops. ExporterFromEnv tells what
-// Setup configured, for the start-up log line.
+// Setup configured, for the start-up log line; Flush tells whether a
+// trace's spans actually reached the collector.
 func Setup(ctx context.Context, serviceName string, attrs ...attribute.KeyValue) (shutdown func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
+	current.Store(nil) // until this Setup installs an exporter, Flush has none
 	if Disabled(os.Getenv) {
 		return noop, nil
 	}
@@ -185,6 +187,7 @@ func Setup(ctx context.Context, serviceName string, attrs ...attribute.KeyValue)
 		// Set, the SDK reads it itself.
 		opts = append(opts, sdktrace.WithSampler(Sampler()))
 	}
+	var tracked *trackedExporter
 	if exporter.Kind == "otlp" {
 		var exp sdktrace.SpanExporter
 		// The exporters read their endpoint, headers, timeout and TLS
@@ -199,13 +202,16 @@ func Setup(ctx context.Context, serviceName string, attrs ...attribute.KeyValue)
 		if err != nil {
 			return noop, fmt.Errorf("telemetry: %s exporter: %w", exporter, err)
 		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
+		// Tracked, so Flush can say whether a trace reached the collector.
+		tracked = newTrackedExporter(exp)
+		opts = append(opts, sdktrace.WithBatcher(tracked))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	if err := Install(tp); err != nil {
 		_ = tp.Shutdown(ctx)
 		return noop, err
 	}
+	current.Store(&installed{tp: tp, exp: tracked})
 	return tp.Shutdown, nil
 }
 

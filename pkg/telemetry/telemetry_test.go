@@ -2,7 +2,9 @@ package telemetry_test
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -216,4 +218,73 @@ func TestSampler(t *testing.T) {
 		}
 		s.End()
 	}
+}
+
+// refusedEndpoint is an http:// URL on loopback where nothing listens: a
+// port bound and closed again, so connections to it are refused.
+func refusedEndpoint(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr
+}
+
+// setupOTLP runs Setup with OTLP/HTTP export to endpoint and returns a
+// trace of one ended span.
+func setupOTLP(t *testing.T, endpoint string) trace.TraceID {
+	t.Helper()
+	for k, v := range map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "",
+		"OTEL_TRACES_EXPORTER": "", "OTEL_SDK_DISABLED": "", "OTEL_EXPORTER_OTLP_TIMEOUT": "5000"} {
+		t.Setenv(k, v)
+	}
+	shutdown, err := telemetry.Setup(context.Background(), "tenure-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdown(ctx)
+	})
+	_, span := otel.GetTracerProvider().Tracer("test").Start(context.Background(), "promote")
+	span.End()
+	return span.SpanContext().TraceID()
+}
+
+// Flush says a trace was exported only when the collector took it: with
+// an endpoint that refuses connections, its spans are counted as failed
+// with the exporter's error, never as exported.
+func TestFlushReportsWhatTheExporterDid(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	t.Run("collector listening", func(t *testing.T) {
+		srv := httptest.NewServer(&collector{})
+		defer srv.Close()
+		id := setupOTLP(t, srv.URL)
+		got, err := telemetry.Flush(ctx, id)
+		if err != nil || got.Exported != 1 || got.Failed != 0 {
+			t.Fatalf("Flush() = %+v, %v; want 1 span exported, none failed", got, err)
+		}
+	})
+	t.Run("connection refused", func(t *testing.T) {
+		id := setupOTLP(t, refusedEndpoint(t))
+		got, err := telemetry.Flush(ctx, id)
+		if got.Exported != 0 || got.Failed != 1 || got.Err == nil || !strings.Contains(got.Err.Error(), "connection refused") {
+			t.Fatalf("Flush() = %+v, %v; want the span failed with the refused connection, none exported", got, err)
+		}
+		if err == nil {
+			t.Errorf("Flush() error is nil: the flush that failed must say so")
+		}
+	})
+	t.Run("no exporter", func(t *testing.T) {
+		id := setupOTLP(t, "")
+		if got, err := telemetry.Flush(ctx, id); !errors.Is(err, telemetry.ErrNoExporter) {
+			t.Fatalf("Flush() = %+v, %v; want ErrNoExporter", got, err)
+		}
+	})
 }

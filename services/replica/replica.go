@@ -129,6 +129,9 @@ type Replica struct {
 	// incarnation is the data directory's id (incarnation.go), fixed for
 	// the process's life.
 	incarnation string
+	// started is when New opened the store: with the pid, GetStatus tells
+	// an operator which process answers, and since when.
+	started time.Time
 
 	mu     sync.Mutex
 	ranges map[string]*hosted
@@ -185,7 +188,7 @@ func New(cfg Config) (*Replica, error) {
 		return nil, fmt.Errorf("replica: open store in %s: %w", cfg.DataDir, err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &Replica{cfg: cfg, log: log, store: store, incarnation: inc, ctx: ctx, cancel: cancel, ranges: map[string]*hosted{}, lost: map[string]*tenurev1.LostRange{}}
+	s := &Replica{cfg: cfg, log: log, store: store, incarnation: inc, started: time.Now(), ctx: ctx, cancel: cancel, ranges: map[string]*hosted{}, lost: map[string]*tenurev1.LostRange{}}
 	ids := store.RangeIDs()
 	slices.Sort(ids)
 	for _, id := range ids {

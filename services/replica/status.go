@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"os"
 
 	"connectrpc.com/connect"
 
@@ -20,7 +21,7 @@ func (s *Replica) status(m *tenurev1.ReplicaServiceGetStatusRequest) (*tenurev1.
 		h, err := s.lookup(id)
 		if lost := s.lostRanges(id); err != nil && len(lost) > 0 {
 			// Not hosted because this disk lost it: say so.
-			return &tenurev1.ReplicaServiceGetStatusResponse{ReplicaId: s.cfg.ID, Incarnation: s.incarnation, LostRanges: lost}, nil
+			return s.statusHeader(lost), nil
 		}
 		if err != nil {
 			return nil, err
@@ -32,11 +33,17 @@ func (s *Replica) status(m *tenurev1.ReplicaServiceGetStatusRequest) (*tenurev1.
 			return nil, err
 		}
 	}
-	out := &tenurev1.ReplicaServiceGetStatusResponse{ReplicaId: s.cfg.ID, Incarnation: s.incarnation, LostRanges: s.lostRanges(m.GetRangeId())}
+	out := s.statusHeader(s.lostRanges(m.GetRangeId()))
 	for _, h := range hs {
 		out.Ranges = append(out.Ranges, h.status())
 	}
 	return out, nil
+}
+
+// statusHeader is what GetStatus says of the replica itself.
+func (s *Replica) statusHeader(lost []*tenurev1.LostRange) *tenurev1.ReplicaServiceGetStatusResponse {
+	return &tenurev1.ReplicaServiceGetStatusResponse{ReplicaId: s.cfg.ID, Incarnation: s.incarnation, LostRanges: lost,
+		Pid: int64(os.Getpid()), StartedUnixMs: s.started.UnixMilli()}
 }
 
 // status reports the range's state.

@@ -1614,7 +1614,12 @@ type ReplicaServiceGetStatusResponse struct {
 	// Ranges this replica was asked to serve as a member whose recorded
 	// incarnation is not this one: its disk lost them (replaced or wiped). It
 	// does not host them; an operator re-adds it (remove, then add).
-	LostRanges    []*LostRange `protobuf:"bytes,4,rep,name=lost_ranges,json=lostRanges,proto3" json:"lost_ranges,omitempty"`
+	LostRanges []*LostRange `protobuf:"bytes,4,rep,name=lost_ranges,json=lostRanges,proto3" json:"lost_ranges,omitempty"`
+	// The process serving this replica, so an operator can tell which one
+	// it is after a restart: its pid, and when this replica started (opened
+	// its store), Unix milliseconds.
+	Pid           int64 `protobuf:"varint,5,opt,name=pid,proto3" json:"pid,omitempty"`
+	StartedUnixMs int64 `protobuf:"varint,6,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1675,6 +1680,20 @@ func (x *ReplicaServiceGetStatusResponse) GetLostRanges() []*LostRange {
 		return x.LostRanges
 	}
 	return nil
+}
+
+func (x *ReplicaServiceGetStatusResponse) GetPid() int64 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ReplicaServiceGetStatusResponse) GetStartedUnixMs() int64 {
+	if x != nil {
+		return x.StartedUnixMs
+	}
+	return 0
 }
 
 // LostRange is a range a replica's disk lost.
@@ -2069,14 +2088,16 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x18last_fetch_truncation_to\x18\x17 \x01(\x04R\x15lastFetchTruncationTo\x12=\n" +
 	"\x1blast_fetch_truncation_epoch\x18\x18 \x01(\x04R\x18lastFetchTruncationEpoch\x12?\n" +
 	"\x1clast_fetch_truncation_leader\x18\x19 \x01(\tR\x19lastFetchTruncationLeader\x12@\n" +
-	"\x1dlast_fetch_truncation_unix_ms\x18\x1a \x01(\x03R\x19lastFetchTruncationUnixMs\"\xc9\x01\n" +
+	"\x1dlast_fetch_truncation_unix_ms\x18\x1a \x01(\x03R\x19lastFetchTruncationUnixMs\"\x83\x02\n" +
 	"\x1fReplicaServiceGetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12.\n" +
 	"\x06ranges\x18\x02 \x03(\v2\x16.tenure.v1.RangeStatusR\x06ranges\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x125\n" +
 	"\vlost_ranges\x18\x04 \x03(\v2\x14.tenure.v1.LostRangeR\n" +
-	"lostRanges\"y\n" +
+	"lostRanges\x12\x10\n" +
+	"\x03pid\x18\x05 \x01(\x03R\x03pid\x12&\n" +
+	"\x0fstarted_unix_ms\x18\x06 \x01(\x03R\rstartedUnixMs\"y\n" +
 	"\tLostRange\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12-\n" +
 	"\x12member_incarnation\x18\x02 \x01(\tR\x11memberIncarnation\x12\"\n" +
