@@ -343,23 +343,33 @@ func leaderOf(sts []memberStatus) (memberStatus, bool) {
 // for the membership and every member for its status. It waits for one
 // (a promotion in progress) up to within.
 func (c *clients) findLeader(ctx context.Context, rangeID string, within time.Duration) (*tenurev1.Replica, uint64, error) {
+	l, err := c.findLeaderStatus(ctx, rangeID, within)
+	if err != nil {
+		return nil, 0, err
+	}
+	return l.replica, l.status.GetEpoch(), nil
+}
+
+// findLeaderStatus is findLeader with the leader's whole status of the
+// range (its HWM, for a tail that starts beyond it).
+func (c *clients) findLeaderStatus(ctx context.Context, rangeID string, within time.Duration) (memberStatus, error) {
 	deadline := time.Now().Add(within)
 	for {
 		r, err := c.getRange(ctx, rangeID)
 		if err != nil {
-			return nil, 0, err
+			return memberStatus{}, err
 		}
 		sts := c.memberStatuses(ctx, r)
 		if l, ok := leaderOf(sts); ok {
-			return l.replica, l.status.GetEpoch(), nil
+			return l, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, 0, fmt.Errorf("range %s has no serving leader after %v (epoch %d): %s; 'tenurectl status %s' shows each replica, and the promoter promotes one once a quorum answers",
+			return memberStatus{}, fmt.Errorf("range %s has no serving leader after %v (epoch %d): %s; 'tenurectl status %s' shows each replica, and the promoter promotes one once a quorum answers",
 				rangeID, within, r.GetEpoch(), describeMembers(sts), rangeID)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return memberStatus{}, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -147,6 +147,23 @@ func testProduceConsume(t *testing.T, c *testCluster) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("consume --follow did not print the records produced after it started")
 	}
+
+	// A follow from beyond the end (the HWM is 10) waits for its offset to
+	// commit, and prints nothing before it.
+	go func() {
+		code, stdout, _ := c.ctlContext(ctx, "", "consume", "events", "--from", "11", "--follow", "--limit", "1")
+		done <- result{code, stdout}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	c.mustCtl("", "produce", "events", "at-10", "at-11")
+	select {
+	case r := <-done:
+		if want := "11\tat-11\n"; r.code != exitOK || r.stdout != want {
+			t.Errorf("consume --follow --from 11 (beyond the HWM 10): status %d, stdout %q, want %q", r.code, r.stdout, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("consume --follow from beyond the HWM did not print the record produced at its offset")
+	}
 }
 
 func testStatus(t *testing.T, c *testCluster) {

@@ -162,7 +162,9 @@ const consumeHelp = `
 Print a range's committed records from its leader, one per line as
 OFFSET<TAB>VALUE, from --from (default 0) up to the high-water mark. With
 --follow, keep printing records as they commit, following the range across
-leader changes, until Ctrl-C (or --limit records).
+leader changes, until Ctrl-C (or --limit records); a --from beyond the
+high-water mark then waits for that offset to commit (without --follow it
+is an error: only committed records are read).
 
 Each epoch begins with an epoch-start record that carries no data; consume
 skips them (--epoch-starts shows them). With --json every record is one JSON
@@ -220,6 +222,10 @@ func (cs *consumer) print(recs []*tenurev1.Record) bool {
 		if cs.limit > 0 && cs.printed >= cs.limit {
 			return false
 		}
+		if r.GetOffset() < cs.next {
+			// Before --from: a follow from beyond the HWM tails from it.
+			continue
+		}
 		cs.next = r.GetOffset() + 1
 		if r.GetEpochStart() && !cs.starts {
 			continue
@@ -269,7 +275,7 @@ func (cs *consumer) readToEnd(ctx context.Context, c *clients) error {
 
 func (cs *consumer) readErr(err error, leader *tenurev1.Replica) error {
 	if connect.CodeOf(err) == connect.CodeOutOfRange {
-		return fmt.Errorf("%s; consume reads committed records only: use a lower --from, or --follow to wait for it", connectMessage(err))
+		return fmt.Errorf("%s; consume reads committed records only: use a lower --from, or add --follow to wait for offset %d to commit", connectMessage(err), cs.next)
 	}
 	return fmt.Errorf("read from leader %s at %s: %v", leader.GetId(), leader.GetAddress(), err)
 }
@@ -279,14 +285,23 @@ func (cs *consumer) readErr(err error, leader *tenurev1.Replica) error {
 // the next offset neither skips nor repeats a record.
 func (cs *consumer) follow(ctx context.Context, c *clients) error {
 	for ctx.Err() == nil {
-		leader, _, err := c.findLeader(ctx, cs.rangeID, 30*time.Second)
+		ls, err := c.findLeaderStatus(ctx, cs.rangeID, 30*time.Second)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
-		stream, err := c.log(leader.GetAddress()).Tail(ctx, connect.NewRequest(&tenurev1.TailRequest{RangeId: cs.rangeID, Offset: cs.next}))
+		leader := ls.replica
+		// The leader tails committed records only, from at most its HWM: a
+		// follow from beyond it starts the tail at the HWM and print skips
+		// what comes before --from, so it waits for that offset to commit.
+		// The HWM only rises, so the leader accepts the offset it reported.
+		from := cs.next
+		if hwm := ls.status.GetHighWaterMark(); from > hwm {
+			from = hwm
+		}
+		stream, err := c.log(leader.GetAddress()).Tail(ctx, connect.NewRequest(&tenurev1.TailRequest{RangeId: cs.rangeID, Offset: from}))
 		if err == nil {
 			for stream.Receive() {
 				if !cs.print(stream.Msg().GetRecords()) {
@@ -303,7 +318,8 @@ func (cs *consumer) follow(ctx context.Context, c *clients) error {
 			return nil
 		}
 		if connect.CodeOf(err) == connect.CodeOutOfRange {
-			return cs.readErr(err, leader)
+			// Below the log start: no wait brings those records back.
+			return fmt.Errorf("tail from leader %s at offset %d: %s", leader.GetId(), from, connectMessage(err))
 		}
 		fmt.Fprintf(cs.e.stderr, "tenurectl consume: the stream from %s ended (%v); finding the leader again from offset %d\n", leader.GetId(), shortErrOrEOF(err), cs.next)
 		select {
