@@ -179,6 +179,17 @@ func (c *clients) getRange(ctx context.Context, rangeID string) (*tenurev1.Range
 	return resp.Msg.GetRange(), nil
 }
 
+// missingRange returns getRange's "does not exist" error when rangeID is
+// not a range, else nil: a command whose server answered NotFound (or
+// nothing at all) learns whether the range is what was not found, and says
+// so in tenurectl's words rather than the server's RPC names.
+func (c *clients) missingRange(ctx context.Context, rangeID string) error {
+	if _, err := c.getRange(ctx, rangeID); err != nil && strings.Contains(err.Error(), "does not exist") {
+		return err
+	}
+	return nil
+}
+
 // listRanges reads every range, a page at a time (bounded).
 func (c *clients) listRanges(ctx context.Context) ([]*tenurev1.RangeInfo, error) {
 	var out []*tenurev1.RangeInfo

@@ -28,6 +28,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"bench", testBench},
 		{"epochs with a diverged replica", testEpochsDivergence},
 		{"membership", testMembership},
+		{"unknown range", testUnknownRange},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
 	} {

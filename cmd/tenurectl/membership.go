@@ -186,6 +186,11 @@ func describeMembership(r *tenurev1.RangeInfo) string {
 }
 
 func membershipErr(c *clients, rangeID string, err error) error {
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		if missing := c.missingRange(context.Background(), rangeID); missing != nil {
+			return missing
+		}
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeFailedPrecondition, connect.CodeInvalidArgument, connect.CodeNotFound:
 		return fmt.Errorf("membership change refused: %s", connectMessage(err))
