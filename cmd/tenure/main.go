@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/tenurelog/tenure/internal/version"
 )
 
 // command is one subcommand of the tenure binary.
@@ -37,7 +39,7 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintf(os.Stderr, "\nRun 'tenure <command> --help' for a command's flags. Every flag can also be set\nwith an environment variable TENURE_<FLAG> (e.g. --data-dir as TENURE_DATA_DIR).\n")
+	fmt.Fprintf(os.Stderr, "\nRun 'tenure <command> --help' for a command's flags, 'tenure --version' for the\nversion. Every flag can also be set with an environment variable TENURE_<FLAG>\n(e.g. --data-dir as TENURE_DATA_DIR).\n")
 }
 
 func main() {
@@ -46,6 +48,10 @@ func main() {
 		if len(os.Args) < 2 {
 			os.Exit(2)
 		}
+		return
+	}
+	if os.Args[1] == "--version" || os.Args[1] == "-version" || os.Args[1] == "version" {
+		fmt.Printf("tenure %s\n", version.String())
 		return
 	}
 	cmd, ok := commands[os.Args[1]]

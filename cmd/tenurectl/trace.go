@@ -56,7 +56,7 @@ func runTrace(ctx context.Context, e *env, args []string) error {
 	if v := e.getenv("TENURECTL_JAEGER"); v != "" {
 		jaegerDefault = v
 	}
-	jaeger := flags.String("jaeger", jaegerDefault, "Jaeger query base URL (env TENURECTL_JAEGER)")
+	jaeger := flags.String("jaeger", jaegerDefault, "Jaeger query base `URL` (env TENURECTL_JAEGER)")
 	asJSON := flags.Bool("json", e.global.json, "print the waterfall's rows as JSON instead of drawing it")
 	positional, err := parseArgs(flags, args)
 	if err != nil {
