@@ -96,9 +96,9 @@ func addClusterFlags(e *env, fs *flag.FlagSet) clusterOpts {
 		lease:    fs.String("lease", pick(e.global.lease, "TENURECTL_LEASE", defaultLeaseURL), "lease service base `URL` (env TENURECTL_LEASE)"),
 		promoter: fs.String("promoter", pick(e.global.promoter, "TENURECTL_PROMOTER", defaultPromoterURL), "promoter base `URL` (env TENURECTL_PROMOTER)"),
 		json:     fs.Bool("json", e.global.json, "print JSON instead of a table"),
-		cacert:   fs.String("cacert", e.getenv("TENURECTL_CACERT"), "`FILE`: the CA certificate the servers' certificates must chain to (env TENURECTL_CACERT); with --cert and --key, calls are mutual TLS and http:// URLs mean https://"),
-		cert:     fs.String("cert", e.getenv("TENURECTL_CERT"), "`FILE`: the client certificate, e.g. operator.pem from tenure certs init (env TENURECTL_CERT)"),
-		key:      fs.String("key", e.getenv("TENURECTL_KEY"), "`FILE`: the client certificate's key (env TENURECTL_KEY)"),
+		cacert:   fs.String("cacert", e.getenv("TENURECTL_CACERT"), "the CA certificate (PEM `FILE`) the servers' certificates must chain to (env TENURECTL_CACERT); with --cert and --key, calls are mutual TLS and http:// URLs mean https://"),
+		cert:     fs.String("cert", e.getenv("TENURECTL_CERT"), "the client certificate (PEM `FILE`), e.g. operator.pem from tenure certs init (env TENURECTL_CERT)"),
+		key:      fs.String("key", e.getenv("TENURECTL_KEY"), "the client certificate's key (PEM `FILE`) (env TENURECTL_KEY)"),
 	}
 }
 

@@ -81,23 +81,19 @@ func testRange(t *testing.T, c *testCluster) {
 func testProduceConsume(t *testing.T, c *testCluster) {
 	leader := c.createRange("events", "r1")
 
-	out := c.mustCtl("", "produce", "events", "hello", "world")
+	out := c.mustCtl("", "produce", "events", "hello", "world", "--echo")
 	// Offset 0 is epoch 1's epoch-start record.
-	wantLines(t, "produce", out, "range events, leader "+leader+", epoch 1:", "1\thello", "2\tworld")
+	wantLines(t, "produce --echo", out, "range events, leader "+leader+", epoch 1:", "1\thello", "2\tworld")
 
+	// Without --echo produce prints offsets, not the values back.
 	out = c.mustCtl("one\ntwo\n\nthree\n", "produce", "events")
-	wantLines(t, "produce from stdin", out, "3\tone", "4\ttwo", "5\t", "6\tthree")
+	if want := "range events, leader " + leader + ", epoch 1:\n3\n4\n5\n6\n"; out != want {
+		t.Errorf("produce from stdin = %q, want %q", out, want)
+	}
 
 	out = c.mustCtl("", "produce", "events", "again", "--json")
-	var produced struct {
-		Range, Leader string
-		Records       []struct {
-			Offset uint64
-			Value  string
-		}
-	}
-	if err := json.Unmarshal([]byte(out), &produced); err != nil || len(produced.Records) != 1 || produced.Records[0].Offset != 7 || produced.Leader != leader {
-		t.Errorf("produce --json = %s (%v), want one record at offset 7 by %s", out, err, leader)
+	if want := `{"range_id":"events","offset":7,"epoch":1,"leader_id":"` + leader + `"}` + "\n"; out != want {
+		t.Errorf("produce --json = %s, want %s", out, want)
 	}
 
 	out = c.mustCtl("", "consume", "events")
@@ -125,6 +121,8 @@ func testProduceConsume(t *testing.T, c *testCluster) {
 	if code != exitFail || !strings.Contains(stderr, `range "nope" does not exist`) {
 		t.Errorf("produce to a missing range: status %d, stderr:\n%s", code, stderr)
 	}
+
+	testProduceInput(t, c)
 
 	// --follow prints records as they commit.
 	type result struct {
