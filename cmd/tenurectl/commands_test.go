@@ -29,6 +29,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"epochs with a diverged replica", testEpochsDivergence},
 		{"membership", testMembership},
 		{"unknown range", testUnknownRange},
+		{"json schema", testJSONSchema},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
 	} {
@@ -195,9 +196,10 @@ func testStatus(t *testing.T, c *testCluster) {
 	}
 
 	var st []struct {
-		Range, Leader string
-		Epoch         uint64
-		Replicas      []struct {
+		Range    string `json:"range_id"`
+		Leader   string `json:"leader_id"`
+		Epoch    uint64
+		Replicas []struct {
 			ID, Role string
 			LogEnd   uint64 `json:"log_end"`
 			Lag      *uint64
@@ -277,7 +279,7 @@ func testPromoteTransitions(t *testing.T, c *testCluster) {
 
 	out = c.mustCtl("", "transitions", "handover", "--json")
 	var trs []map[string]any
-	if err := json.Unmarshal([]byte(out), &trs); err != nil || len(trs) != 2 || trs[0]["leader_id"] != next || trs[0]["epoch"] != "2" {
+	if err := json.Unmarshal([]byte(out), &trs); err != nil || len(trs) != 2 || trs[0]["leader_id"] != next || trs[0]["epoch"] != 2.0 {
 		t.Errorf("transitions --json = %s (%v)", out, err)
 	}
 

@@ -186,7 +186,8 @@ Commands:
 Global flags (before or after the command; environment fallback in brackets):
   --lease URL      lease service base URL [TENURECTL_LEASE] (default `+defaultLeaseURL+`)
   --promoter URL   promoter base URL [TENURECTL_PROMOTER] (default `+defaultPromoterURL+`)
-  --json           print JSON instead of tables (every command that reads)
+  --json           print JSON instead of tables (every command that reads; one
+                   schema, README "JSON output"; streams: one object a line)
   --cacert FILE    CA certificate for mutual TLS [TENURECTL_CACERT] (after the command)
   --cert FILE      client certificate, e.g. operator.pem [TENURECTL_CERT]
   --key FILE       its key [TENURECTL_KEY]; with all three, http:// URLs mean https://
