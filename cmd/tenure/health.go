@@ -37,7 +37,11 @@ func runHealth(ctx context.Context, args []string) error {
 	if err := tlsf.setup(slog.New(slog.DiscardHandler), ""); err != nil {
 		return err
 	}
-	*url = serviceURL(*url)
+	base, err := serviceURL("url", *url)
+	if err != nil {
+		return err
+	}
+	*url = base
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	c := grpchealth.NewClient(transport.NewHTTPClient(), *url, connect.WithGRPC())

@@ -57,13 +57,17 @@ func runPromoter(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopTracing()
+	lURL, err := serviceURL("lease", *leaseURL)
+	if err != nil {
+		return err
+	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger(), TLS: etcdTLS(*etcd)})
 	if err != nil {
 		return fmt.Errorf("etcd client for %s: %w", *etcd, err)
 	}
 	defer cli.Close()
 	p, err := promoter.New(promoter.Config{
-		ID: *id, Etcd: cli, Prefix: *prefix, LeaseURL: serviceURL(*leaseURL), Logger: log,
+		ID: *id, Etcd: cli, Prefix: *prefix, LeaseURL: lURL, Logger: log,
 		ProbeInterval: *probe, ProbeMisses: *misses, StatusInterval: *status, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
 	})
 	if err != nil {

@@ -70,10 +70,19 @@ func runReplica(ctx context.Context, args []string) error {
 	}
 	defer stopTracing()
 
+	if *advertise != "" {
+		if *advertise, err = serviceURL("advertise", *advertise); err != nil {
+			return err
+		}
+	}
 	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait}
 	var keeper *lease.Keeper
 	if *leaseURL != "" {
-		lc := tenurev1connect.NewLeaseServiceClient(transport.NewHTTPClient(), serviceURL(*leaseURL), transport.ClientOptions()...)
+		lURL, err := serviceURL("lease", *leaseURL)
+		if err != nil {
+			return err
+		}
+		lc := tenurev1connect.NewLeaseServiceClient(transport.NewHTTPClient(), lURL, transport.ClientOptions()...)
 		// The Keeper opens its session in the background and retries, so a
 		// replica can start before the lease service does.
 		keeper, err = lease.NewKeeper(lc, *id, advertiseURL(*advertise, *listen), lease.WithSessionTTL(*leaseTTL), lease.WithKeeperLogger(log))

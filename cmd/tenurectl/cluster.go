@@ -60,6 +60,9 @@ func parseGlobal(e *env, args []string) ([]string, error) {
 			}
 			value, args = args[1], args[1:]
 		}
+		if err := (urlValue{new(string)}).Set(value); err != nil {
+			return nil, fmt.Errorf("invalid value %q for flag --%s: %v", value, name, err)
+		}
 		args = args[1:]
 		if name == "lease" {
 			e.global.lease = value
@@ -92,9 +95,12 @@ func addClusterFlags(e *env, fs *flag.FlagSet) clusterOpts {
 		}
 		return def
 	}
+	lease, promoter := pick(e.global.lease, "TENURECTL_LEASE", defaultLeaseURL), pick(e.global.promoter, "TENURECTL_PROMOTER", defaultPromoterURL)
+	fs.Var(urlValue{&lease}, "lease", "lease service base `URL`, or HOST:PORT (env TENURECTL_LEASE)")
+	fs.Var(urlValue{&promoter}, "promoter", "promoter base `URL`, or HOST:PORT (env TENURECTL_PROMOTER)")
 	return clusterOpts{
-		lease:    fs.String("lease", pick(e.global.lease, "TENURECTL_LEASE", defaultLeaseURL), "lease service base `URL` (env TENURECTL_LEASE)"),
-		promoter: fs.String("promoter", pick(e.global.promoter, "TENURECTL_PROMOTER", defaultPromoterURL), "promoter base `URL` (env TENURECTL_PROMOTER)"),
+		lease:    &lease,
+		promoter: &promoter,
 		json:     fs.Bool("json", e.global.json, "print JSON instead of a table"),
 		cacert:   fs.String("cacert", e.getenv("TENURECTL_CACERT"), "the CA certificate (PEM `FILE`) the servers' certificates must chain to (env TENURECTL_CACERT); with --cert and --key, calls are mutual TLS and http:// URLs mean https://"),
 		cert:     fs.String("cert", e.getenv("TENURECTL_CERT"), "the client certificate (PEM `FILE`), e.g. operator.pem from tenure certs init (env TENURECTL_CERT)"),
@@ -113,11 +119,32 @@ func (o clusterOpts) setupTLS() error {
 		return err
 	}
 	transport.SetTLS(src)
-	for _, u := range []*string{o.lease, o.promoter} {
-		if rest, ok := strings.CutPrefix(*u, "http://"); ok {
-			*u = "https://" + rest
-		}
+	return nil
+}
+
+// tls says whether the command's calls are mutual TLS (all three files
+// given), which is what a HOST:PORT or http:// URL then means.
+func (o clusterOpts) tls() bool {
+	return auth.Files{CA: *o.cacert, Cert: *o.cert, Key: *o.key}.Configured()
+}
+
+// urlValue is a flag naming a server, checked as it is set by
+// transport.BaseURL's rule (the same in every command and in tenure's own
+// flags); newClients resolves it once TLS is known.
+type urlValue struct{ s *string }
+
+func (u urlValue) String() string {
+	if u.s == nil {
+		return ""
 	}
+	return *u.s
+}
+
+func (u urlValue) Set(v string) error {
+	if _, err := transport.BaseURL(v, false); err != nil {
+		return err
+	}
+	*u.s = v
 	return nil
 }
 
@@ -139,6 +166,13 @@ func newClients(o clusterOpts) *clients {
 		hc = &http.Client{Transport: failingTransport{err}}
 	} else {
 		hc = transport.NewHTTPClient()
+	}
+	// HOST:PORT and, under TLS, http:// mean the scheme the calls speak.
+	// (Flags were checked as they were parsed, the environment by run.)
+	for _, u := range []*string{o.lease, o.promoter} {
+		if resolved, err := transport.BaseURL(*u, o.tls()); err == nil {
+			*u = resolved
+		}
 	}
 	return &clients{
 		http:        hc,

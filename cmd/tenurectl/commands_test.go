@@ -30,6 +30,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"membership", testMembership},
 		{"unknown range", testUnknownRange},
 		{"json schema", testJSONSchema},
+		{"URL flags", testURLRule},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
 	} {

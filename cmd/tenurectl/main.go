@@ -113,6 +113,16 @@ func run(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "tenurectl: %v\nRun 'tenurectl --help' for the list of commands.\n", err)
 		return exitUsage
 	}
+	// The URLs from the environment follow the flags' rule, and say so in
+	// the same words before anything is dialled.
+	for _, name := range []string{"TENURECTL_LEASE", "TENURECTL_PROMOTER", "TENURECTL_JAEGER"} {
+		if v := e.getenv(name); v != "" {
+			if err := (urlValue{new(string)}).Set(v); err != nil {
+				fmt.Fprintf(e.stderr, "tenurectl: %s: %v\n", name, err)
+				return exitUsage
+			}
+		}
+	}
 	err = cmd.run(ctx, e, rest)
 	var usage *usageError
 	switch {
@@ -191,6 +201,9 @@ Global flags (before or after the command; environment fallback in brackets):
   --cacert FILE    CA certificate for mutual TLS [TENURECTL_CACERT] (after the command)
   --cert FILE      client certificate, e.g. operator.pem [TENURECTL_CERT]
   --key FILE       its key [TENURECTL_KEY]; with all three, http:// URLs mean https://
+
+Every URL flag (--lease, --promoter, --jaeger, the URLs of ID=URL) also takes
+HOST:PORT, meaning http://HOST:PORT, or https:// with --cacert/--cert/--key.
 
 Run 'tenurectl COMMAND --help' for a command's flags and arguments,
 'tenurectl --version' for the version.
