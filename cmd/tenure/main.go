@@ -10,12 +10,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
 	"strings"
 	"syscall"
 
+	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/internal/version"
 )
 
@@ -71,10 +73,34 @@ func main() {
 	}
 }
 
+// parseQuietly parses args into fs. --help prints the whole usage; a bad
+// flag is one line, the flags named as typed, and the usage line, not the
+// flag package's whole page.
+func parseQuietly(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	defer func() { fs.SetOutput(out); fs.Usage = usage }()
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(out)
+		usage()
+		return err
+	}
+	var b strings.Builder
+	fs.SetOutput(&b)
+	usage()
+	line, _, _ := strings.Cut(b.String(), "\n")
+	return fmt.Errorf("%s\n%s ('tenure %s --help' for the flags)", flagusage.Error(err), line, fs.Name())
+}
+
 // parseFlags parses args into fs after applying environment fallbacks: a
 // flag not given on the command line takes TENURE_<NAME> if that is set.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseQuietly(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -11,6 +11,7 @@ import (
 
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -40,7 +41,7 @@ func runReplica(ctx context.Context, args []string) error {
 	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tenure replica --id ID [flags]\n\nRuns a replica. It hosts a range from the first Fence that names it (the\npromoter brings replicas into ranges), stores the range's log in Badger, and\nleads or follows it as Adopt says: a leader assigns offsets and acknowledges\nappends once a quorum holds them durably; a follower fetches from its leader.\nA restarted replica reloads every range; a follower resumes fetching, a leader\nwaits to be fenced and adopted again.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
-		fs.PrintDefaults()
+		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -15,12 +15,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/internal/version"
 )
 
@@ -234,45 +234,11 @@ func newFlags(e *env, name, synopsis, description string) *flag.FlagSet {
 		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 		if hasFlags {
 			fmt.Fprint(fs.Output(), "\nFlags:\n")
-			printFlags(fs.Output(), fs)
+			flagusage.Print(fs.Output(), fs)
 		}
 	}
 	return fs
 }
-
-// printFlags is flag.PrintDefaults with the flags written the way they
-// are typed, "--from N" rather than "-from uint".
-func printFlags(w io.Writer, fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) {
-		arg, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
-		if arg != "" {
-			line += " " + argName(arg)
-		}
-		switch f.DefValue {
-		case "", "0", "false", "0s":
-		default:
-			usage += fmt.Sprintf(" (default %s)", f.DefValue)
-		}
-		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
-	})
-}
-
-// argName turns the flag package's type names into what a user types.
-func argName(arg string) string {
-	switch arg {
-	case "int", "uint", "int64", "uint64":
-		return "N"
-	case "duration":
-		return "DURATION"
-	case "string", "value":
-		return "VALUE"
-	}
-	return arg
-}
-
-// flagErrName matches the flag package's "-name" in its error messages.
-var flagErrName = regexp.MustCompile(`(flag |for |: )-([A-Za-z])`)
 
 // parseArgs parses flags anywhere among the arguments ("dump PATH --json"
 // as well as "dump --json PATH") and returns the positional ones. After
@@ -303,7 +269,7 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 				usage()
 			}
 			synopsis, _, _ := strings.Cut(b.String(), "\n")
-			return nil, &usageError{msg: flagErrName.ReplaceAllString(err.Error(), "$1--$2"), synopsis: synopsis}
+			return nil, &usageError{msg: flagusage.Error(err), synopsis: synopsis}
 		}
 		rest := fs.Args()
 		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
