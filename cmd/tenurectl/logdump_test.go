@@ -54,6 +54,7 @@ func TestLogDumpJSON(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("status %d, stderr:\n%s", code, stderr)
 	}
+	checkJSONStyle(t, "log dump --json", stdout, false)
 	var got logDumpJSON
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 		t.Fatalf("%v in:\n%s", err, stdout)

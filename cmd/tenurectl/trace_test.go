@@ -76,6 +76,7 @@ func TestTraceJSON(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("tenurectl trace --json: status %d, stderr:\n%s", code, stderr)
 	}
+	checkJSONStyle(t, "trace --json", stdout, false)
 	// --json before the command name, as for every other command.
 	if code, global, stderr := runCmd(t, "--json", "trace", recordedTraceID, "--jaeger="+srv.URL); code != exitOK || global != stdout {
 		t.Errorf("tenurectl --json trace: status %d, stderr %q; want the same JSON as 'trace --json'", code, stderr)
