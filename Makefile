@@ -22,8 +22,8 @@ TEST_TIMEOUT ?= 15m
 GOTESTFLAGS ?=
 
 .PHONY: help
-help: ## List the targets.
-	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+help: ## List the targets by group, what each builds first, and the variables.
+	@awk -f tools/help.awk $(MAKEFILE_LIST)
 
 $(TOOLS): tools/go.mod tools/go.sum
 	@echo ">> installing pinned tools into $(BIN) (buf takes a few minutes on a cold cache)"

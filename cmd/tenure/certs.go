@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/pkg/auth"
 )
 
@@ -44,7 +45,7 @@ missing. Keys are written 0600. Give each process its own pair with
 
 Flags:
 `)
-		fs.PrintDefaults()
+		flagusage.Print(fs.Output(), fs)
 	}
 	// DIR may come before or after the flags.
 	rest := args[1:]
@@ -52,7 +53,7 @@ Flags:
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		dir, rest = rest[0], rest[1:]
 	}
-	if err := fs.Parse(rest); err != nil {
+	if err := parseQuietly(fs, rest); err != nil {
 		return err
 	}
 	if dir == "" && fs.NArg() == 1 {

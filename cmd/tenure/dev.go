@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/pkg/auth"
 	"github.com/tenurelog/tenure/pkg/transport"
 )
@@ -79,7 +80,7 @@ func runDev(ctx context.Context, args []string) error {
 	insecure := fs.Bool("insecure", false, "run every hop in cleartext, without certificates (by default the dev cluster makes its own CA and certificates in <data-dir>/certs and runs mutual TLS)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), devHelp)
-		fs.PrintDefaults()
+		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 
+	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/pkg/transport"
 )
 
@@ -29,7 +30,7 @@ func runHealth(ctx context.Context, args []string) error {
 	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tenure health [--url URL] [--service NAME]\n\nChecks a tenure server's gRPC health (grpc.health.v1.Health/Check) and exits\n0 when it answers SERVING, 1 otherwise. Container health checks use it, since\nthe images have no shell. Against a TLS server give --tls-ca (and, as every\nservice's environment does, --tls-cert and --tls-key): health needs no client\ncertificate, only the CA to trust the server's. Flags (env TENURE_<FLAG> as\nfallback):\n")
-		fs.PrintDefaults()
+		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -37,7 +38,11 @@ func runHealth(ctx context.Context, args []string) error {
 	if err := tlsf.setup(slog.New(slog.DiscardHandler), ""); err != nil {
 		return err
 	}
-	*url = serviceURL(*url)
+	base, err := serviceURL("url", *url)
+	if err != nil {
+		return err
+	}
+	*url = base
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	c := grpchealth.NewClient(transport.NewHTTPClient(), *url, connect.WithGRPC())

@@ -41,3 +41,20 @@ func TestHealthUnknownService(t *testing.T) {
 		t.Fatal("health of an unknown service succeeded")
 	}
 }
+
+// --url takes HOST:PORT like every URL flag of tenure and tenurectl, and
+// refuses what is not a server address with the same message.
+func TestHealthURLRule(t *testing.T) {
+	srv, err := transport.Serve("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := runHealth(context.Background(), []string{"--url", srv.Addr}); err != nil {
+		t.Errorf("health --url %s (HOST:PORT): %v", srv.Addr, err)
+	}
+	err = runHealth(context.Background(), []string{"--url", "lease-1"})
+	if want := `--url: "lease-1" is not a server address: want HOST:PORT, http://HOST:PORT or https://HOST:PORT`; err == nil || err.Error() != want {
+		t.Errorf("health --url lease-1: %v, want %s", err, want)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/services/lease"
 )
@@ -34,7 +35,7 @@ func runLease(ctx context.Context, args []string) error {
 	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tenure lease [flags]\n\nRuns the lease service. Per range it keeps in etcd the current epoch (granted\nby compare-and-swap, strictly increasing), the lease of that epoch (bound to a\nholder session with a TTL) and the membership, and streams lease events.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
-		fs.PrintDefaults()
+		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err

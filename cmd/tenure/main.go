@@ -10,11 +10,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/tenurelog/tenure/internal/flagusage"
+	"github.com/tenurelog/tenure/internal/version"
 )
 
 // command is one subcommand of the tenure binary.
@@ -37,7 +41,7 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintf(os.Stderr, "\nRun 'tenure <command> --help' for a command's flags. Every flag can also be set\nwith an environment variable TENURE_<FLAG> (e.g. --data-dir as TENURE_DATA_DIR).\n")
+	fmt.Fprintf(os.Stderr, "\nRun 'tenure <command> --help' for a command's flags, 'tenure --version' for the\nversion. Every flag can also be set with an environment variable TENURE_<FLAG>\n(e.g. --data-dir as TENURE_DATA_DIR).\n")
 }
 
 func main() {
@@ -46,6 +50,10 @@ func main() {
 		if len(os.Args) < 2 {
 			os.Exit(2)
 		}
+		return
+	}
+	if os.Args[1] == "--version" || os.Args[1] == "-version" || os.Args[1] == "version" {
+		fmt.Printf("tenure %s\n", version.String())
 		return
 	}
 	cmd, ok := commands[os.Args[1]]
@@ -65,10 +73,34 @@ func main() {
 	}
 }
 
+// parseQuietly parses args into fs. --help prints the whole usage; a bad
+// flag is one line, the flags named as typed, and the usage line, not the
+// flag package's whole page.
+func parseQuietly(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	defer func() { fs.SetOutput(out); fs.Usage = usage }()
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(out)
+		usage()
+		return err
+	}
+	var b strings.Builder
+	fs.SetOutput(&b)
+	usage()
+	line, _, _ := strings.Cut(b.String(), "\n")
+	return fmt.Errorf("%s\n%s ('tenure %s --help' for the flags)", flagusage.Error(err), line, fs.Name())
+}
+
 // parseFlags parses args into fs after applying environment fallbacks: a
 // flag not given on the command line takes TENURE_<NAME> if that is set.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseQuietly(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/services/promoter"
 )
@@ -37,7 +38,7 @@ func runPromoter(ctx context.Context, args []string) error {
 	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
-		fs.PrintDefaults()
+		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -57,13 +58,17 @@ func runPromoter(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopTracing()
+	lURL, err := serviceURL("lease", *leaseURL)
+	if err != nil {
+		return err
+	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcd, ","), DialTimeout: 5 * time.Second, Logger: quietEtcdLogger(), TLS: etcdTLS(*etcd)})
 	if err != nil {
 		return fmt.Errorf("etcd client for %s: %w", *etcd, err)
 	}
 	defer cli.Close()
 	p, err := promoter.New(promoter.Config{
-		ID: *id, Etcd: cli, Prefix: *prefix, LeaseURL: serviceURL(*leaseURL), Logger: log,
+		ID: *id, Etcd: cli, Prefix: *prefix, LeaseURL: lURL, Logger: log,
 		ProbeInterval: *probe, ProbeMisses: *misses, StatusInterval: *status, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
 	})
 	if err != nil {

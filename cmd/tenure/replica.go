@@ -11,6 +11,7 @@ import (
 
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -40,7 +41,7 @@ func runReplica(ctx context.Context, args []string) error {
 	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tenure replica --id ID [flags]\n\nRuns a replica. It hosts a range from the first Fence that names it (the\npromoter brings replicas into ranges), stores the range's log in Badger, and\nleads or follows it as Adopt says: a leader assigns offsets and acknowledges\nappends once a quorum holds them durably; a follower fetches from its leader.\nA restarted replica reloads every range; a follower resumes fetching, a leader\nwaits to be fenced and adopted again.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
-		fs.PrintDefaults()
+		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -70,10 +71,19 @@ func runReplica(ctx context.Context, args []string) error {
 	}
 	defer stopTracing()
 
+	if *advertise != "" {
+		if *advertise, err = serviceURL("advertise", *advertise); err != nil {
+			return err
+		}
+	}
 	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait}
 	var keeper *lease.Keeper
 	if *leaseURL != "" {
-		lc := tenurev1connect.NewLeaseServiceClient(transport.NewHTTPClient(), serviceURL(*leaseURL), transport.ClientOptions()...)
+		lURL, err := serviceURL("lease", *leaseURL)
+		if err != nil {
+			return err
+		}
+		lc := tenurev1connect.NewLeaseServiceClient(transport.NewHTTPClient(), lURL, transport.ClientOptions()...)
 		// The Keeper opens its session in the background and retries, so a
 		// replica can start before the lease service does.
 		keeper, err = lease.NewKeeper(lc, *id, advertiseURL(*advertise, *listen), lease.WithSessionTTL(*leaseTTL), lease.WithKeeperLogger(log))

@@ -69,14 +69,14 @@ func etcdTLS(endpoints string) *tls.Config {
 	return src.ClientConfig()
 }
 
-// serviceURL is a peer's base URL as given, with http upgraded to https
-// when this process speaks TLS: a default like http://127.0.0.1:7000 then
-// still names the right server.
-func serviceURL(u string) string {
-	if transport.TLS() != nil {
-		if rest, ok := strings.CutPrefix(u, "http://"); ok {
-			return "https://" + rest
-		}
+// serviceURL is a peer's base URL from a flag, by the rule every URL flag
+// of tenure and tenurectl follows (transport.BaseURL): HOST:PORT, and
+// http:// when this process speaks TLS, mean the scheme it speaks, so a
+// default like http://127.0.0.1:7000 still names the right server.
+func serviceURL(flagName, u string) (string, error) {
+	v, err := transport.BaseURL(u, transport.TLS() != nil)
+	if err != nil {
+		return "", fmt.Errorf("--%s: %w", flagName, err)
 	}
-	return u
+	return v, nil
 }

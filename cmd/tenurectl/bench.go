@@ -184,8 +184,8 @@ progress:
 }
 
 type benchJSON struct {
-	Range         string  `json:"range"`
-	Leader        string  `json:"leader"`
+	Range         string  `json:"range_id"`
+	Leader        string  `json:"leader_id"`
 	Epoch         uint64  `json:"epoch"`
 	Records       int64   `json:"records"`
 	RecordBytes   int     `json:"record_bytes"`

@@ -60,6 +60,9 @@ func parseGlobal(e *env, args []string) ([]string, error) {
 			}
 			value, args = args[1], args[1:]
 		}
+		if err := (urlValue{new(string)}).Set(value); err != nil {
+			return nil, fmt.Errorf("invalid value %q for flag --%s: %v", value, name, err)
+		}
 		args = args[1:]
 		if name == "lease" {
 			e.global.lease = value
@@ -92,13 +95,16 @@ func addClusterFlags(e *env, fs *flag.FlagSet) clusterOpts {
 		}
 		return def
 	}
+	lease, promoter := pick(e.global.lease, "TENURECTL_LEASE", defaultLeaseURL), pick(e.global.promoter, "TENURECTL_PROMOTER", defaultPromoterURL)
+	fs.Var(urlValue{&lease}, "lease", "lease service base `URL`, or HOST:PORT (env TENURECTL_LEASE)")
+	fs.Var(urlValue{&promoter}, "promoter", "promoter base `URL`, or HOST:PORT (env TENURECTL_PROMOTER)")
 	return clusterOpts{
-		lease:    fs.String("lease", pick(e.global.lease, "TENURECTL_LEASE", defaultLeaseURL), "lease service base URL (env TENURECTL_LEASE)"),
-		promoter: fs.String("promoter", pick(e.global.promoter, "TENURECTL_PROMOTER", defaultPromoterURL), "promoter base URL (env TENURECTL_PROMOTER)"),
+		lease:    &lease,
+		promoter: &promoter,
 		json:     fs.Bool("json", e.global.json, "print JSON instead of a table"),
-		cacert:   fs.String("cacert", e.getenv("TENURECTL_CACERT"), "CA certificate the servers' certificates must chain to (env TENURECTL_CACERT); with --cert and --key, calls are mutual TLS and http:// URLs mean https://"),
-		cert:     fs.String("cert", e.getenv("TENURECTL_CERT"), "client certificate, e.g. operator.pem from tenure certs init (env TENURECTL_CERT)"),
-		key:      fs.String("key", e.getenv("TENURECTL_KEY"), "the client certificate's key (env TENURECTL_KEY)"),
+		cacert:   fs.String("cacert", e.getenv("TENURECTL_CACERT"), "the CA certificate (PEM `FILE`) the servers' certificates must chain to (env TENURECTL_CACERT); with --cert and --key, calls are mutual TLS and http:// URLs mean https://"),
+		cert:     fs.String("cert", e.getenv("TENURECTL_CERT"), "the client certificate (PEM `FILE`), e.g. operator.pem from tenure certs init (env TENURECTL_CERT)"),
+		key:      fs.String("key", e.getenv("TENURECTL_KEY"), "the client certificate's key (PEM `FILE`) (env TENURECTL_KEY)"),
 	}
 }
 
@@ -113,11 +119,32 @@ func (o clusterOpts) setupTLS() error {
 		return err
 	}
 	transport.SetTLS(src)
-	for _, u := range []*string{o.lease, o.promoter} {
-		if rest, ok := strings.CutPrefix(*u, "http://"); ok {
-			*u = "https://" + rest
-		}
+	return nil
+}
+
+// tls says whether the command's calls are mutual TLS (all three files
+// given), which is what a HOST:PORT or http:// URL then means.
+func (o clusterOpts) tls() bool {
+	return auth.Files{CA: *o.cacert, Cert: *o.cert, Key: *o.key}.Configured()
+}
+
+// urlValue is a flag naming a server, checked as it is set by
+// transport.BaseURL's rule (the same in every command and in tenure's own
+// flags); newClients resolves it once TLS is known.
+type urlValue struct{ s *string }
+
+func (u urlValue) String() string {
+	if u.s == nil {
+		return ""
 	}
+	return *u.s
+}
+
+func (u urlValue) Set(v string) error {
+	if _, err := transport.BaseURL(v, false); err != nil {
+		return err
+	}
+	*u.s = v
 	return nil
 }
 
@@ -139,6 +166,13 @@ func newClients(o clusterOpts) *clients {
 		hc = &http.Client{Transport: failingTransport{err}}
 	} else {
 		hc = transport.NewHTTPClient()
+	}
+	// HOST:PORT and, under TLS, http:// mean the scheme the calls speak.
+	// (Flags were checked as they were parsed, the environment by run.)
+	for _, u := range []*string{o.lease, o.promoter} {
+		if resolved, err := transport.BaseURL(*u, o.tls()); err == nil {
+			*u = resolved
+		}
 	}
 	return &clients{
 		http:        hc,
@@ -177,6 +211,17 @@ func (c *clients) getRange(ctx context.Context, rangeID string) (*tenurev1.Range
 		return nil, c.leaseErr(err)
 	}
 	return resp.Msg.GetRange(), nil
+}
+
+// missingRange returns getRange's "does not exist" error when rangeID is
+// not a range, else nil: a command whose server answered NotFound (or
+// nothing at all) learns whether the range is what was not found, and says
+// so in tenurectl's words rather than the server's RPC names.
+func (c *clients) missingRange(ctx context.Context, rangeID string) error {
+	if _, err := c.getRange(ctx, rangeID); err != nil && strings.Contains(err.Error(), "does not exist") {
+		return err
+	}
+	return nil
 }
 
 // listRanges reads every range, a page at a time (bounded).
@@ -346,23 +391,33 @@ func leaderOf(sts []memberStatus) (memberStatus, bool) {
 // for the membership and every member for its status. It waits for one
 // (a promotion in progress) up to within.
 func (c *clients) findLeader(ctx context.Context, rangeID string, within time.Duration) (*tenurev1.Replica, uint64, error) {
+	l, err := c.findLeaderStatus(ctx, rangeID, within)
+	if err != nil {
+		return nil, 0, err
+	}
+	return l.replica, l.status.GetEpoch(), nil
+}
+
+// findLeaderStatus is findLeader with the leader's whole status of the
+// range (its HWM, for a tail that starts beyond it).
+func (c *clients) findLeaderStatus(ctx context.Context, rangeID string, within time.Duration) (memberStatus, error) {
 	deadline := time.Now().Add(within)
 	for {
 		r, err := c.getRange(ctx, rangeID)
 		if err != nil {
-			return nil, 0, err
+			return memberStatus{}, err
 		}
 		sts := c.memberStatuses(ctx, r)
 		if l, ok := leaderOf(sts); ok {
-			return l.replica, l.status.GetEpoch(), nil
+			return l, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, 0, fmt.Errorf("range %s has no serving leader after %v (epoch %d): %s; 'tenurectl status %s' shows each replica, and the promoter promotes one once a quorum answers",
+			return memberStatus{}, fmt.Errorf("range %s has no serving leader after %v (epoch %d): %s; 'tenurectl status %s' shows each replica, and the promoter promotes one once a quorum answers",
 				rangeID, within, r.GetEpoch(), describeMembers(sts), rangeID)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return memberStatus{}, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

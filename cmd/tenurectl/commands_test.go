@@ -30,6 +30,9 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"bench", testBench},
 		{"epochs with a diverged replica", testEpochsDivergence},
 		{"membership", testMembership},
+		{"unknown range", testUnknownRange},
+		{"json schema", testJSONSchema},
+		{"URL flags", testURLRule},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
 	} {
@@ -82,23 +85,19 @@ func testRange(t *testing.T, c *testCluster) {
 func testProduceConsume(t *testing.T, c *testCluster) {
 	leader := c.createRange("events", "r1")
 
-	out := c.mustCtl("", "produce", "events", "hello", "world")
+	out := c.mustCtl("", "produce", "events", "hello", "world", "--echo")
 	// Offset 0 is epoch 1's epoch-start record.
-	wantLines(t, "produce", out, "range events, leader "+leader+", epoch 1:", "1\thello", "2\tworld")
+	wantLines(t, "produce --echo", out, "range events, leader "+leader+", epoch 1:", "1\thello", "2\tworld")
 
+	// Without --echo produce prints offsets, not the values back.
 	out = c.mustCtl("one\ntwo\n\nthree\n", "produce", "events")
-	wantLines(t, "produce from stdin", out, "3\tone", "4\ttwo", "5\t", "6\tthree")
+	if want := "range events, leader " + leader + ", epoch 1:\n3\n4\n5\n6\n"; out != want {
+		t.Errorf("produce from stdin = %q, want %q", out, want)
+	}
 
 	out = c.mustCtl("", "produce", "events", "again", "--json")
-	var produced struct {
-		Range, Leader string
-		Records       []struct {
-			Offset uint64
-			Value  string
-		}
-	}
-	if err := json.Unmarshal([]byte(out), &produced); err != nil || len(produced.Records) != 1 || produced.Records[0].Offset != 7 || produced.Leader != leader {
-		t.Errorf("produce --json = %s (%v), want one record at offset 7 by %s", out, err, leader)
+	if want := `{"range_id":"events","offset":7,"epoch":1,"leader_id":"` + leader + `"}` + "\n"; out != want {
+		t.Errorf("produce --json = %s, want %s", out, want)
 	}
 
 	out = c.mustCtl("", "consume", "events")
@@ -127,6 +126,8 @@ func testProduceConsume(t *testing.T, c *testCluster) {
 		t.Errorf("produce to a missing range: status %d, stderr:\n%s", code, stderr)
 	}
 
+	testProduceInput(t, c)
+
 	// --follow prints records as they commit.
 	type result struct {
 		code   int
@@ -148,6 +149,23 @@ func testProduceConsume(t *testing.T, c *testCluster) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("consume --follow did not print the records produced after it started")
+	}
+
+	// A follow from beyond the end (the HWM is 10) waits for its offset to
+	// commit, and prints nothing before it.
+	go func() {
+		code, stdout, _ := c.ctlContext(ctx, "", "consume", "events", "--from", "11", "--follow", "--limit", "1")
+		done <- result{code, stdout}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	c.mustCtl("", "produce", "events", "at-10", "at-11")
+	select {
+	case r := <-done:
+		if want := "11\tat-11\n"; r.code != exitOK || r.stdout != want {
+			t.Errorf("consume --follow --from 11 (beyond the HWM 10): status %d, stdout %q, want %q", r.code, r.stdout, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("consume --follow from beyond the HWM did not print the record produced at its offset")
 	}
 }
 
@@ -186,9 +204,10 @@ func testStatus(t *testing.T, c *testCluster) {
 	}
 
 	var st []struct {
-		Range, Leader string
-		Epoch         uint64
-		Replicas      []struct {
+		Range    string `json:"range_id"`
+		Leader   string `json:"leader_id"`
+		Epoch    uint64
+		Replicas []struct {
 			ID, Role string
 			LogEnd   uint64 `json:"log_end"`
 			Lag      *uint64
@@ -273,7 +292,7 @@ func testPromoteTransitions(t *testing.T, c *testCluster) {
 
 	out = c.mustCtl("", "transitions", "handover", "--json")
 	var trs []map[string]any
-	if err := json.Unmarshal([]byte(out), &trs); err != nil || len(trs) != 2 || trs[0]["leader_id"] != next || trs[0]["epoch"] != "2" {
+	if err := json.Unmarshal([]byte(out), &trs); err != nil || len(trs) != 2 || trs[0]["leader_id"] != next || trs[0]["epoch"] != 2.0 {
 		t.Errorf("transitions --json = %s (%v)", out, err)
 	}
 

@@ -122,6 +122,7 @@ func TestJournalDumpJSON(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("status %d, stderr:\n%s", code, stderr)
 	}
+	checkJSONStyle(t, "journal dump --json", stdout, false)
 	var got dumpJSON
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, stdout)

@@ -2,15 +2,23 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"golang.org/x/term"
 
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
@@ -22,9 +30,12 @@ import (
 const leaderWait = 10 * time.Second
 
 const produceHelp = `
-Append records to a range and print the offset each was acknowledged at. The
-values are the arguments, or, with none, the lines of stdin (without their
-newline), sent in batches of --batch lines.
+Append records to a range and print the offset each was acknowledged at
+(--echo prints OFFSET<TAB>VALUE). The values are the arguments, or, with
+none, stdin: one record per line (without its newline, or split at
+--delimiter instead), sent in batches of --batch records; with --binary the
+whole of stdin is one record. At a terminal each line is sent as it is
+typed; Ctrl-D ends.
 
 The leader is found by asking the lease service for the range's replicas and
 each replica for its status. An append is acknowledged once a quorum of
@@ -34,9 +45,12 @@ consume the range before producing it again.
 `
 
 func runProduce(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "produce", "RANGE [VALUE...]", produceHelp)
+	fs := newFlags(e, "produce", "RANGE [VALUE...] [--delimiter STRING | --binary] [--echo]", produceHelp)
 	o := addClusterFlags(e, fs)
-	batch := fs.Int("batch", 100, fmt.Sprintf("stdin lines per append (1-%d)", wire.MaxBatchRecords))
+	batch := fs.Int("batch", 100, fmt.Sprintf("stdin records per append (1-%d)", wire.MaxBatchRecords))
+	delimiter := fs.String("delimiter", `\n`, "what separates stdin's records: a `STRING`, Go escapes allowed ('\\0', '\\t', ',', '---\\n')")
+	binary := fs.Bool("binary", false, "the whole of stdin is one record, bytes as they are")
+	echo := fs.Bool("echo", false, "print each record's value after its offset")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -47,14 +61,25 @@ func runProduce(ctx context.Context, e *env, args []string) error {
 	if *batch < 1 || *batch > wire.MaxBatchRecords {
 		return usagef("--batch %d: want 1 to %d", *batch, wire.MaxBatchRecords)
 	}
+	// \0 is how people write NUL (find -print0); Go spells it \x00.
+	delim, err := strconv.Unquote(`"` + nulEscape.ReplaceAllString(strings.ReplaceAll(*delimiter, `"`, `\"`), `\x00$1`) + `"`)
+	if err != nil || delim == "" {
+		return usagef("--delimiter %q: want a non-empty string (Go escapes such as \\n, \\t, \\0 allowed)", *delimiter)
+	}
 	rangeID, values := positional[0], positional[1:]
+	if len(values) > 0 && *binary {
+		return usagef("--binary reads one record from stdin; give values or --binary, not both")
+	}
+	if *binary && setFlag(fs, "delimiter") {
+		return usagef("--binary reads the whole of stdin as one record: it has no --delimiter")
+	}
 	c := newClients(o)
 	defer c.close()
 	leader, _, err := c.findLeader(ctx, rangeID, leaderWait)
 	if err != nil {
 		return err
 	}
-	p := &producer{c: c, e: e, rangeID: rangeID, leader: leader, json: *o.json}
+	p := &producer{c: c, e: e, rangeID: rangeID, leader: leader, json: *o.json, echo: *echo}
 	if len(values) > 0 {
 		batch := make([][]byte, len(values))
 		for i, v := range values {
@@ -65,8 +90,30 @@ func runProduce(ctx context.Context, e *env, args []string) error {
 		}
 		return p.finish()
 	}
+	if *binary {
+		v, err := io.ReadAll(io.LimitReader(e.stdin, wire.MaxRecordBytes+1))
+		switch {
+		case err != nil:
+			return fmt.Errorf("reading the record from stdin: %w", err)
+		case len(v) > wire.MaxRecordBytes:
+			return fmt.Errorf("stdin is longer than a record may be (%d bytes)", wire.MaxRecordBytes)
+		}
+		if err := p.append(ctx, [][]byte{v}); err != nil {
+			return err
+		}
+		return p.finish()
+	}
+	if terminal(e.stdin) {
+		// Someone is typing: each record goes as it is entered, not
+		// once --batch of them are.
+		*batch = 1
+		fmt.Fprintf(e.stderr, "tenurectl produce: one record per line to range %s; Ctrl-D ends\n", rangeID)
+	}
 	sc := bufio.NewScanner(e.stdin)
-	sc.Buffer(make([]byte, 64<<10), wire.MaxRecordBytes+1)
+	sc.Buffer(make([]byte, 64<<10), wire.MaxRecordBytes+len(delim)+1)
+	if delim != "\n" {
+		sc.Split(splitAt([]byte(delim)))
+	}
 	var pending [][]byte
 	size := 0
 	for sc.Scan() {
@@ -88,7 +135,7 @@ func runProduce(ctx context.Context, e *env, args []string) error {
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			err = fmt.Errorf("a line is longer than a record may be (%d bytes)", wire.MaxRecordBytes)
+			err = fmt.Errorf("a record is longer than a record may be (%d bytes)", wire.MaxRecordBytes)
 		}
 		return fmt.Errorf("reading records from stdin after %s: %w", plural(p.count, "acknowledged record"), err)
 	}
@@ -103,21 +150,56 @@ func runProduce(ctx context.Context, e *env, args []string) error {
 	return p.finish()
 }
 
+// nulEscape is \0 not followed by another octal digit (\012 stays octal).
+var nulEscape = regexp.MustCompile(`\\0([^0-7]|$)`)
+
+// setFlag says whether the command line set the flag.
+func setFlag(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// terminal says whether r is a terminal (someone typing), not a pipe, a
+// file or /dev/null (a character device too, hence x/term, not Stat).
+func terminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// splitAt is a bufio.SplitFunc for records separated by delim. Like lines,
+// a delimiter at the very end does not start an empty last record.
+func splitAt(delim []byte) bufio.SplitFunc {
+	return func(data []byte, atEOF bool) (int, []byte, error) {
+		if i := bytes.Index(data, delim); i >= 0 {
+			return i + len(delim), data[:i], nil
+		}
+		if atEOF && len(data) > 0 {
+			return len(data), data, nil
+		}
+		return 0, nil, nil
+	}
+}
+
 type producer struct {
 	c       *clients
 	e       *env
 	rangeID string
 	leader  *tenurev1.Replica
 	json    bool
+	echo    bool
 
-	count   int
-	records []producedJSON
+	count int
 }
 
+// producedJSON is one acknowledged record of produce --json, a line each
+// as they are acknowledged; the value only with --echo.
 type producedJSON struct {
-	Offset uint64 `json:"offset"`
-	Epoch  uint64 `json:"epoch"`
-	Value  string `json:"value"`
+	RangeID  string  `json:"range_id"`
+	Offset   uint64  `json:"offset"`
+	Epoch    uint64  `json:"epoch"`
+	LeaderID string  `json:"leader_id"`
+	Value    *string `json:"value,omitempty"`
 }
 
 func (p *producer) append(ctx context.Context, values [][]byte) error {
@@ -139,30 +221,38 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 	if p.count == 0 && !p.json {
 		fmt.Fprintf(p.e.stdout, "range %s, leader %s, epoch %d:\n", p.rangeID, p.leader.GetId(), m.GetEpoch())
 	}
+	enc := json.NewEncoder(p.e.stdout)
 	for i, v := range values {
 		off := m.GetBaseOffset() + uint64(i)
 		if p.json {
-			p.records = append(p.records, producedJSON{Offset: off, Epoch: m.GetEpoch(), Value: string(v)})
+			rec := producedJSON{RangeID: p.rangeID, Offset: off, Epoch: m.GetEpoch(), LeaderID: p.leader.GetId()}
+			if p.echo {
+				value := string(v)
+				rec.Value = &value
+			}
+			_ = enc.Encode(rec)
 			continue
 		}
-		fmt.Fprintf(p.e.stdout, "%d\t%s\n", off, v)
+		if p.echo {
+			fmt.Fprintf(p.e.stdout, "%d\t%s\n", off, printable(v))
+			continue
+		}
+		fmt.Fprintf(p.e.stdout, "%d\n", off)
 	}
 	p.count += len(values)
 	return nil
 }
 
-func (p *producer) finish() error {
-	if p.json {
-		return writeJSON(p.e.stdout, map[string]any{"range": p.rangeID, "leader": p.leader.GetId(), "records": p.records})
-	}
-	return nil
-}
+func (p *producer) finish() error { return nil }
 
 const consumeHelp = `
 Print a range's committed records from its leader, one per line as
-OFFSET<TAB>VALUE, from --from (default 0) up to the high-water mark. With
+OFFSET<TAB>VALUE (a value holding a tab, newline or non-printable byte, or
+beginning with '"', is printed Go-quoted, so one line is one record), from --from (default 0) up to the high-water mark. With
 --follow, keep printing records as they commit, following the range across
-leader changes, until Ctrl-C (or --limit records).
+leader changes, until Ctrl-C (or --limit records); a --from beyond the
+high-water mark then waits for that offset to commit (without --follow it
+is an error: only committed records are read).
 
 Each epoch begins with an epoch-start record that carries no data; consume
 skips them (--epoch-starts shows them). With --json every record is one JSON
@@ -220,6 +310,10 @@ func (cs *consumer) print(recs []*tenurev1.Record) bool {
 		if cs.limit > 0 && cs.printed >= cs.limit {
 			return false
 		}
+		if r.GetOffset() < cs.next {
+			// Before --from: a follow from beyond the HWM tails from it.
+			continue
+		}
 		cs.next = r.GetOffset() + 1
 		if r.GetEpochStart() && !cs.starts {
 			continue
@@ -235,7 +329,7 @@ func (cs *consumer) print(recs []*tenurev1.Record) bool {
 		case r.GetEpochStart():
 			fmt.Fprintf(cs.e.stdout, "%d\t<epoch %d starts>\n", r.GetOffset(), r.GetEpoch())
 		default:
-			fmt.Fprintf(cs.e.stdout, "%d\t%s\n", r.GetOffset(), r.GetValue())
+			fmt.Fprintf(cs.e.stdout, "%d\t%s\n", r.GetOffset(), printable(r.GetValue()))
 		}
 	}
 	return !(cs.limit > 0 && cs.printed >= cs.limit)
@@ -267,9 +361,23 @@ func (cs *consumer) readToEnd(ctx context.Context, c *clients) error {
 	}
 }
 
+// printable is a value as consume and produce --echo print it after
+// OFFSET<TAB>: as it is when that cannot be misread, else Go-quoted
+// (strconv.Quote), so that one line is always one record. Quoted are values
+// holding a tab, newline or other control or non-printable character,
+// invalid UTF-8, and values that begin with a double quote (so a quoted
+// value is never mistaken for a raw one). --json gives the raw bytes.
+func printable(v []byte) string {
+	s := string(v)
+	if !utf8.ValidString(s) || strings.HasPrefix(s, `"`) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
 func (cs *consumer) readErr(err error, leader *tenurev1.Replica) error {
 	if connect.CodeOf(err) == connect.CodeOutOfRange {
-		return fmt.Errorf("%s; consume reads committed records only: use a lower --from, or --follow to wait for it", connectMessage(err))
+		return fmt.Errorf("%s; consume reads committed records only: use a lower --from, or add --follow to wait for offset %d to commit", connectMessage(err), cs.next)
 	}
 	return fmt.Errorf("read from leader %s at %s: %v", leader.GetId(), leader.GetAddress(), err)
 }
@@ -279,14 +387,23 @@ func (cs *consumer) readErr(err error, leader *tenurev1.Replica) error {
 // the next offset neither skips nor repeats a record.
 func (cs *consumer) follow(ctx context.Context, c *clients) error {
 	for ctx.Err() == nil {
-		leader, _, err := c.findLeader(ctx, cs.rangeID, 30*time.Second)
+		ls, err := c.findLeaderStatus(ctx, cs.rangeID, 30*time.Second)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
-		stream, err := c.log(leader.GetAddress()).Tail(ctx, connect.NewRequest(&tenurev1.TailRequest{RangeId: cs.rangeID, Offset: cs.next}))
+		leader := ls.replica
+		// The leader tails committed records only, from at most its HWM: a
+		// follow from beyond it starts the tail at the HWM and print skips
+		// what comes before --from, so it waits for that offset to commit.
+		// The HWM only rises, so the leader accepts the offset it reported.
+		from := cs.next
+		if hwm := ls.status.GetHighWaterMark(); from > hwm {
+			from = hwm
+		}
+		stream, err := c.log(leader.GetAddress()).Tail(ctx, connect.NewRequest(&tenurev1.TailRequest{RangeId: cs.rangeID, Offset: from}))
 		if err == nil {
 			for stream.Receive() {
 				if !cs.print(stream.Msg().GetRecords()) {
@@ -303,7 +420,8 @@ func (cs *consumer) follow(ctx context.Context, c *clients) error {
 			return nil
 		}
 		if connect.CodeOf(err) == connect.CodeOutOfRange {
-			return cs.readErr(err, leader)
+			// Below the log start: no wait brings those records back.
+			return fmt.Errorf("tail from leader %s at offset %d: %s", leader.GetId(), from, connectMessage(err))
 		}
 		fmt.Fprintf(cs.e.stderr, "tenurectl consume: the stream from %s ended (%v); finding the leader again from offset %d\n", leader.GetId(), shortErrOrEOF(err), cs.next)
 		select {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
@@ -74,7 +75,7 @@ func runLogDump(_ context.Context, e *env, args []string) error {
 // writes []byte.
 type logDumpJSON struct {
 	DataDir       string           `json:"data_dir"`
-	Range         string           `json:"range"`
+	Range         string           `json:"range_id"`
 	LogStart      uint64           `json:"log_start"`
 	LogEnd        uint64           `json:"log_end"`
 	HighWaterMark uint64           `json:"high_water_mark"`
@@ -98,7 +99,10 @@ type logRecordJSON struct {
 	Epoch      uint64 `json:"epoch"`
 	EpochStart bool   `json:"epoch_start"`
 	Committed  bool   `json:"committed"`
-	Value      []byte `json:"value"`
+	// Value and ValueBase64 are as in consume --json: the value as text,
+	// or, when it is not UTF-8, base64 in value_base64 (value empty).
+	Value       string `json:"value"`
+	ValueBase64 []byte `json:"value_base64,omitempty"`
 }
 
 type logReplicaJSON struct {
@@ -156,8 +160,12 @@ func readRange(s *logstore.Store, dir, id string) (*logDumpJSON, error) {
 }
 
 func recordOf(rec *tenurev1.Record, hwm uint64) logRecordJSON {
-	return logRecordJSON{Offset: rec.GetOffset(), Epoch: rec.GetEpoch(), EpochStart: rec.GetEpochStart(),
-		Committed: rec.GetOffset() < hwm, Value: rec.GetValue()}
+	r := logRecordJSON{Offset: rec.GetOffset(), Epoch: rec.GetEpoch(), EpochStart: rec.GetEpochStart(),
+		Committed: rec.GetOffset() < hwm, Value: string(rec.GetValue())}
+	if !utf8.Valid(rec.GetValue()) {
+		r.Value, r.ValueBase64 = "", rec.GetValue()
+	}
+	return r
 }
 
 func writeLogDumpText(w io.Writer, d *logDumpJSON) error {
@@ -187,6 +195,9 @@ func writeLogDumpText(w io.Writer, d *logDumpJSON) error {
 	fmt.Fprintf(tw, "OFFSET\tEPOCH\tCOMMITTED\tVALUE\n")
 	for _, r := range d.Records {
 		v := fmt.Sprintf("%q", r.Value)
+		if r.ValueBase64 != nil {
+			v = fmt.Sprintf("%q", r.ValueBase64)
+		}
 		if r.EpochStart {
 			v = "(epoch start)"
 		} else if len(v) > 64 {

@@ -19,6 +19,9 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+
+	"github.com/tenurelog/tenure/internal/flagusage"
+	"github.com/tenurelog/tenure/internal/version"
 )
 
 // A command is one tenurectl subcommand. Related commands share a first word
@@ -101,25 +104,51 @@ func run(ctx context.Context, e *env, args []string) int {
 		printUsage(e.stdout)
 		return exitOK
 	}
+	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
+		fmt.Fprintf(e.stdout, "tenurectl %s\n", version.String())
+		return exitOK
+	}
 	cmd, rest, err := lookup(args)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "tenurectl: %v\nRun 'tenurectl --help' for the list of commands.\n", err)
 		return exitUsage
+	}
+	// The URLs from the environment follow the flags' rule, and say so in
+	// the same words before anything is dialled.
+	for _, name := range []string{"TENURECTL_LEASE", "TENURECTL_PROMOTER", "TENURECTL_JAEGER"} {
+		if v := e.getenv(name); v != "" {
+			if err := (urlValue{new(string)}).Set(v); err != nil {
+				fmt.Fprintf(e.stderr, "tenurectl: %s: %v\n", name, err)
+				return exitUsage
+			}
+		}
 	}
 	err = cmd.run(ctx, e, rest)
 	var usage *usageError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
-	case errors.Is(err, errUsageShown):
-		return exitUsage
 	case errors.As(err, &usage):
-		fmt.Fprintf(e.stderr, "tenurectl %s: %v\nRun 'tenurectl %s --help' for usage.\n", cmd.name, err, cmd.name)
+		// One line for the mistake and the synopsis, not the whole page.
+		if usage.synopsis == "" {
+			usage.synopsis = synopsisOf(ctx, e, cmd)
+		}
+		fmt.Fprintf(e.stderr, "tenurectl %s: %v\n%s ('tenurectl %s --help' for the flags)\n", cmd.name, err, usage.synopsis, cmd.name)
 		return exitUsage
 	default:
 		fmt.Fprintf(e.stderr, "tenurectl %s: %v\n", cmd.name, err)
 		return exitFail
 	}
+}
+
+// synopsisOf is the usage line of cmd's help.
+func synopsisOf(ctx context.Context, e *env, cmd *command) string {
+	var b strings.Builder
+	help := *e
+	help.stdout, help.stderr = &b, &b
+	_ = cmd.run(ctx, &help, []string{"--help"})
+	line, _, _ := strings.Cut(b.String(), "\n")
+	return line
 }
 
 func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
@@ -167,17 +196,26 @@ Commands:
 Global flags (before or after the command; environment fallback in brackets):
   --lease URL      lease service base URL [TENURECTL_LEASE] (default `+defaultLeaseURL+`)
   --promoter URL   promoter base URL [TENURECTL_PROMOTER] (default `+defaultPromoterURL+`)
-  --json           print JSON instead of tables (every command that reads)
+  --json           print JSON instead of tables (every command that reads; one
+                   schema, README "JSON output"; streams: one object a line)
   --cacert FILE    CA certificate for mutual TLS [TENURECTL_CACERT] (after the command)
   --cert FILE      client certificate, e.g. operator.pem [TENURECTL_CERT]
   --key FILE       its key [TENURECTL_KEY]; with all three, http:// URLs mean https://
 
-Run 'tenurectl COMMAND --help' for a command's flags and arguments.
+Every URL flag (--lease, --promoter, --jaeger, the URLs of ID=URL) also takes
+HOST:PORT, meaning http://HOST:PORT, or https:// with --cacert/--cert/--key.
+
+Run 'tenurectl COMMAND --help' for a command's flags and arguments,
+'tenurectl --version' for the version.
 `)
 }
 
 // usageError is a mistake in how a command was invoked (exit status 2).
-type usageError struct{ msg string }
+type usageError struct {
+	msg string
+	// synopsis is the command's usage line; run fills it in when empty.
+	synopsis string
+}
 
 func (u *usageError) Error() string { return u.msg }
 
@@ -185,21 +223,18 @@ func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-// errUsageShown: the flag package already printed the error and the usage.
-var errUsageShown = errors.New("invalid flags")
-
-// newFlags returns a command's FlagSet. Its usage, printed for --help and
-// for a bad flag, is the synopsis, the description, then the flags.
+// newFlags returns a command's FlagSet. Its usage, printed for --help, is
+// the synopsis, the description, then the flags as they are typed.
 func newFlags(e *env, name, synopsis, description string) *flag.FlagSet {
 	fs := flag.NewFlagSet("tenurectl "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenurectl %s %s\n\n%s\n", name, synopsis, strings.TrimSpace(description))
+		fmt.Fprintf(fs.Output(), "Usage: tenurectl %s %s\n\n%s\n", name, strings.TrimSpace(synopsis), strings.TrimSpace(description))
 		hasFlags := false
 		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 		if hasFlags {
 			fmt.Fprint(fs.Output(), "\nFlags:\n")
-			fs.PrintDefaults()
+			flagusage.Print(fs.Output(), fs)
 		}
 	}
 	return fs
@@ -207,15 +242,34 @@ func newFlags(e *env, name, synopsis, description string) *flag.FlagSet {
 
 // parseArgs parses flags anywhere among the arguments ("dump PATH --json"
 // as well as "dump --json PATH") and returns the positional ones. After
-// "--" everything is positional.
+// "--" everything is positional. --help prints the command's whole usage;
+// a bad flag is a usageError of one line with the usage line.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	out, usage := fs.Output(), fs.Usage
+	// The flag package prints the error and the whole usage on its own;
+	// the caller prints one line instead.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	defer func() { fs.SetOutput(out); fs.Usage = usage }()
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(out)
+				if usage != nil {
+					usage()
+				} else {
+					fs.PrintDefaults()
+				}
 				return nil, err
 			}
-			return nil, errUsageShown
+			var b strings.Builder
+			if usage != nil {
+				fs.SetOutput(&b)
+				usage()
+			}
+			synopsis, _, _ := strings.Cut(b.String(), "\n")
+			return nil, &usageError{msg: flagusage.Error(err), synopsis: synopsis}
 		}
 		rest := fs.Args()
 		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {

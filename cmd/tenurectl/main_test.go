@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -56,12 +57,64 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"journal"}, `"journal" needs a subcommand: 'tenurectl journal dump'`},
 		{[]string{"journal", "dump"}, "want exactly one journal PATH, got 0"},
 		{[]string{"journal", "dump", "a", "b"}, "want exactly one journal PATH, got 2"},
-		{[]string{"journal", "dump", "--bogus", "a"}, "flag provided but not defined: -bogus"},
+		{[]string{"journal", "dump", "--bogus", "a"}, "flag provided but not defined: --bogus"},
+		{[]string{"consume", "r", "--from", "x"}, `invalid value "x" for flag --from`},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCmd(t, tt.args...)
 		if code != exitUsage || !strings.Contains(stderr, tt.want) {
 			t.Errorf("tenurectl %q: status %d, stderr:\n%s\nwant status 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
+
+// A mistake in a command's flags or arguments prints one line and the
+// command's usage line, not its whole help page.
+func TestUsageErrorIsTwoLines(t *testing.T) {
+	for _, args := range [][]string{
+		{"consume", "r", "--bogus"},
+		{"consume", "r", "--limit"},
+		{"consume"},
+		{"produce", "r", "--batch", "0"},
+		{"journal", "dump", "--json"},
+	} {
+		code, _, stderr := runCmd(t, args...)
+		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+		if code != exitUsage || len(lines) != 2 || !strings.HasPrefix(lines[1], "Usage: tenurectl "+strings.Join(args[:len(strings.Fields(mustLookup(t, args).name))], " ")+" ") {
+			t.Errorf("tenurectl %q: status %d, stderr:\n%s\nwant status 2, an error line and the usage line", args, code, stderr)
+		}
+	}
+}
+
+func mustLookup(t *testing.T, args []string) *command {
+	t.Helper()
+	c, _, err := lookup(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Help shows flags as they are typed: --from, never -from.
+func TestHelpShowsFlagsAsTyped(t *testing.T) {
+	for _, c := range commands {
+		_, _, stderr := runCmd(t, append(strings.Fields(c.name), "--help")...)
+		for _, line := range strings.Split(stderr, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "-") && !strings.HasPrefix(strings.TrimSpace(line), "--") {
+				t.Errorf("tenurectl %s --help shows a flag with one dash: %q", c.name, line)
+			}
+		}
+		if !strings.Contains(stderr, "  --") && c.name != "" {
+			t.Errorf("tenurectl %s --help lists no --flags:\n%s", c.name, stderr)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"--version", "version"} {
+		code, stdout, _ := runCmd(t, arg)
+		if code != exitOK || !strings.HasPrefix(stdout, "tenurectl ") || !strings.Contains(stdout, runtime.Version()) {
+			t.Errorf("tenurectl %s: status %d, stdout %q; want the version and %s", arg, code, stdout, runtime.Version())
 		}
 	}
 }

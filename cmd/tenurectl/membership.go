@@ -44,7 +44,7 @@ func runRangeAddReplica(ctx context.Context, e *env, args []string) error {
 	if len(positional) != 2 {
 		return usagef("want RANGE and ID=URL, got %d arguments", len(positional))
 	}
-	add, err := parseReplica(positional[1])
+	add, err := parseReplica(positional[1], o.tls())
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func runRangeReplaceReplica(ctx context.Context, e *env, args []string) error {
 	if *remove == "" || *addFlag == "" {
 		return usagef("--remove ID and --add ID=URL are both required")
 	}
-	add, err := parseReplica(*addFlag)
+	add, err := parseReplica(*addFlag, o.tls())
 	if err != nil {
 		return err
 	}
@@ -115,8 +115,8 @@ func addCatchUpFlags(fs interface {
 }
 
 // parseReplica parses one "ID=URL".
-func parseReplica(s string) (*tenurev1.Replica, error) {
-	rs, err := parseReplicas(s)
+func parseReplica(s string, tls bool) (*tenurev1.Replica, error) {
+	rs, err := parseReplicas(s, tls)
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +186,11 @@ func describeMembership(r *tenurev1.RangeInfo) string {
 }
 
 func membershipErr(c *clients, rangeID string, err error) error {
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		if missing := c.missingRange(context.Background(), rangeID); missing != nil {
+			return missing
+		}
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeFailedPrecondition, connect.CodeInvalidArgument, connect.CodeNotFound:
 		return fmt.Errorf("membership change refused: %s", connectMessage(err))

@@ -59,6 +59,11 @@ func runPromote(ctx context.Context, e *env, args []string) error {
 	defer c.close()
 	resp, err := promote(ctx, c, &tenurev1.PromoteRequest{RangeId: positional[0], PreferredReplicaId: *preferred, Reason: *reason, UnsafeAcceptDataLoss: *unsafe})
 	if err != nil {
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			if missing := c.missingRange(ctx, positional[0]); missing != nil {
+				return missing
+			}
+		}
 		switch connect.CodeOf(err) {
 		case connect.CodeFailedPrecondition, connect.CodeInvalidArgument, connect.CodeNotFound:
 			return fmt.Errorf("promotion refused: %s", connectMessage(err))
@@ -208,11 +213,17 @@ func runTransitions(ctx context.Context, e *env, args []string) error {
 		return c.promoterErr(err)
 	}
 	trs := resp.Msg.GetTransitions()
+	if len(trs) == 0 {
+		// No records is also what the promoter answers for no range.
+		if missing := c.missingRange(ctx, positional[0]); missing != nil {
+			return missing
+		}
+	}
 	if *o.json {
 		return writeProtoJSONList(e.stdout, trs)
 	}
 	if len(trs) == 0 {
-		fmt.Fprintf(e.stdout, "no transitions recorded for range %s (it has never had a leader, or does not exist)\n", positional[0])
+		fmt.Fprintf(e.stdout, "no transitions recorded for range %s (it has never had a leader)\n", positional[0])
 		return nil
 	}
 	if *verbose {

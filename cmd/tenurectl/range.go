@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tenurelog/tenure/internal/table"
+	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -34,7 +35,7 @@ func runRangeCreate(ctx context.Context, e *env, args []string) error {
 	if len(positional) != 1 {
 		return usagef("want exactly one range ID, got %d arguments", len(positional))
 	}
-	members, err := parseReplicas(*replicas)
+	members, err := parseReplicas(*replicas, o.tls())
 	if err != nil {
 		return err
 	}
@@ -67,8 +68,9 @@ func runRangeCreate(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// parseReplicas parses "r1=http://...,r2=http://...".
-func parseReplicas(s string) ([]*tenurev1.Replica, error) {
+// parseReplicas parses "r1=http://...,r2=HOST:PORT,...", each URL by
+// transport.BaseURL's rule (tls: the command's calls are mutual TLS).
+func parseReplicas(s string, tls bool) ([]*tenurev1.Replica, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, usagef("--replicas is required: ID=URL pairs, e.g. r1=http://127.0.0.1:7101,r2=http://127.0.0.1:7102")
 	}
@@ -78,8 +80,9 @@ func parseReplicas(s string) ([]*tenurev1.Replica, error) {
 		if !ok || id == "" || url == "" {
 			return nil, usagef("--replicas: %q is not ID=URL", part)
 		}
-		if !strings.Contains(url, "://") {
-			url = "http://" + url
+		url, err := transport.BaseURL(url, tls)
+		if err != nil {
+			return nil, usagef("--replicas: %s: %v", id, err)
 		}
 		if hasMember(out, id) {
 			return nil, usagef("--replicas names %s twice", id)

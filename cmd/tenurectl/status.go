@@ -454,9 +454,9 @@ func joinNotes(a, b string) string {
 }
 
 type statusJSON struct {
-	Range     string              `json:"range"`
+	Range     string              `json:"range_id"`
 	Epoch     uint64              `json:"epoch"`
-	Leader    string              `json:"leader"`
+	Leader    string              `json:"leader_id"`
 	Lease     leaseJSON           `json:"lease"`
 	Replicas  []replicaStatusJSON `json:"replicas"`
 	Promotion *promotionJSON      `json:"promotion,omitempty"`
@@ -474,7 +474,7 @@ type promotionJSON struct {
 }
 
 type leaseJSON struct {
-	Holder         string `json:"holder"`
+	Holder         string `json:"holder_id"`
 	Epoch          uint64 `json:"epoch"`
 	Live           bool   `json:"live"`
 	TTLRemainingMs int64  `json:"ttl_remaining_ms"`
@@ -520,7 +520,7 @@ type fetchTruncationJSON struct {
 	From   uint64 `json:"from"`
 	To     uint64 `json:"to"`
 	Epoch  uint64 `json:"epoch"`
-	Leader string `json:"leader"`
+	Leader string `json:"leader_id"`
 	UnixMs int64  `json:"unix_ms"`
 }
 
@@ -753,11 +753,11 @@ func divergenceText(ref []journal.EpochStart, h historyOf) string {
 }
 
 type epochsJSON struct {
-	Range string `json:"range"`
+	Range string `json:"range_id"`
 	// Reference is the replica divergence is measured against; Leader is
 	// set when it is the serving leader.
-	Reference string             `json:"reference"`
-	Leader    string             `json:"leader"`
+	Reference string             `json:"reference_id"`
+	Leader    string             `json:"leader_id"`
 	Replicas  []replicaEpochJSON `json:"replicas"`
 }
 

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/tenurelog/tenure/pkg/transport"
 )
 
 const traceHelp = `
@@ -56,7 +58,7 @@ func runTrace(ctx context.Context, e *env, args []string) error {
 	if v := e.getenv("TENURECTL_JAEGER"); v != "" {
 		jaegerDefault = v
 	}
-	jaeger := flags.String("jaeger", jaegerDefault, "Jaeger query base URL (env TENURECTL_JAEGER)")
+	jaeger := flags.String("jaeger", jaegerDefault, "Jaeger query base `URL`, or HOST:PORT (env TENURECTL_JAEGER)")
 	asJSON := flags.Bool("json", e.global.json, "print the waterfall's rows as JSON instead of drawing it")
 	positional, err := parseArgs(flags, args)
 	if err != nil {
@@ -125,9 +127,15 @@ type jaegerProcess struct {
 }
 
 func fetchJaegerTrace(ctx context.Context, base, id string) (*jaegerTrace, error) {
-	u, err := url.Parse(strings.TrimRight(base, "/") + "/api/traces/" + id)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usagef("--jaeger %q: want a base URL such as %s", base, defaultJaegerURL)
+	// Jaeger is not a tenure server: tenurectl's TLS identity is not used
+	// with it, so HOST:PORT means http:// here.
+	base, err := transport.BaseURL(base, false)
+	if err != nil {
+		return nil, usagef("--jaeger: %v", err)
+	}
+	u, err := url.Parse(base + "/api/traces/" + id)
+	if err != nil {
+		return nil, usagef("--jaeger: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, traceFetchTimeout)
 	defer cancel()

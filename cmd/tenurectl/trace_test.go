@@ -76,6 +76,7 @@ func TestTraceJSON(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("tenurectl trace --json: status %d, stderr:\n%s", code, stderr)
 	}
+	checkJSONStyle(t, "trace --json", stdout, false)
 	// --json before the command name, as for every other command.
 	if code, global, stderr := runCmd(t, "--json", "trace", recordedTraceID, "--jaeger="+srv.URL); code != exitOK || global != stdout {
 		t.Errorf("tenurectl --json trace: status %d, stderr %q; want the same JSON as 'trace --json'", code, stderr)
@@ -173,7 +174,8 @@ func TestTraceErrors(t *testing.T) {
 		{"Jaeger down", []string{"trace", "--jaeger", downURL, recordedTraceID}, exitFail, "cannot reach Jaeger at " + downURL},
 		{"not a trace id", []string{"trace", "--jaeger", srv.URL, "promote-42"}, exitUsage, `trace id "promote-42": want 32 hex digits`},
 		{"no trace id", []string{"trace", "--jaeger", srv.URL}, exitUsage, "want exactly one TRACE_ID, got 0"},
-		{"bad Jaeger URL", []string{"trace", "--jaeger", "127.0.0.1:16686", recordedTraceID}, exitUsage, `--jaeger "127.0.0.1:16686": want a base URL`},
+		{"bad Jaeger URL", []string{"trace", "--jaeger", "jaeger", recordedTraceID}, exitUsage, `--jaeger: "jaeger" is not a server address: want HOST:PORT, http://HOST:PORT or https://HOST:PORT`},
+		{"Jaeger as HOST:PORT", []string{"trace", "--jaeger", strings.TrimPrefix(srv.URL, "http://"), "00000000000000000000000000000001"}, exitFail, "trace 00000000000000000000000000000001 not found in Jaeger at " + srv.URL},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -256,7 +256,7 @@ func ackEvents(ops []check.Op, trs []*tenurev1.Transition) []check.EpochEvent {
 
 // dumpJSON is what `tenurectl log dump --json` prints (cmd/tenurectl/logdump.go).
 type dumpJSON struct {
-	Range         string `json:"range"`
+	Range         string `json:"range_id"`
 	LogStart      uint64 `json:"log_start"`
 	LogEnd        uint64 `json:"log_end"`
 	HighWaterMark uint64 `json:"high_water_mark"`
@@ -269,7 +269,9 @@ type dumpJSON struct {
 		Offset     uint64 `json:"offset"`
 		Epoch      uint64 `json:"epoch"`
 		EpochStart bool   `json:"epoch_start"`
-		Value      []byte `json:"value"`
+		// As consume --json: text, or base64 when not UTF-8.
+		Value       string `json:"value"`
+		ValueBase64 []byte `json:"value_base64"`
 	} `json:"records"`
 }
 
@@ -289,7 +291,11 @@ func finalLog(ctx context.Context, tenurectl, replica, dataDir, rng string) (che
 		l.History = append(l.History, check.EpochStart{Epoch: h.Epoch, Start: h.Start})
 	}
 	for _, r := range d.Records {
-		l.Records = append(l.Records, check.Record{Offset: r.Offset, Epoch: r.Epoch, Value: r.Value, EpochStart: r.EpochStart})
+		value := []byte(r.Value)
+		if r.ValueBase64 != nil {
+			value = r.ValueBase64
+		}
+		l.Records = append(l.Records, check.Record{Offset: r.Offset, Epoch: r.Epoch, Value: value, EpochStart: r.EpochStart})
 	}
 	return l, nil
 }

@@ -1,0 +1,95 @@
+# make help: the Makefile's targets grouped (run, test, compose, bench),
+# what each builds first (its prerequisites), and the variables that
+# change what they do. Reads the Makefiles; a target with a "## " comment
+# that no group names is listed under "other", so none is hidden.
+
+BEGIN {
+	order = "run test compose bench"
+	group["run"] = "build demo tools proto clean"
+	group["test"] = "test fmt-check vet lint proto-check gotest chaos-short fuzz chaos"
+	group["compose"] = "images up ps ctl down compose-smoke chaos-compose"
+	group["bench"] = "bench bench-check"
+	title["run"] = "Run (a local cluster, no docker)"
+	title["test"] = "Test"
+	title["compose"] = "Compose (docker; images are built here from source, nothing is pulled)"
+	title["bench"] = "Bench"
+
+	vars = "ARGS GOTESTFLAGS TEST_TIMEOUT SEEDS CHAOS_FLAGS FUZZTIME RPC_FUZZTIME COMPOSE COMPOSE_PROJECT SMOKE_TIMEOUT CHAOS_COMPOSE_TIMEOUT TENURE_IMAGE ETCD_IMAGE JAEGER_IMAGE GO"
+	vdesc["ARGS"] = "arguments for demo (tenure dev, e.g. ARGS=--keep) and ctl (tenurectl, e.g. ARGS=status)"
+	vdesc["GOTESTFLAGS"] = "extra go test flags for gotest, chaos-short, bench-check (e.g. -count=1)"
+	vdesc["TEST_TIMEOUT"] = "go test -timeout of the test targets"
+	vdesc["SEEDS"] = "chaos: seeded runs of every fault kind"
+	vdesc["CHAOS_FLAGS"] = "chaos: extra flags for the chaos test (e.g. -chaos.kinds=...)"
+	vdesc["FUZZTIME"] = "fuzz: inputs for the journal decoder"
+	vdesc["RPC_FUZZTIME"] = "fuzz: inputs for each RPC fuzz target"
+	vdesc["COMPOSE"] = "the compose command (docker compose, else docker-compose)"
+	vdesc["COMPOSE_PROJECT"] = "the compose project name (its network is NAME_tenure)"
+	vdesc["SMOKE_TIMEOUT"] = "compose-smoke: seconds before it is killed"
+	vdesc["CHAOS_COMPOSE_TIMEOUT"] = "chaos-compose: seconds before it is killed"
+	vdesc["TENURE_IMAGE"] = "the tenure image tag"
+	vdesc["ETCD_IMAGE"] = "the etcd image tag"
+	vdesc["JAEGER_IMAGE"] = "the Jaeger image tag"
+	vdesc["GO"] = "the go command"
+}
+
+# name: prerequisites ## description
+/^[a-z][a-zA-Z_-]+:.*## / {
+	i = index($0, "## ")
+	head = substr($0, 1, i - 1)
+	c = index(head, ":")
+	name = substr(head, 1, c - 1)
+	pre = substr(head, c + 1)
+	gsub(/\$\(TOOLS\)/, "tools", pre)
+	gsub(/\$\(BIN\)\/static\//, "", pre)
+	gsub(/^ +| +$/, "", pre)
+	if (pre == name) pre = ""
+	d[name] = substr($0, i + 3)
+	p[name] = pre
+	targets[++n] = name
+}
+
+# NAME := value, for the defaults that use it
+/^[A-Z_]+ :=/ {
+	fixed[$1] = $3
+}
+
+# NAME ?= default
+/^[A-Z_]+ \?=/ {
+	v = $1
+	def = $0; sub(/^[A-Z_]+ \?= ?/, "", def)
+	if (def ~ /^\$\(shell/) def = "found at run time"
+	vdef[v] = def
+}
+
+function show(t) {
+	line = sprintf("  %-16s %s", t, d[t])
+	if (p[t] != "") line = line " [first: " p[t] "]"
+	print line
+	shown[t] = 1
+}
+
+END {
+	print "Usage: make TARGET [VARIABLE=value ...]"
+	ng = split(order, gs, " ")
+	for (i = 1; i <= ng; i++) {
+		g = gs[i]
+		printf "\n%s:\n", title[g]
+		nt = split(group[g], ts, " ")
+		for (j = 1; j <= nt; j++) if (ts[j] in d) show(ts[j])
+	}
+	other = 0
+	for (i = 1; i <= n; i++) if (!(targets[i] in shown) && targets[i] != "help") {
+		if (!other++) printf "\nOther:\n"
+		show(targets[i])
+	}
+	printf "\nVariables (default in brackets):\n"
+	nv = split(vars, vs, " ")
+	for (i = 1; i <= nv; i++) {
+		v = vs[i]
+		def = (v in vdef) ? vdef[v] : ""
+		for (f in fixed) gsub("\\$\\(" f "\\)", fixed[f], def)
+		printf "  %-22s %s [%s]\n", v, vdesc[v], (def == "" ? "none" : def)
+		listed[v] = 1
+	}
+	for (v in vdef) if (!(v in listed)) printf "  %-22s [%s]\n", v, vdef[v]
+}
