@@ -14,7 +14,7 @@ BEGIN {
 	title["compose"] = "Compose (docker; images are built here from source, nothing is pulled)"
 	title["bench"] = "Bench"
 
-	vars = "ARGS GOTESTFLAGS TEST_TIMEOUT SEEDS CHAOS_FLAGS FUZZTIME RPC_FUZZTIME COMPOSE COMPOSE_PROJECT SMOKE_TIMEOUT CHAOS_COMPOSE_TIMEOUT TENURE_IMAGE ETCD_IMAGE JAEGER_IMAGE GO"
+	vars = "ARGS GOTESTFLAGS TEST_TIMEOUT SEEDS CHAOS_FLAGS FUZZTIME RPC_FUZZTIME FUZZ_MINIMIZE FUZZ_TMPDIR COMPOSE COMPOSE_PROJECT SMOKE_TIMEOUT CHAOS_COMPOSE_TIMEOUT TENURE_IMAGE ETCD_IMAGE JAEGER_IMAGE GO"
 	vdesc["ARGS"] = "arguments for demo (tenure dev, e.g. ARGS=--keep) and ctl (tenurectl, e.g. ARGS=status)"
 	vdesc["GOTESTFLAGS"] = "extra go test flags for gotest, chaos-short, bench-check (e.g. -count=1)"
 	vdesc["TEST_TIMEOUT"] = "go test -timeout of the test targets"
@@ -22,6 +22,8 @@ BEGIN {
 	vdesc["CHAOS_FLAGS"] = "chaos: extra flags for the chaos test (e.g. -chaos.kinds=...)"
 	vdesc["FUZZTIME"] = "fuzz: inputs for the journal decoder"
 	vdesc["RPC_FUZZTIME"] = "fuzz: inputs for each RPC fuzz target"
+	vdesc["FUZZ_MINIMIZE"] = "fuzz: executions spent minimising each new input"
+	vdesc["FUZZ_TMPDIR"] = "fuzz: where the RPC targets' servers keep their data"
 	vdesc["COMPOSE"] = "the compose command (docker compose, else docker-compose)"
 	vdesc["COMPOSE_PROJECT"] = "the compose project name (its network is NAME_tenure)"
 	vdesc["SMOKE_TIMEOUT"] = "compose-smoke: seconds before it is killed"
