@@ -21,6 +21,9 @@ func (p *Promoter) Handlers() []transport.Registration {
 type handler struct{ p *Promoter }
 
 func (h handler) Promote(ctx context.Context, req *connect.Request[tenurev1.PromoteRequest]) (*connect.Response[tenurev1.PromoteResponse], error) {
+	if c, to, ok := h.p.forwardTarget(req.Header()); ok {
+		return h.p.forwardPromote(ctx, c, to, req.Msg)
+	}
 	if err := wire.ValidateRangeID(req.Msg.GetRangeId()); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -57,8 +60,13 @@ func (h handler) ListTransitions(ctx context.Context, req *connect.Request[tenur
 	return connect.NewResponse(&tenurev1.ListTransitionsResponse{Transitions: trs}), nil
 }
 
-func (h handler) GetStatus(context.Context, *connect.Request[tenurev1.PromoterServiceGetStatusRequest]) (*connect.Response[tenurev1.PromoterServiceGetStatusResponse], error) {
+// GetStatus answers with the elected promoter's status, from a standby
+// too (forwarded): a standby's range states are stale.
+func (h handler) GetStatus(ctx context.Context, req *connect.Request[tenurev1.PromoterServiceGetStatusRequest]) (*connect.Response[tenurev1.PromoterServiceGetStatusResponse], error) {
 	p := h.p
+	if c, to, ok := p.forwardTarget(req.Header()); ok {
+		return p.forwardGetStatus(ctx, c, to, req.Msg)
+	}
 	p.mu.Lock()
 	resp := &tenurev1.PromoterServiceGetStatusResponse{PromoterId: p.cfg.ID, Elected: p.elected, LeaderPromoterId: p.leaderID}
 	for id, rs := range p.ranges {
@@ -72,11 +80,17 @@ func (h handler) GetStatus(context.Context, *connect.Request[tenurev1.PromoterSe
 // ChangeReplicas implements PromoterService.ChangeReplicas: one message per
 // phase as it ends.
 func (h handler) ChangeReplicas(ctx context.Context, req *connect.Request[tenurev1.ChangeReplicasRequest], stream *connect.ServerStream[tenurev1.ChangeReplicasResponse]) error {
+	if c, to, ok := h.p.forwardTarget(req.Header()); ok {
+		return h.p.forwardChangeReplicas(ctx, c, to, req.Msg, stream.Send)
+	}
 	return h.p.ChangeReplicas(ctx, req.Msg, stream.Send)
 }
 
 // DeleteRange implements PromoterService.DeleteRange.
 func (h handler) DeleteRange(ctx context.Context, req *connect.Request[tenurev1.PromoterServiceDeleteRangeRequest]) (*connect.Response[tenurev1.PromoterServiceDeleteRangeResponse], error) {
+	if c, to, ok := h.p.forwardTarget(req.Header()); ok {
+		return h.p.forwardDeleteRange(ctx, c, to, req.Msg)
+	}
 	resp, err := h.p.DeleteRange(ctx, req.Msg.GetRangeId())
 	if err != nil {
 		return nil, err
