@@ -286,6 +286,15 @@ func testPromoteTransitions(t *testing.T, c *testCluster) {
 	if code != exitFail || !strings.Contains(stderr, "promotion refused") || !strings.Contains(stderr, "r9") {
 		t.Errorf("promote --preferred r9: status %d, stderr:\n%s", code, stderr)
 	}
+
+	// To the replica that leads already: nothing, and said so; --force
+	// promotes anyway.
+	out = c.mustCtl("", "promote", "handover", "--preferred", next)
+	if want := next + " already leads range handover at epoch 2; nothing done (--force to promote anyway)\n"; out != want {
+		t.Errorf("promote --preferred %s (the leader) = %q, want %q", next, out, want)
+	}
+	out = c.mustCtl("", "promote", "handover", "--preferred", next, "--force")
+	wantLines(t, "promote --force", out, "range handover: epoch 2 -> 3, leader "+next)
 }
 
 func testBench(t *testing.T, c *testCluster) {

@@ -34,6 +34,13 @@ func (h handler) Promote(ctx context.Context, req *connect.Request[tenurev1.Prom
 	}
 	reason := req.Msg.GetReason()
 	unsafe := req.Msg.GetUnsafeAcceptDataLoss()
+	if id := req.Msg.GetPreferredReplicaId(); id != "" && !req.Msg.GetForce() && !unsafe && h.p.Elected() {
+		if epoch, ok := h.p.alreadyLeads(ctx, req.Msg.GetRangeId(), id); ok {
+			// A promotion would spend an epoch, fence every replica and
+			// adopt the same leader again: say so and do nothing.
+			return connect.NewResponse(&tenurev1.PromoteResponse{AlreadyLeaderId: id, AlreadyLeaderEpoch: epoch}), nil
+		}
+	}
 	switch {
 	case reason == "" && unsafe:
 		reason = "operator: unsafe promotion (--unsafe-accept-data-loss)"
@@ -96,4 +103,20 @@ func (h handler) DeleteRange(ctx context.Context, req *connect.Request[tenurev1.
 		return nil, err
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// alreadyLeads reports whether replica id leads rangeID with a live lease
+// at its current epoch, as the lease service says, and that epoch. Any
+// doubt (the range cannot be read, no live lease, another holder) is no:
+// the promotion runs and answers for itself.
+func (p *Promoter) alreadyLeads(ctx context.Context, rangeID, id string) (uint64, bool) {
+	rng, err := p.getRange(ctx, rangeID)
+	if err != nil {
+		return 0, false
+	}
+	l := rng.GetLease()
+	if l.GetHolderId() != id || !l.GetLive() || rng.GetEpoch() == 0 || l.GetEpoch() != rng.GetEpoch() {
+		return 0, false
+	}
+	return rng.GetEpoch(), true
 }
