@@ -88,7 +88,9 @@ func runPromoter(ctx context.Context, args []string) error {
 		return err
 	}
 	defer removeReadyFile(*readyFile)
+	stopping("stopping the election and the promoter's loops")
 	runErr := p.Run(ctx)
+	stopping("draining requests")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(sctx)
