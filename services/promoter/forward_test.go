@@ -156,3 +156,33 @@ func TestStandbyForwardsUnderMutualTLS(t *testing.T) {
 		t.Fatalf("the operator's promotion started from epoch %d, want %d", got, e1)
 	}
 }
+
+// A standby whose elected promoter cannot be reached answers GetStatus for
+// itself (not elected, naming the elected one) rather than failing.
+func TestStandbyStatusWhenTheElectedIsUnreachable(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	a, _ := c.servedPromoter("pa", func(cfg *Config) { cfg.URL = "http://127.0.0.1:1" }) // nothing listens there
+	waitFor(t, "pa to be elected", 10*time.Second, a.Elected)
+	b, bURL := c.servedPromoter("pb")
+	waitFor(t, "pb to see pa elected", 10*time.Second, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.leaderID == "pa" && b.leaderURL != ""
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	standby := tenurev1connect.NewPromoterServiceClient(c.http, bURL, transport.ClientOptions()...)
+	resp, err := standby.GetStatus(ctx, connect.NewRequest(&tenurev1.PromoterServiceGetStatusRequest{}))
+	if err != nil {
+		t.Fatalf("GetStatus of the standby, its elected promoter unreachable: %v", err)
+	}
+	if m := resp.Msg; m.GetPromoterId() != "pb" || m.GetElected() || m.GetLeaderPromoterId() != "pa" {
+		t.Fatalf("GetStatus of the standby = %v; want pb, not elected, naming pa", m)
+	}
+	// A Promote says where it could not go.
+	_, err = standby.Promote(ctx, connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r"}))
+	if code := connect.CodeOf(err); code != connect.CodeUnavailable || !strings.Contains(err.Error(), "forwarded to the elected promoter pa") {
+		t.Fatalf("Promote through the standby, pa unreachable = %v; want unavailable saying it was forwarded to pa", err)
+	}
+}

@@ -68,11 +68,17 @@ func (h handler) ListTransitions(ctx context.Context, req *connect.Request[tenur
 }
 
 // GetStatus answers with the elected promoter's status, from a standby
-// too (forwarded): a standby's range states are stale.
+// too (forwarded): a standby's range states are stale. A standby that
+// cannot reach the elected one answers for itself (not elected, naming
+// it), which is still the truth about it.
 func (h handler) GetStatus(ctx context.Context, req *connect.Request[tenurev1.PromoterServiceGetStatusRequest]) (*connect.Response[tenurev1.PromoterServiceGetStatusResponse], error) {
 	p := h.p
 	if c, to, ok := p.forwardTarget(req.Header()); ok {
-		return p.forwardGetStatus(ctx, c, to, req.Msg)
+		resp, err := p.forwardGetStatus(ctx, c, to, req.Msg)
+		if err == nil || ctx.Err() != nil {
+			return resp, err
+		}
+		p.log.Debug("status not forwarded to the elected promoter; answering for this one", "elected", to, "err", err)
 	}
 	p.mu.Lock()
 	resp := &tenurev1.PromoterServiceGetStatusResponse{PromoterId: p.cfg.ID, Elected: p.elected, LeaderPromoterId: p.leaderID}
