@@ -115,6 +115,14 @@ func TestStandbyForwardsToTheElectedPromoter(t *testing.T) {
 		t.Fatalf("DeleteRange(never-created) through the standby = %v, %v; want existed false", del, err)
 	}
 
+	// ChangeReplicas streams the elected one's answer back: here its
+	// refusal of a replica that is no member.
+	err = serverStreamErr(standby.ChangeReplicas(ctx, connect.NewRequest(&tenurev1.ChangeReplicasRequest{RangeId: "r", RemoveReplicaId: "r9"})))
+	if err == nil || connect.CodeOf(err) == connect.CodeFailedPrecondition && strings.Contains(err.Error(), "not elected") ||
+		!strings.Contains(err.Error(), "forwarded to the elected promoter pa") {
+		t.Fatalf("ChangeReplicas(remove r9) through the standby = %v; want pa's refusal", err)
+	}
+
 	// One hop: a request already forwarded is answered, not forwarded.
 	req := connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r"})
 	req.Header().Set(ForwardedHeader, "pc")
