@@ -301,19 +301,14 @@ func (cs *consumer) readErr(err error, leader *tenurev1.Replica) error {
 // ends (a leader change): committed offsets never change, so resuming at
 // the next offset neither skips nor repeats a record.
 func (cs *consumer) follow(ctx context.Context, c *clients) error {
-	var named *tenurev1.Replica // the leader a not-leader answer named
 	for ctx.Err() == nil {
-		leader := named
-		if leader == nil {
-			var err error
-			if leader, _, err = c.findLeader(ctx, cs.rangeID, 30*time.Second); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
+		leader, _, err := c.findLeader(ctx, cs.rangeID, 30*time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
 			}
+			return err
 		}
-		named = nil
 		stream, err := c.log(leader.GetAddress()).Tail(ctx, connect.NewRequest(&tenurev1.TailRequest{RangeId: cs.rangeID, Offset: cs.next}))
 		if err == nil {
 			for stream.Receive() {
@@ -332,9 +327,6 @@ func (cs *consumer) follow(ctx context.Context, c *clients) error {
 		}
 		if connect.CodeOf(err) == connect.CodeOutOfRange {
 			return cs.readErr(err, leader)
-		}
-		if named = redirect(cs.e, "consume", err, leader); named != nil {
-			continue
 		}
 		fmt.Fprintf(cs.e.stderr, "tenurectl consume: the stream from %s ended (%v); finding the leader again from offset %d\n", leader.GetId(), shortErrOrEOF(err), cs.next)
 		select {
