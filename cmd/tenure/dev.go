@@ -17,7 +17,9 @@ import (
 )
 
 func init() {
-	commands["dev"] = command{summary: "run the embedded dev cluster (etcd, lease, 3 replica processes, promoter) and a scripted failover", run: runDev}
+	commands["dev"] = command{summary: "run the embedded dev cluster (etcd, lease, 3 replica processes, promoter) and a scripted failover", run: runDev,
+		// It stops its replica processes first, each bounded on its own.
+		stopWithin: devReplicaStopTimeout + stopWithin}
 }
 
 const devHelp = `Usage: tenure dev [flags]

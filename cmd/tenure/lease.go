@@ -84,7 +84,9 @@ func runLease(ctx context.Context, args []string) error {
 	<-ctx.Done()
 	// Watch streams end first (Unavailable: their clients resume elsewhere
 	// with after_revision); then in-flight unary calls finish, bounded.
+	stopping("ending watch streams")
 	svc.Close()
+	stopping("draining requests")
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer dcancel()
 	if err := srv.Shutdown(dctx); err != nil {

@@ -15,7 +15,9 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/internal/version"
@@ -25,6 +27,40 @@ import (
 type command struct {
 	summary string
 	run     func(ctx context.Context, args []string) error
+	// stopWithin bounds the stop after a signal (0: stopWithin).
+	stopWithin time.Duration
+}
+
+// stopWithin bounds how long a server takes to stop once SIGTERM or an
+// interrupt arrived: past it, the process says which step of its stop had
+// not ended and exits 1. A replica whose data directory was removed under
+// it retried Badger's memtable flush forever inside its store's Close
+// ("error flushing memtable ... retrying") and ignored SIGTERM until
+// SIGKILL. The bound is above every server's own graceful steps (the
+// replica's 5s drain) and below compose's stop_grace_period (10s), so the
+// log says why rather than docker killing it silently. A second signal
+// kills at once.
+const stopWithin = 8 * time.Second
+
+// stopStep is the step of its stop a server is in (stopping).
+var stopStep atomic.Pointer[string]
+
+// stopping names the step of its stop a server is starting, reported if
+// the stop outlives its bound.
+func stopping(step string) { stopStep.Store(&step) }
+
+// exitIfStuck waits for ctx (the signal) and then bound; a process still
+// running by then reports the step it is stuck in and exits 1.
+func exitIfStuck(ctx context.Context, stopSignals func(), name string, bound time.Duration) {
+	<-ctx.Done()
+	stopSignals() // the default action again: a second signal kills
+	time.Sleep(bound)
+	step := "stopping"
+	if s := stopStep.Load(); s != nil {
+		step = *s
+	}
+	fmt.Fprintf(os.Stderr, "tenure %s: not stopped %v after the signal, stuck %s; exiting\n", name, bound, step)
+	os.Exit(1)
 }
 
 // commands is filled by each command's file in init, so adding a service
@@ -64,6 +100,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	bound := cmd.stopWithin
+	if bound == 0 {
+		bound = stopWithin
+	}
+	go exitIfStuck(ctx, stop, os.Args[1], bound)
 	if err := cmd.run(ctx, os.Args[2:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ func runPromoter(ctx context.Context, args []string) error {
 	etcd := fs.String("etcd", "127.0.0.1:2379", "comma-separated etcd endpoints (the election and transition records live there)")
 	leaseURL := fs.String("lease", "http://127.0.0.1:7000", "lease service base URL")
 	listen := fs.String("listen", "127.0.0.1:7200", "address to serve PromoterService on")
+	advertise := fs.String("advertise", "", "base URL the other promoters reach this one at: while this one is elected, they forward operators' requests there (default <scheme>://<listen>, an unspecified host such as 0.0.0.0 replaced by this host's name)")
 	prefix := fs.String("prefix", "/tenure/", "etcd key prefix; must match the lease service's")
 	probe := fs.Duration("probe-interval", 100*time.Millisecond, "how often each replica is probed; a leader that refuses connections (or whose name no longer resolves) is promoted away at once, before its lease expires")
 	misses := fs.Int("probe-misses", 3, "consecutive missed probes (timeouts, lost requests) that make a leader suspect; a suspect is promoted away once the lease service no longer sees its lease live")
@@ -67,26 +69,51 @@ func runPromoter(ctx context.Context, args []string) error {
 		return fmt.Errorf("etcd client for %s: %w", *etcd, err)
 	}
 	defer cli.Close()
+	// Listen first: the advertised URL names the port bound (--listen :0).
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("promoter: listen on %s: %w", *listen, err)
+	}
+	url := *advertise
+	if url == "" {
+		url = promoterURL(ln.Addr().String(), host)
+	} else if url, err = serviceURL("advertise", url); err != nil {
+		ln.Close()
+		return err
+	}
 	p, err := promoter.New(promoter.Config{
-		ID: *id, Etcd: cli, Prefix: *prefix, LeaseURL: lURL, Logger: log,
+		ID: *id, URL: url, Etcd: cli, Prefix: *prefix, LeaseURL: lURL, Logger: log,
 		ProbeInterval: *probe, ProbeMisses: *misses, StatusInterval: *status, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
 	})
 	if err != nil {
+		_ = ln.Close()
 		return err
 	}
-	srv, err := transport.Serve(*listen, p.Handlers()...)
-	if err != nil {
-		return err
-	}
-	log.Info("promoter serving", "id", *id, "addr", srv.URL(), "etcd", *etcd, "lease", *leaseURL)
+	srv := transport.ServeListener(ln, p.Handlers()...)
+	log.Info("promoter serving", "id", *id, "addr", srv.URL(), "advertise", url, "etcd", *etcd, "lease", *leaseURL)
 	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "promoter", ID: *id, Address: srv.URL(), PID: os.Getpid()}); err != nil {
 		_ = srv.Close()
 		return err
 	}
 	defer removeReadyFile(*readyFile)
+	stopping("stopping the election and the promoter's loops")
 	runErr := p.Run(ctx)
+	stopping("draining requests")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(sctx)
 	return runErr
+}
+
+// promoterURL is the URL a promoter bound to addr is reached at by the
+// other promoters: a wildcard host (compose's 0.0.0.0) is no address to
+// dial, so it names this host (compose's hostname: promoter-1).
+func promoterURL(addr, hostname string) string {
+	h, port, err := net.SplitHostPort(addr)
+	if err == nil && hostname != "" {
+		if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+			addr = net.JoinHostPort(hostname, port)
+		}
+	}
+	return transport.Scheme() + "://" + addr
 }

@@ -115,12 +115,15 @@ func runReplica(ctx context.Context, args []string) error {
 	// close the lease session so the promoter need not wait out its TTL.
 	sctx, cancel := context.WithTimeout(context.Background(), replicaShutdownTimeout)
 	defer cancel()
+	stopping("draining requests")
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("replica: shutdown not graceful", "err", err)
 	}
+	stopping("closing the ranges and the store (Badger) in " + *dataDir)
 	if err := r.Close(); err != nil {
 		log.Error("replica: close", "err", err)
 	}
+	stopping("closing the lease session")
 	if keeper != nil {
 		if err := keeper.Close(sctx); err != nil {
 			log.Warn("replica: close lease session", "err", err)

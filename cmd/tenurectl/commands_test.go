@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -27,6 +29,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"produce and consume", testProduceConsume},
 		{"status", testStatus},
 		{"promote and transitions", testPromoteTransitions},
+		{"not-leader answers are followed", testNotLeaderFollowed},
 		{"bench", testBench},
 		{"epochs with a diverged replica", testEpochsDivergence},
 		{"membership", testMembership},
@@ -317,6 +320,15 @@ func testPromoteTransitions(t *testing.T, c *testCluster) {
 	if code != exitFail || !strings.Contains(stderr, "promotion refused") || !strings.Contains(stderr, "r9") {
 		t.Errorf("promote --preferred r9: status %d, stderr:\n%s", code, stderr)
 	}
+
+	// To the replica that leads already: nothing, and said so; --force
+	// promotes anyway.
+	out = c.mustCtl("", "promote", "handover", "--preferred", next)
+	if want := next + " already leads range handover at epoch 2; nothing done (--force to promote anyway)\n"; out != want {
+		t.Errorf("promote --preferred %s (the leader) = %q, want %q", next, out, want)
+	}
+	out = c.mustCtl("", "promote", "handover", "--preferred", next, "--force")
+	wantLines(t, "promote --force", out, "range handover: epoch 2 -> 3, leader "+next)
 }
 
 func testBench(t *testing.T, c *testCluster) {
@@ -498,4 +510,36 @@ func testStatusMajorityDown(t *testing.T, c *testCluster) {
 		return code == exitOK && json.Unmarshal([]byte(out), &st) == nil && len(st) == 1 && st[0].Leader != "" &&
 			st[0].Promotion != nil && st[0].Promotion.State == "healthy"
 	})
+}
+
+// produce and consume follow the leader a replica's not-leader answer
+// names (leadership moved after the leader was found): here they start at
+// a follower.
+func testNotLeaderFollowed(t *testing.T, c *testCluster) {
+	leader := c.createRange("redirect", "r1")
+	f := c.byID[c.others(leader)[0]]
+	follower := &tenurev1.Replica{Id: f.id, Address: f.srv.URL()}
+	var out, errOut bytes.Buffer
+	e := &env{stdout: &out, stderr: &errOut}
+	cl := &clients{http: transport.NewHTTPClient()}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := &producer{c: cl, e: e, rangeID: "redirect", leader: follower}
+	if err := p.append(ctx, [][]byte{[]byte("a"), []byte("b")}); err != nil {
+		t.Fatalf("produce through follower %s: %v", f.id, err)
+	}
+	if want := "range redirect, leader " + leader + ", epoch 1:\n1\ta\n2\tb\n"; out.String() != want {
+		t.Errorf("produce through follower %s printed %q, want %q", f.id, out.String(), want)
+	}
+	if want := f.id + " does not lead range redirect; following its leader " + leader; !strings.Contains(errOut.String(), want) {
+		t.Errorf("produce stderr lacks %q:\n%s", want, errOut.String())
+	}
+	out.Reset()
+	cs := &consumer{e: e, rangeID: "redirect"}
+	if err := cs.readFrom(ctx, cl, follower); err != nil {
+		t.Fatalf("consume through follower %s: %v", f.id, err)
+	}
+	if want := "1\ta\n2\tb\n"; out.String() != want {
+		t.Errorf("consume through follower %s printed %q, want %q", f.id, out.String(), want)
+	}
 }

@@ -38,7 +38,8 @@ whole of stdin is one record. At a terminal each line is sent as it is
 typed; Ctrl-D ends.
 
 The leader is found by asking the lease service for the range's replicas and
-each replica for its status. An append is acknowledged once a quorum of
+each replica for its status; a replica that answers it no longer leads names
+the leader, and produce follows it there. An append is acknowledged once a quorum of
 replicas holds it durably: an acknowledged record is never lost. A failed
 append's outcome is unknown (it may still commit under a later leader):
 consume the range before producing it again.
@@ -206,6 +207,16 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	resp, err := p.c.log(p.leader.GetAddress()).Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: p.rangeID, Records: values}))
+	// Leadership moved since the leader was found: the refusal names the
+	// new one (and wrote nothing), so the batch goes there, bounded.
+	for follows := 0; err != nil && follows < maxRedirects; follows++ {
+		next := redirect(p.e, "produce", err, p.leader)
+		if next == nil {
+			break
+		}
+		p.leader = next
+		resp, err = p.c.log(p.leader.GetAddress()).Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: p.rangeID, Records: values}))
+	}
 	if err != nil {
 		done := ""
 		if p.count > 0 {
@@ -341,12 +352,24 @@ func (cs *consumer) readToEnd(ctx context.Context, c *clients) error {
 	if err != nil {
 		return err
 	}
+	return cs.readFrom(ctx, c, leader)
+}
+
+// readFrom reads from leader until the high-water mark, following the
+// leader a not-leader answer names (bounded).
+func (cs *consumer) readFrom(ctx context.Context, c *clients, leader *tenurev1.Replica) error {
 	lc := c.log(leader.GetAddress())
+	follows := 0
 	for {
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		resp, err := lc.Read(cctx, connect.NewRequest(&tenurev1.ReadRequest{RangeId: cs.rangeID, Offset: cs.next}))
 		cancel()
 		if err != nil {
+			if next := redirect(cs.e, "consume", err, leader); next != nil && follows < maxRedirects {
+				follows++
+				leader, lc = next, c.log(next.GetAddress())
+				continue
+			}
 			return cs.readErr(err, leader)
 		}
 		if len(resp.Msg.GetRecords()) == 0 {

@@ -22,6 +22,8 @@ records the transition. The report is printed with the promotion's trace id.
 
 The current leader may well be chosen again: --preferred only breaks ties
 among equally complete replicas, it never outranks a more complete log.
+When --preferred already leads the range with a live lease, nothing is done
+(and that is said); --force promotes anyway, at a new epoch.
 
 --unsafe-accept-data-loss is for a range whose quorum is gone for good (the
 disks of a majority are lost). It fences whatever answers and leads from the
@@ -33,12 +35,13 @@ among the most complete survivors.
 `
 
 func runPromote(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "promote", "RANGE [--preferred ID] [--reason TEXT] [--unsafe-accept-data-loss [--to ID]]", promoteHelp)
+	fs := newFlags(e, "promote", "RANGE [--preferred ID [--force]] [--reason TEXT] [--unsafe-accept-data-loss [--to ID]]", promoteHelp)
 	o := addClusterFlags(e, fs)
 	preferred := fs.String("preferred", "", "replica to prefer among equally complete candidates")
 	reason := fs.String("reason", "", `why, recorded in the transition (default "operator request")`)
 	unsafe := fs.Bool("unsafe-accept-data-loss", false, "promote without a quorum, from the most complete surviving log: acknowledged records beyond it are LOST")
 	to := fs.String("to", "", "with --unsafe-accept-data-loss: the replica to prefer among the most complete survivors")
+	force := fs.Bool("force", false, "promote even when --preferred already leads the range (a new epoch for the same leader)")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -57,7 +60,7 @@ func runPromote(ctx context.Context, e *env, args []string) error {
 	}
 	c := newClients(o)
 	defer c.close()
-	resp, err := promote(ctx, c, &tenurev1.PromoteRequest{RangeId: positional[0], PreferredReplicaId: *preferred, Reason: *reason, UnsafeAcceptDataLoss: *unsafe})
+	resp, err := promote(ctx, c, &tenurev1.PromoteRequest{RangeId: positional[0], PreferredReplicaId: *preferred, Reason: *reason, UnsafeAcceptDataLoss: *unsafe, Force: *force})
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeNotFound {
 			if missing := c.missingRange(ctx, positional[0]); missing != nil {
@@ -75,6 +78,13 @@ func runPromote(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("promotion stopped to protect committed records: %s\nThis means two replicas disagree about a committed record (a bug or a damaged disk); nothing was truncated. 'tenurectl epochs %s' shows the histories", connectMessage(err), positional[0])
 		}
 		return c.promoterErr(err)
+	}
+	if id := resp.Msg.GetAlreadyLeaderId(); id != "" {
+		if *o.json {
+			return writeProtoJSON(e.stdout, resp.Msg)
+		}
+		fmt.Fprintf(e.stdout, "%s already leads range %s at epoch %d; nothing done (--force to promote anyway)\n", id, positional[0], resp.Msg.GetAlreadyLeaderEpoch())
+		return nil
 	}
 	tr := resp.Msg.GetTransition()
 	if *o.json {

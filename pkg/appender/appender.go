@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
@@ -24,9 +25,16 @@ import (
 // stream of its own (a stream carries one append at a time), and a stream
 // goes back to the pool when its append is answered.
 type Appender struct {
-	client tenurev1connect.LogServiceClient
+	// dial makes the client of a leader another replica named (FollowLeader);
+	// nil: no following.
+	dial func(url string) tenurev1connect.LogServiceClient
 
 	mu     sync.Mutex
+	client tenurev1connect.LogServiceClient
+	// url is the leader followed to last ("" until then); gen counts the
+	// follows, so a stream of an earlier leader never goes back to the pool.
+	url    string
+	gen    int
 	idle   []*stream
 	closed bool
 }
@@ -34,11 +42,34 @@ type Appender struct {
 type stream struct {
 	s      *connect.BidiStreamForClient[tenurev1.AppendStreamRequest, tenurev1.AppendStreamResponse]
 	cancel context.CancelFunc
+	gen    int
 }
 
+// Option configures an Appender.
+type Option func(*Appender)
+
+// FollowLeader makes the Appender follow a replica's not-leader answer:
+// when the replica it appends to refuses an append naming another leader
+// (a wire.NotLeader detail with its URL), it appends to that leader from
+// then on, through a client from dial, and sends the refused append there
+// once more. A refusal wrote nothing, so the retry cannot write it twice.
+// At most maxFollows leaders per Append. Without it (the default), the
+// refusal is Append's answer.
+func FollowLeader(dial func(url string) tenurev1connect.LogServiceClient) Option {
+	return func(a *Appender) { a.dial = dial }
+}
+
+// maxFollows bounds the leaders one Append follows: leadership moving that
+// often is for the caller to wait out, not to chase.
+const maxFollows = 3
+
 // New returns an Appender that appends through client.
-func New(client tenurev1connect.LogServiceClient) *Appender {
-	return &Appender{client: client}
+func New(client tenurev1connect.LogServiceClient, opts ...Option) *Appender {
+	a := &Appender{client: client}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
 }
 
 // errClosed is returned by Append after Close.
@@ -64,7 +95,33 @@ func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte)
 		a.dropIdle()
 		ack, err = a.appendOnce(ctx, rangeID, records)
 	}
+	for follows := 0; err != nil && a.dial != nil && follows < maxFollows && ctx.Err() == nil; follows++ {
+		d := wire.NotLeader(err)
+		if d.GetLeaderUrl() == "" || !a.follow(d.GetLeaderUrl()) {
+			break
+		}
+		ack, err = a.appendOnce(ctx, rangeID, records)
+	}
 	return ack, err
+}
+
+// follow makes url the replica appended to; false if it already is (the
+// leader named is the one that refused: nothing to follow).
+func (a *Appender) follow(url string) bool {
+	a.mu.Lock()
+	if a.url == url {
+		a.mu.Unlock()
+		return false
+	}
+	a.client, a.url = a.dial(url), url
+	a.gen++
+	idle := a.idle
+	a.idle = nil
+	a.mu.Unlock()
+	for _, st := range idle {
+		st.close()
+	}
+	return true
 }
 
 // appendOnce sends the append on one stream and waits for its answer.
@@ -113,14 +170,15 @@ func (a *Appender) take() (*stream, error) {
 		return st, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &stream{s: a.client.AppendStream(ctx), cancel: cancel}, nil
+	return &stream{s: a.client.AppendStream(ctx), cancel: cancel, gen: a.gen}, nil
 }
 
-// put returns a stream to the pool, or closes it if the Appender closed.
+// put returns a stream to the pool, or closes it if the Appender closed
+// or followed another leader since the stream opened.
 func (a *Appender) put(st *stream) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed {
+	if a.closed || st.gen != a.gen {
 		st.close()
 		return
 	}

@@ -79,10 +79,14 @@ var Table = map[string][]Role{
 	tenurev1connect.LeaseServiceCloseSessionProcedure: {RoleReplica, RolePromoter},
 	tenurev1connect.LeaseServiceReleaseLeaseProcedure: {RoleReplica, RolePromoter},
 
-	// PromoterService: operators.
-	tenurev1connect.PromoterServicePromoteProcedure:         {RoleOperator},
-	tenurev1connect.PromoterServiceChangeReplicasProcedure:  {RoleOperator},
-	tenurev1connect.PromoterServiceDeleteRangeProcedure:     {RoleOperator},
+	// PromoterService: operators. A standby promoter forwards an
+	// operator's request to the elected one with its own certificate,
+	// once its own server admitted the operator's (services/promoter,
+	// forward.go): the elected one admits the promoter role too. That is
+	// no new power: a promoter fences, truncates and grants epochs anyway.
+	tenurev1connect.PromoterServicePromoteProcedure:         {RoleOperator, RolePromoter},
+	tenurev1connect.PromoterServiceChangeReplicasProcedure:  {RoleOperator, RolePromoter},
+	tenurev1connect.PromoterServiceDeleteRangeProcedure:     {RoleOperator, RolePromoter},
 	tenurev1connect.PromoterServiceListTransitionsProcedure: {RoleOperator, RolePromoter},
 	tenurev1connect.PromoterServiceGetStatusProcedure:       {RoleOperator, RolePromoter},
 }

@@ -288,6 +288,38 @@ func (a rangeSnapshot) diff(b rangeSnapshot) string {
 	return ""
 }
 
+// testCerts makes a CA with a certificate per role (as-<role>) and one
+// with every role (cluster) in dir, the same names under another CA in
+// foreign, and load, which reads a certificate of either (trusting dir's CA).
+func testCerts(t *testing.T) (dir, foreign string, load func(certDir, name string) *auth.Source) {
+	t.Helper()
+	dir, foreign = t.TempDir(), t.TempDir()
+	specs := []auth.Spec{{Name: "cluster", Identity: auth.Identity{Roles: auth.Roles}}}
+	for _, r := range auth.Roles {
+		specs = append(specs, auth.Spec{Name: "as-" + string(r), Identity: auth.Identity{Roles: []auth.Role{r}}})
+	}
+	for _, d := range []string{dir, foreign} {
+		if _, err := auth.Init(d, specs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load = func(certDir, name string) *auth.Source {
+		src, err := auth.Load(auth.Files{Cert: filepath.Join(certDir, name+".pem"), Key: filepath.Join(certDir, name+"-key.pem"), CA: filepath.Join(dir, auth.CAFile)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return src
+	}
+	return dir, foreign, load
+}
+
+// tlsHTTPClient is an HTTP/2 client presenting cfg's certificate.
+func tlsHTTPClient(cfg *tls.Config) *http.Client {
+	var p http.Protocols
+	p.SetHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p, TLSClientConfig: cfg}, Timeout: 10 * time.Second}
+}
+
 // TestEveryProcedureRefusesWhomTheTableRefuses calls every procedure of
 // every service, over real mutual TLS on 127.0.0.1, as no certificate, a
 // certificate of another CA, and each role, and checks the answer against
@@ -298,25 +330,7 @@ func (a rangeSnapshot) diff(b rangeSnapshot) string {
 // is what an attacker would send: Fence(R, 2^64-1), Truncate to 0, Adopt
 // with a committed bound far beyond the log, a rogue leader, ...
 func TestEveryProcedureRefusesWhomTheTableRefuses(t *testing.T) {
-	dir := t.TempDir()
-	specs := []auth.Spec{{Name: "cluster", Identity: auth.Identity{Roles: auth.Roles}}}
-	for _, r := range auth.Roles {
-		specs = append(specs, auth.Spec{Name: "as-" + string(r), Identity: auth.Identity{Roles: []auth.Role{r}}})
-	}
-	if _, err := auth.Init(dir, specs); err != nil {
-		t.Fatal(err)
-	}
-	foreign := t.TempDir()
-	if _, err := auth.Init(foreign, specs); err != nil {
-		t.Fatal(err)
-	}
-	load := func(certDir, name string) *auth.Source {
-		src, err := auth.Load(auth.Files{Cert: filepath.Join(certDir, name+".pem"), Key: filepath.Join(certDir, name+"-key.pem"), CA: filepath.Join(dir, auth.CAFile)}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return src
-	}
+	dir, foreign, load := testCerts(t)
 	// The cluster's own processes (in this test process) hold every role.
 	transport.SetTLS(load(dir, "cluster"))
 	t.Cleanup(func() { transport.SetTLS(nil) })
@@ -338,9 +352,7 @@ func TestEveryProcedureRefusesWhomTheTableRefuses(t *testing.T) {
 	leaderURL := c.byID[leaderID].srv.URL()
 	ctx := context.Background()
 	clientsFor := func(cfg *tls.Config) authzClients {
-		var p http.Protocols
-		p.SetHTTP2(true)
-		hc := &http.Client{Transport: &http.Transport{Protocols: &p, TLSClientConfig: cfg}, Timeout: 10 * time.Second}
+		hc := tlsHTTPClient(cfg)
 		opts := transport.ClientOptions()
 		return authzClients{
 			replica:  tenurev1connect.NewReplicaServiceClient(hc, leaderURL, opts...),

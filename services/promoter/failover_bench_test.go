@@ -86,7 +86,7 @@ func BenchmarkPlannedPromote(b *testing.B) {
 		time.Sleep(100 * time.Millisecond)
 		preferred := fmt.Sprintf("r%d", round%3+1)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := handler{p}.Promote(ctx, connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r", PreferredReplicaId: preferred, Reason: "planned"}))
+		_, err := handler{p}.Promote(ctx, connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r", PreferredReplicaId: preferred, Reason: "planned", Force: true}))
 		cancel()
 		if err != nil {
 			b.Fatal(err)

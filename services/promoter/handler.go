@@ -21,6 +21,9 @@ func (p *Promoter) Handlers() []transport.Registration {
 type handler struct{ p *Promoter }
 
 func (h handler) Promote(ctx context.Context, req *connect.Request[tenurev1.PromoteRequest]) (*connect.Response[tenurev1.PromoteResponse], error) {
+	if c, to, ok := h.p.forwardTarget(req.Header()); ok {
+		return h.p.forwardPromote(ctx, c, to, req.Msg)
+	}
 	if err := wire.ValidateRangeID(req.Msg.GetRangeId()); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -31,6 +34,13 @@ func (h handler) Promote(ctx context.Context, req *connect.Request[tenurev1.Prom
 	}
 	reason := req.Msg.GetReason()
 	unsafe := req.Msg.GetUnsafeAcceptDataLoss()
+	if id := req.Msg.GetPreferredReplicaId(); id != "" && !req.Msg.GetForce() && !unsafe && h.p.Elected() {
+		if epoch, ok := h.p.alreadyLeads(ctx, req.Msg.GetRangeId(), id); ok {
+			// A promotion would spend an epoch, fence every replica and
+			// adopt the same leader again: say so and do nothing.
+			return connect.NewResponse(&tenurev1.PromoteResponse{AlreadyLeaderId: id, AlreadyLeaderEpoch: epoch}), nil
+		}
+	}
 	switch {
 	case reason == "" && unsafe:
 		reason = "operator: unsafe promotion (--unsafe-accept-data-loss)"
@@ -57,8 +67,19 @@ func (h handler) ListTransitions(ctx context.Context, req *connect.Request[tenur
 	return connect.NewResponse(&tenurev1.ListTransitionsResponse{Transitions: trs}), nil
 }
 
-func (h handler) GetStatus(context.Context, *connect.Request[tenurev1.PromoterServiceGetStatusRequest]) (*connect.Response[tenurev1.PromoterServiceGetStatusResponse], error) {
+// GetStatus answers with the elected promoter's status, from a standby
+// too (forwarded): a standby's range states are stale. A standby that
+// cannot reach the elected one answers for itself (not elected, naming
+// it), which is still the truth about it.
+func (h handler) GetStatus(ctx context.Context, req *connect.Request[tenurev1.PromoterServiceGetStatusRequest]) (*connect.Response[tenurev1.PromoterServiceGetStatusResponse], error) {
 	p := h.p
+	if c, to, ok := p.forwardTarget(req.Header()); ok {
+		resp, err := p.forwardGetStatus(ctx, c, to, req.Msg)
+		if err == nil || ctx.Err() != nil {
+			return resp, err
+		}
+		p.log.Debug("status not forwarded to the elected promoter; answering for this one", "elected", to, "err", err)
+	}
 	p.mu.Lock()
 	resp := &tenurev1.PromoterServiceGetStatusResponse{PromoterId: p.cfg.ID, Elected: p.elected, LeaderPromoterId: p.leaderID}
 	for id, rs := range p.ranges {
@@ -72,14 +93,36 @@ func (h handler) GetStatus(context.Context, *connect.Request[tenurev1.PromoterSe
 // ChangeReplicas implements PromoterService.ChangeReplicas: one message per
 // phase as it ends.
 func (h handler) ChangeReplicas(ctx context.Context, req *connect.Request[tenurev1.ChangeReplicasRequest], stream *connect.ServerStream[tenurev1.ChangeReplicasResponse]) error {
+	if c, to, ok := h.p.forwardTarget(req.Header()); ok {
+		return h.p.forwardChangeReplicas(ctx, c, to, req.Msg, stream.Send)
+	}
 	return h.p.ChangeReplicas(ctx, req.Msg, stream.Send)
 }
 
 // DeleteRange implements PromoterService.DeleteRange.
 func (h handler) DeleteRange(ctx context.Context, req *connect.Request[tenurev1.PromoterServiceDeleteRangeRequest]) (*connect.Response[tenurev1.PromoterServiceDeleteRangeResponse], error) {
+	if c, to, ok := h.p.forwardTarget(req.Header()); ok {
+		return h.p.forwardDeleteRange(ctx, c, to, req.Msg)
+	}
 	resp, err := h.p.DeleteRange(ctx, req.Msg.GetRangeId())
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// alreadyLeads reports whether replica id leads rangeID with a live lease
+// at its current epoch, as the lease service says, and that epoch. Any
+// doubt (the range cannot be read, no live lease, another holder) is no:
+// the promotion runs and answers for itself.
+func (p *Promoter) alreadyLeads(ctx context.Context, rangeID, id string) (uint64, bool) {
+	rng, err := p.getRange(ctx, rangeID)
+	if err != nil {
+		return 0, false
+	}
+	l := rng.GetLease()
+	if l.GetHolderId() != id || !l.GetLive() || rng.GetEpoch() == 0 || l.GetEpoch() != rng.GetEpoch() {
+		return 0, false
+	}
+	return rng.GetEpoch(), true
 }

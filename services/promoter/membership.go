@@ -624,6 +624,14 @@ func (p *Promoter) promoteNow(ctx context.Context, rangeID string, opts promoteO
 	}
 	defer func() { <-p.sem }()
 	tr, err := p.promoteWith(ctx, rangeID, -1, opts)
+	if err != nil && tr == nil {
+		// Refused before an epoch was granted (a preferred replica that is
+		// no member, a range that does not exist, a lost grant): the range
+		// is as it was, and the refusal is the caller's answer, not the
+		// range's state. Recorded, a refused --preferred r9 showed a
+		// healthy range unavailable until its next promotion.
+		return nil, err
+	}
 	p.finished(rangeID, tr, err, false)
 	return tr, err
 }

@@ -66,3 +66,82 @@ func TestPlannedPromoteWhileAppending(t *testing.T) {
 	t.Logf("planned handover to %s at epoch %d (took %v); %d appends acknowledged around it", tr.GetLeaderId(), tr.GetEpoch(), time.Duration(tr.GetDurationUs())*time.Microsecond, len(acks))
 	c.checkAcked("r", acks)
 }
+
+// A Promote refused before it changed anything (a preferred replica that
+// is no member) is the operator's error, not the range's state: the
+// healthy range stays shown healthy, where it was shown unavailable until
+// the next promotion.
+func TestRefusedPromoteLeavesTheRangeHealthy(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	p := c.newPromoter("p1", true)
+	_, e1 := c.leader("r", 1, 20*time.Second)
+	state := func() *tenurev1.RangePromotionState {
+		resp, err := handler{p}.GetStatus(context.Background(), connect.NewRequest(&tenurev1.PromoterServiceGetStatusRequest{}))
+		if err != nil || len(resp.Msg.GetRanges()) != 1 {
+			t.Fatalf("GetStatus = %v, %v; want range r", resp, err)
+		}
+		return resp.Msg.GetRanges()[0]
+	}
+	waitFor(t, "r healthy at its first epoch", 10*time.Second, func() bool {
+		st := state()
+		return st.GetState() == "healthy" && st.GetEpoch() == e1 && st.GetLeaderId() != ""
+	})
+	var err error
+	for attempt := 0; attempt < 50; attempt++ {
+		_, err = handler{p}.Promote(context.Background(), connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r", PreferredReplicaId: "r9"}))
+		if connect.CodeOf(err) != connect.CodeUnavailable { // not a promotion of the loop's still running
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("Promote(preferred r9) = %v, want invalid argument", err)
+	}
+	if st := state(); st.GetState() != "healthy" || st.GetLastError() != "" || st.GetEpoch() != e1 {
+		t.Fatalf("after the refused Promote r is %q at epoch %d (last error %q), want healthy at %d with no error", st.GetState(), st.GetEpoch(), st.GetLastError(), e1)
+	}
+}
+
+// Promoting a range to the replica that already leads it with a live lease
+// does nothing and says so (it spent an epoch and said nothing); force
+// promotes anyway.
+func TestPromoteToTheLeaderDoesNothingUnlessForced(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	p := c.newPromoter("p1", true)
+	leader, e1 := c.leader("r", 1, 20*time.Second)
+	waitFor(t, "the lease service to see the leader's lease live", 10*time.Second, func() bool {
+		resp, err := c.lease.Client.GetRange(context.Background(), connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: "r"}))
+		if err != nil {
+			return false
+		}
+		l := resp.Msg.GetRange().GetLease()
+		return l.GetHolderId() == leader && l.GetLive() && l.GetEpoch() == e1
+	})
+	promote := func(force bool) *tenurev1.PromoteResponse {
+		t.Helper()
+		var resp *connect.Response[tenurev1.PromoteResponse]
+		var err error
+		for attempt := 0; attempt < 50; attempt++ {
+			resp, err = handler{p}.Promote(context.Background(), connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r", PreferredReplicaId: leader, Force: force}))
+			if connect.CodeOf(err) != connect.CodeUnavailable { // not the loop's own promotion still running
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("Promote(preferred %s, force %v): %v", leader, force, err)
+		}
+		return resp.Msg
+	}
+	if got := promote(false); got.GetAlreadyLeaderId() != leader || got.GetAlreadyLeaderEpoch() != e1 || got.GetTransition() != nil {
+		t.Fatalf("Promote(preferred %s, the leader) = %v; want already leading at %d, no transition", leader, got, e1)
+	}
+	if l, e := c.leader("r", 1, 10*time.Second); l != leader || e != e1 {
+		t.Fatalf("after the no-op Promote %s leads at epoch %d, want %s still at %d", l, e, leader, e1)
+	}
+	if got := promote(true).GetTransition(); got.GetEpoch() != e1+1 || got.GetLeaderId() != leader {
+		t.Fatalf("Promote(preferred %s, force) = leader %s at %d, want %s at %d", leader, got.GetLeaderId(), got.GetEpoch(), leader, e1+1)
+	}
+}

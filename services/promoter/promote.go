@@ -171,8 +171,17 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 	span.SetAttributes(attribute.Int64("tenure.epoch", int64(epoch)))
 	m.step("grant")
 
-	// 2. Fence and read, one round trip, in parallel.
-	answers := m.fenceAll(ctx, epoch)
+	// 2. Fence and read, one round trip, in parallel. The preferred
+	// replica's answer is waited for (within the fence timeout) when the
+	// operator named it or the range gets its first leader: a quorum in
+	// 140 ms without it made compose's --preferred replica-1 lose its first
+	// election to a replica that merely answered sooner. A failover does
+	// not wait: its preferred replica may be the leader that just died.
+	var waitFor string
+	if named || previous == 0 {
+		waitFor = preferred
+	}
+	answers := m.fenceAll(ctx, epoch, waitFor)
 	m.step("fence")
 	if h := p.testHookAfterFence; h != nil {
 		h(rangeID, epoch)
@@ -346,8 +355,9 @@ func (m *promotion) grant(ctx context.Context, previous uint64) (uint64, *tenure
 // replica answered, or once a quorum of fenced replicas with known history
 // is in plus FenceGrace, or at FenceTimeout. A replica that has not answered
 // by then does not count (invariant 6), even if its fence lands later: it is
-// then fenced at E and the reconcile loop adopts it as a follower.
-func (m *promotion) fenceAll(ctx context.Context, epoch uint64) []Answer {
+// then fenced at E and the reconcile loop adopts it as a follower. With
+// waitFor set, a quorum ends the wait only once that replica answered too.
+func (m *promotion) fenceAll(ctx context.Context, epoch uint64, waitFor string) []Answer {
 	ctx, span := tracer.Start(ctx, "fence-all")
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, m.p.cfg.FenceTimeout)
@@ -375,12 +385,17 @@ func (m *promotion) fenceAll(ctx context.Context, epoch uint64) []Answer {
 	isVoter := func(ids []string, id string) bool { return slices.Contains(ids, id) }
 	q, qOld := wire.Quorum(len(m.voters)), wire.Quorum(len(m.oldVoters))
 	counted, countedOld := 0, 0
+	// waited: the replica to wait for answered (or is not fenced at all).
+	waited := waitFor == "" || m.byID[waitFor] == nil
 	var grace <-chan time.Time
 	for n := 0; n < len(m.fence); n++ {
 		select {
 		case res := <-results:
 			answers[res.i] = res.a
 			a := res.a
+			if a.ReplicaID == waitFor {
+				waited = true
+			}
 			inc := m.incarnations[a.ReplicaID]
 			if a.Err == nil && wire.HistoryKnown(journal.ToWire(a.History), a.LogEnd) && (inc == "" || inc == a.Incarnation) {
 				if isVoter(m.voters, a.ReplicaID) {
@@ -389,9 +404,9 @@ func (m *promotion) fenceAll(ctx context.Context, epoch uint64) []Answer {
 				if isVoter(m.oldVoters, a.ReplicaID) {
 					countedOld++
 				}
-				if counted >= q && (m.oldVoters == nil || countedOld >= qOld) && grace == nil && !m.opts.unsafe {
-					grace = time.After(m.p.cfg.FenceGrace)
-				}
+			}
+			if counted >= q && (m.oldVoters == nil || countedOld >= qOld) && waited && grace == nil && !m.opts.unsafe {
+				grace = time.After(m.p.cfg.FenceGrace)
 			}
 			continue
 		case <-grace:

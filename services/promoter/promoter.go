@@ -31,6 +31,11 @@ import (
 type Config struct {
 	// ID names this promoter in elections, leases and transition records.
 	ID string
+	// URL is the base URL other promoters reach this one at (its advertised
+	// address). While elected it is published with the election, and a
+	// standby forwards operators' requests there (forward.go). Empty: this
+	// promoter is never forwarded to; standbys refuse, naming it.
+	URL string
 	// Etcd holds the election and the transition records.
 	Etcd *clientv3.Client
 	// Prefix of every etcd key ("/tenure/" by default); the lease service
@@ -154,8 +159,11 @@ type Promoter struct {
 	mu       sync.Mutex
 	elected  bool
 	leaderID string // the elected promoter, as last seen
-	session  int64  // this promoter's lease session, 0 until opened
-	ranges   map[string]*rangeState
+	// leaderURL is the elected promoter's URL, as published with the
+	// election ("" when it published none: an older promoter, or no URL).
+	leaderURL string
+	session   int64 // this promoter's lease session, 0 until opened
+	ranges    map[string]*rangeState
 	// inflight holds ranges with a promotion or reconcile running, so the
 	// same range is never promoted twice at once.
 	inflight map[string]bool
@@ -163,6 +171,10 @@ type Promoter struct {
 
 	// records writes transition records in batches (recorder).
 	records recorder
+
+	// forwardMu guards forwards: a client of the elected promoter per URL.
+	forwardMu sync.Mutex
+	forwards  map[string]tenurev1connect.PromoterServiceClient
 
 	// testHookAfterFence, when set by a test, runs between the fence round
 	// and the plan, to interleave two promoters deterministically.

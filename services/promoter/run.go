@@ -95,20 +95,21 @@ func (p *Promoter) campaign(ctx context.Context) error {
 	go func() {
 		for resp := range el.Observe(obsCtx) {
 			if len(resp.Kvs) > 0 {
+				id, url := parseCandidate(resp.Kvs[0].Value)
 				p.mu.Lock()
-				p.leaderID = string(resp.Kvs[0].Value)
+				p.leaderID, p.leaderURL = id, url
 				p.mu.Unlock()
 			}
 		}
 	}()
 
-	if err := el.Campaign(ctx, p.cfg.ID); err != nil {
+	if err := el.Campaign(ctx, candidateValue(p.cfg.ID, p.cfg.URL)); err != nil {
 		return fmt.Errorf("campaign: %w", err)
 	}
 	p.log.Info("elected")
 	loopCtx, stop := context.WithCancel(ctx)
 	p.mu.Lock()
-	p.elected, p.leaderID = true, p.cfg.ID
+	p.elected, p.leaderID, p.leaderURL = true, p.cfg.ID, p.cfg.URL
 	p.mu.Unlock()
 	done := make(chan struct{}, 4)
 	for _, loop := range []func(context.Context){p.keepSession, p.refreshLoop, p.watchLoop, p.probeLoop} {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/services/replica/logstore"
 )
 
@@ -20,17 +22,20 @@ import (
 //	InvalidArgument    a malformed request (wire.ErrInvalid)
 //	FailedPrecondition not leader / fenced / stale epoch / would discard
 //	                   committed records (the message names the current
-//	                   epoch, leader or offsets)
+//	                   epoch, leader or offsets; a not-leader answer also
+//	                   carries a NotLeaderDetail)
 //	OutOfRange         an offset the log does not hold (a read past the HWM)
 //	DataLoss           the range stopped after a safety violation
 //	Unavailable        the replica is closing, or a leader could not
 //	                   confirm with a quorum that it still leads (a read)
 //	DeadlineExceeded   an append that did not commit within its bound
 
-// statusError is an error with the Connect code it maps to.
+// statusError is an error with the Connect code it maps to, and the
+// Connect error detail it carries, if any.
 type statusError struct {
-	code connect.Code
-	msg  string
+	code   connect.Code
+	msg    string
+	detail proto.Message
 }
 
 func (e *statusError) Error() string { return "replica: " + e.msg }
@@ -54,6 +59,13 @@ func invalidf(format string, args ...any) error {
 // it: a stale or future epoch, not the leader, fenced, below the HWM.
 func preconditionf(format string, args ...any) error {
 	return coded(connect.CodeFailedPrecondition, format, args...)
+}
+
+// notLeaderf: this replica does not lead the range; d says who does, as
+// far as it knows. The message names the leader for people; the detail is
+// what clients read (pkg/appender follows it).
+func notLeaderf(d *tenurev1.NotLeaderDetail, format string, args ...any) error {
+	return &statusError{code: connect.CodeFailedPrecondition, msg: fmt.Sprintf(format, args...), detail: d}
 }
 
 // outOfRangef: an offset outside what the log can serve.
@@ -92,7 +104,13 @@ func toConnect(err error) error {
 	var se *statusError
 	switch {
 	case errors.As(err, &se):
-		return connect.NewError(se.code, err)
+		ce := connect.NewError(se.code, err)
+		if se.detail != nil {
+			if d, derr := connect.NewErrorDetail(se.detail); derr == nil {
+				ce.AddDetail(d)
+			}
+		}
+		return ce
 	case errors.Is(err, wire.ErrInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, errSafety):

@@ -147,13 +147,16 @@ func (h *hosted) notLeaderErr() error {
 	if h.halted != nil {
 		return h.haltedErr()
 	}
+	d := &tenurev1.NotLeaderDetail{RangeId: h.id, ReplicaId: h.s.cfg.ID, Epoch: h.st.FencedEpoch}
 	if h.st.Role == tenurev1.Role_ROLE_FOLLOWER {
-		return preconditionf("range %q: replica %s is not the leader; leader is %s at %s (epoch %d)", h.id, h.s.cfg.ID, h.st.LeaderID, h.st.LeaderAddress, h.st.Epoch)
+		d.LeaderId, d.LeaderUrl, d.Epoch = h.st.LeaderID, h.st.LeaderAddress, h.st.Epoch
+		return notLeaderf(d, "range %q: replica %s is not the leader; leader is %s at %s (epoch %d)", h.id, h.s.cfg.ID, h.st.LeaderID, h.st.LeaderAddress, h.st.Epoch)
 	}
 	if h.st.Role == tenurev1.Role_ROLE_LEADER {
-		return preconditionf("range %q: replica %s led at epoch %d but is not serving (restarted or failed); leader unknown until a fence at a higher epoch", h.id, h.s.cfg.ID, h.st.Epoch)
+		d.Epoch = h.st.Epoch
+		return notLeaderf(d, "range %q: replica %s led at epoch %d but is not serving (restarted or failed); leader unknown until a fence at a higher epoch", h.id, h.s.cfg.ID, h.st.Epoch)
 	}
-	return preconditionf("range %q: replica %s is not the leader (fenced at epoch %d); leader unknown", h.id, h.s.cfg.ID, h.st.FencedEpoch)
+	return notLeaderf(d, "range %q: replica %s is not the leader (fenced at epoch %d); leader unknown", h.id, h.s.cfg.ID, h.st.FencedEpoch)
 }
 
 // leaseValid reports whether the leader's lease for epoch is live; always

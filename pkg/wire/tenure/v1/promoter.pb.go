@@ -35,8 +35,12 @@ type PromoteRequest struct {
 	// acknowledged beyond that log are lost; the transition says which
 	// offsets may be. Never automatic.
 	UnsafeAcceptDataLoss bool `protobuf:"varint,4,opt,name=unsafe_accept_data_loss,json=unsafeAcceptDataLoss,proto3" json:"unsafe_accept_data_loss,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Promote even when preferred_replica_id already leads the range with a
+	// live lease. Without it that request does nothing (a new epoch for the
+	// same leader buys nothing) and the response says so.
+	Force         bool `protobuf:"varint,5,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PromoteRequest) Reset() {
@@ -97,13 +101,25 @@ func (x *PromoteRequest) GetUnsafeAcceptDataLoss() bool {
 	return false
 }
 
+func (x *PromoteRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 // PromoteResponse is the promotion's report.
 type PromoteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The transition that was recorded.
-	Transition    *Transition `protobuf:"bytes,1,opt,name=transition,proto3" json:"transition,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The transition that was recorded; unset when nothing was done.
+	Transition *Transition `protobuf:"bytes,1,opt,name=transition,proto3" json:"transition,omitempty"`
+	// Set when nothing was done: the preferred replica already leads the
+	// range with a live lease (and force was not set).
+	AlreadyLeaderId string `protobuf:"bytes,2,opt,name=already_leader_id,json=alreadyLeaderId,proto3" json:"already_leader_id,omitempty"`
+	// The epoch it leads at, with already_leader_id.
+	AlreadyLeaderEpoch uint64 `protobuf:"varint,3,opt,name=already_leader_epoch,json=alreadyLeaderEpoch,proto3" json:"already_leader_epoch,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *PromoteResponse) Reset() {
@@ -141,6 +157,20 @@ func (x *PromoteResponse) GetTransition() *Transition {
 		return x.Transition
 	}
 	return nil
+}
+
+func (x *PromoteResponse) GetAlreadyLeaderId() string {
+	if x != nil {
+		return x.AlreadyLeaderId
+	}
+	return ""
+}
+
+func (x *PromoteResponse) GetAlreadyLeaderEpoch() uint64 {
+	if x != nil {
+		return x.AlreadyLeaderEpoch
+	}
+	return 0
 }
 
 // FencedReplica is one replica's answer to the fence of a promotion.
@@ -1208,16 +1238,19 @@ var File_tenure_v1_promoter_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_promoter_proto_rawDesc = "" +
 	"\n" +
-	"\x18tenure/v1/promoter.proto\x12\ttenure.v1\x1a\x16tenure/v1/common.proto\x1a\x15tenure/v1/lease.proto\"\xac\x01\n" +
+	"\x18tenure/v1/promoter.proto\x12\ttenure.v1\x1a\x16tenure/v1/common.proto\x1a\x15tenure/v1/lease.proto\"\xc2\x01\n" +
 	"\x0ePromoteRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x120\n" +
 	"\x14preferred_replica_id\x18\x02 \x01(\tR\x12preferredReplicaId\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x125\n" +
-	"\x17unsafe_accept_data_loss\x18\x04 \x01(\bR\x14unsafeAcceptDataLoss\"H\n" +
+	"\x17unsafe_accept_data_loss\x18\x04 \x01(\bR\x14unsafeAcceptDataLoss\x12\x14\n" +
+	"\x05force\x18\x05 \x01(\bR\x05force\"\xa6\x01\n" +
 	"\x0fPromoteResponse\x125\n" +
 	"\n" +
 	"transition\x18\x01 \x01(\v2\x15.tenure.v1.TransitionR\n" +
-	"transition\"\xb7\x02\n" +
+	"transition\x12*\n" +
+	"\x11already_leader_id\x18\x02 \x01(\tR\x0falreadyLeaderId\x120\n" +
+	"\x14already_leader_epoch\x18\x03 \x01(\x04R\x12alreadyLeaderEpoch\"\xb7\x02\n" +
 	"\rFencedReplica\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x16\n" +

@@ -1971,6 +1971,93 @@ func (x *GetEpochHistoryResponse) GetHighWaterMark() uint64 {
 	return 0
 }
 
+// NotLeaderDetail is the Connect error detail of a FailedPrecondition a
+// replica answers when it does not lead the range (LogService.Append,
+// AppendStream, Read, Tail; ReplicaService.Fetch): who does, as far as it
+// knows, so a client follows it without parsing the message.
+type NotLeaderDetail struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The replica that answered.
+	ReplicaId string `protobuf:"bytes,2,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// The leader it follows; empty when it knows of none (it led and
+	// stopped serving, or it is fenced and not yet adopted).
+	LeaderId string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// The leader's base URL, with leader_id.
+	LeaderUrl string `protobuf:"bytes,4,opt,name=leader_url,json=leaderUrl,proto3" json:"leader_url,omitempty"`
+	// The epoch the answer is about: the leader's with leader_id, else the
+	// replica's fenced epoch.
+	Epoch         uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotLeaderDetail) Reset() {
+	*x = NotLeaderDetail{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotLeaderDetail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotLeaderDetail) ProtoMessage() {}
+
+func (x *NotLeaderDetail) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotLeaderDetail.ProtoReflect.Descriptor instead.
+func (*NotLeaderDetail) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *NotLeaderDetail) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *NotLeaderDetail) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *NotLeaderDetail) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *NotLeaderDetail) GetLeaderUrl() string {
+	if x != nil {
+		return x.LeaderUrl
+	}
+	return ""
+}
+
+func (x *NotLeaderDetail) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 var File_tenure_v1_replica_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_replica_proto_rawDesc = "" +
@@ -2112,7 +2199,15 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x17GetEpochHistoryResponse\x12/\n" +
 	"\ahistory\x18\x01 \x03(\v2\x15.tenure.v1.EpochStartR\ahistory\x12\x17\n" +
 	"\alog_end\x18\x02 \x01(\x04R\x06logEnd\x12&\n" +
-	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark2\xfd\x05\n" +
+	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark\"\x9d\x01\n" +
+	"\x0fNotLeaderDetail\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x02 \x01(\tR\treplicaId\x12\x1b\n" +
+	"\tleader_id\x18\x03 \x01(\tR\bleaderId\x12\x1d\n" +
+	"\n" +
+	"leader_url\x18\x04 \x01(\tR\tleaderUrl\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch2\xfd\x05\n" +
 	"\x0eReplicaService\x12:\n" +
 	"\x05Fetch\x12\x17.tenure.v1.FetchRequest\x1a\x18.tenure.v1.FetchResponse\x12P\n" +
 	"\vFetchStream\x12\x1d.tenure.v1.FetchStreamRequest\x1a\x1e.tenure.v1.FetchStreamResponse(\x010\x01\x12:\n" +
@@ -2137,7 +2232,7 @@ func file_tenure_v1_replica_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_replica_proto_rawDescData
 }
 
-var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_tenure_v1_replica_proto_goTypes = []any{
 	(*FetchStreamRequest)(nil),              // 0: tenure.v1.FetchStreamRequest
 	(*FetchStreamResponse)(nil),             // 1: tenure.v1.FetchStreamResponse
@@ -2166,22 +2261,23 @@ var file_tenure_v1_replica_proto_goTypes = []any{
 	(*DropRangeResponse)(nil),               // 24: tenure.v1.DropRangeResponse
 	(*GetEpochHistoryRequest)(nil),          // 25: tenure.v1.GetEpochHistoryRequest
 	(*GetEpochHistoryResponse)(nil),         // 26: tenure.v1.GetEpochHistoryResponse
-	(*Record)(nil),                          // 27: tenure.v1.Record
-	(*EpochStart)(nil),                      // 28: tenure.v1.EpochStart
-	(Role)(0),                               // 29: tenure.v1.Role
-	(*Replica)(nil),                         // 30: tenure.v1.Replica
+	(*NotLeaderDetail)(nil),                 // 27: tenure.v1.NotLeaderDetail
+	(*Record)(nil),                          // 28: tenure.v1.Record
+	(*EpochStart)(nil),                      // 29: tenure.v1.EpochStart
+	(Role)(0),                               // 30: tenure.v1.Role
+	(*Replica)(nil),                         // 31: tenure.v1.Replica
 }
 var file_tenure_v1_replica_proto_depIdxs = []int32{
 	2,  // 0: tenure.v1.FetchStreamRequest.fetch:type_name -> tenure.v1.FetchRequest
 	4,  // 1: tenure.v1.FetchStreamResponse.fetch:type_name -> tenure.v1.FetchResponse
-	27, // 2: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
+	28, // 2: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
 	3,  // 3: tenure.v1.FetchResponse.diverging:type_name -> tenure.v1.DivergingEpoch
-	28, // 4: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
-	29, // 5: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
-	28, // 6: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
-	29, // 7: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
-	30, // 8: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
-	28, // 9: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
+	29, // 4: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
+	30, // 5: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
+	29, // 6: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
+	30, // 7: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
+	31, // 8: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
+	29, // 9: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
 	5,  // 10: tenure.v1.FenceRangesRequest.fences:type_name -> tenure.v1.FenceRequest
 	6,  // 11: tenure.v1.FenceRangeResult.fence:type_name -> tenure.v1.FenceResponse
 	11, // 12: tenure.v1.FenceRangeResult.error:type_name -> tenure.v1.ReplicaError
@@ -2190,11 +2286,11 @@ var file_tenure_v1_replica_proto_depIdxs = []int32{
 	10, // 15: tenure.v1.AdoptRangeResult.adopt:type_name -> tenure.v1.AdoptResponse
 	11, // 16: tenure.v1.AdoptRangeResult.error:type_name -> tenure.v1.ReplicaError
 	16, // 17: tenure.v1.AdoptRangesResponse.results:type_name -> tenure.v1.AdoptRangeResult
-	29, // 18: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
+	30, // 18: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
 	19, // 19: tenure.v1.RangeStatus.followers:type_name -> tenure.v1.FollowerProgress
 	20, // 20: tenure.v1.ReplicaServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangeStatus
 	22, // 21: tenure.v1.ReplicaServiceGetStatusResponse.lost_ranges:type_name -> tenure.v1.LostRange
-	28, // 22: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
+	29, // 22: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
 	2,  // 23: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
 	0,  // 24: tenure.v1.ReplicaService.FetchStream:input_type -> tenure.v1.FetchStreamRequest
 	5,  // 25: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
@@ -2234,7 +2330,7 @@ func file_tenure_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_replica_proto_rawDesc), len(file_tenure_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
