@@ -155,6 +155,25 @@ func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte)
 	}
 }
 
+// AppendRequest sends req as it is, its producer fields included (the
+// stream's own producer is not used), for a caller that keeps its own
+// producer sequences and retries itself. It is sent once, and once more on a
+// new stream if a stopped server never handled it; the outcome of an error
+// is what Append's is without idempotence.
+func (a *Appender) AppendRequest(ctx context.Context, req *tenurev1.AppendRequest) (*tenurev1.AppendResponse, error) {
+	st, err := a.take()
+	if err != nil {
+		return nil, err
+	}
+	defer a.put(st)
+	ack, err := a.appendOnce(ctx, st, req)
+	if err != nil && transport.NotHandled(err) && ctx.Err() == nil {
+		a.dropIdle()
+		ack, err = a.appendOnce(ctx, st, req)
+	}
+	return ack, err
+}
+
 // unknownOutcome says whether an append that failed with err may have been
 // written: anything but a refusal of the request itself.
 func unknownOutcome(err error) bool {

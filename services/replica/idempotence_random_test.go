@@ -56,8 +56,9 @@ func randomProducersRun(t *testing.T, seed uint64, steps int) {
 		up[n] = true
 	}
 	producers := []*modelProducer{{id: bytes16(1)}, {id: bytes16(2)}}
-	// acked is, per acknowledged value ("p<id>-s<seq>"), its offset.
-	acked := map[string]uint64{}
+	// acked is, per acknowledged value ("p<id>-s<seq>"), its offset and
+	// the epoch the acknowledgement named.
+	acked := map[string]producedAt{}
 	epoch := uint64(0)
 	var leader *node
 	promote := func(reach []*node) {
@@ -91,10 +92,10 @@ func randomProducersRun(t *testing.T, seed uint64, steps int) {
 		}
 		for i, v := range p.pending {
 			off := a.GetBaseOffset() + uint64(i)
-			if prev, ok := acked[string(v)]; ok && prev != off {
-				t.Fatalf("%s acknowledged at %d, and again at %d (duplicate %v)", v, prev, off, a.GetDuplicate())
+			if prev, ok := acked[string(v)]; ok && (prev.offset != off || prev.epoch != a.GetEpoch()) {
+				t.Fatalf("%s acknowledged at %d (epoch %d), and again at %d (epoch %d, duplicate %v)", v, prev.offset, prev.epoch, off, a.GetEpoch(), a.GetDuplicate())
 			}
-			acked[string(v)] = off
+			acked[string(v)] = producedAt{offset: off, epoch: a.GetEpoch()}
 		}
 		p.next += uint64(len(p.pending))
 		p.pending = nil
@@ -164,7 +165,7 @@ func randomProducersRun(t *testing.T, seed uint64, steps int) {
 		}
 	}
 	log := c.settledLog(leader)
-	seen := map[string]uint64{}
+	seen := map[string]producedAt{}
 	for _, rec := range log {
 		if len(rec.GetProducerId()) == 0 {
 			continue
@@ -174,13 +175,13 @@ func randomProducersRun(t *testing.T, seed uint64, steps int) {
 			t.Fatalf("record %d holds %q, its producer fields say %q", rec.GetOffset(), v, want)
 		}
 		if prev, ok := seen[v]; ok {
-			t.Fatalf("%s is in the log twice: at %d and %d", v, prev, rec.GetOffset())
+			t.Fatalf("%s is in the log twice: at %d and %d", v, prev.offset, rec.GetOffset())
 		}
-		seen[v] = rec.GetOffset()
+		seen[v] = producedAt{offset: rec.GetOffset(), epoch: rec.GetEpoch()}
 	}
-	for v, off := range acked {
-		if got, ok := seen[v]; !ok || got != off {
-			t.Fatalf("acknowledged %s at %d; the final log has it at %d (present %v)", v, off, got, ok)
+	for v, a := range acked {
+		if got, ok := seen[v]; !ok || got != a {
+			t.Fatalf("acknowledged %s at %d (epoch %d); the final log has it at %d (epoch %d, present %v)", v, a.offset, a.epoch, got.offset, got.epoch, ok)
 		}
 	}
 	total := uint64(0)
@@ -192,6 +193,9 @@ func randomProducersRun(t *testing.T, seed uint64, steps int) {
 	}
 	t.Logf("seed %d: %d epochs, %d acknowledged producer records, final log %d records", seed, epoch, len(acked), len(log))
 }
+
+// producedAt is where a value sits: its offset and the epoch that wrote it.
+type producedAt struct{ offset, epoch uint64 }
 
 func bytes16(b byte) []byte {
 	id := make([]byte, 16)
@@ -221,8 +225,8 @@ func TestIdempotentAppendAnswers(t *testing.T) {
 	c.waitCaughtUp(n1, n2, n3)
 	c.elect(2, n2, n1, n3)
 	again, err = c.produce(ctx, n2, p, values("a", 2))
-	if err != nil || !again.GetDuplicate() || again.GetBaseOffset() != first.GetBaseOffset() || again.GetEpoch() != 2 {
-		t.Fatalf("retry on the new leader = %v, %v; want duplicate at %d, epoch 2", again, err, first.GetBaseOffset())
+	if err != nil || !again.GetDuplicate() || again.GetBaseOffset() != first.GetBaseOffset() || again.GetEpoch() != 1 {
+		t.Fatalf("retry on the new leader = %v, %v; want duplicate at %d, epoch 1 (the epoch that wrote it)", again, err, first.GetBaseOffset())
 	}
 	p.next = 5
 	_, err = c.produce(ctx, n2, p, values("b", 1))

@@ -49,7 +49,15 @@ func (s *Replica) append(ctx context.Context, m *tenurev1.AppendRequest) (*tenur
 	if err != nil {
 		return nil, err
 	}
-	return &tenurev1.AppendResponse{BaseOffset: base, Epoch: l.epoch, HighWaterMark: hwm, Duplicate: dup}, nil
+	epoch := l.epoch
+	if dup {
+		// The ack names the epoch that wrote the records, as the first
+		// acknowledgement did (or would have): an earlier leader's, perhaps.
+		if epoch, err = h.r.EpochAt(base); err != nil {
+			return nil, fmt.Errorf("range %q: epoch of the record at %d: %w", h.id, base, err)
+		}
+	}
+	return &tenurev1.AppendResponse{BaseOffset: base, Epoch: epoch, HighWaterMark: hwm, Duplicate: dup}, nil
 }
 
 // producerOf returns an idempotent append's producer fields, nil for a

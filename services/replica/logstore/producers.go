@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/dgraph-io/badger/v4"
+
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -19,7 +21,8 @@ import (
 // decisions from them, and there is no side file that could disagree with
 // the log.
 //
-// The table is built lazily (producersReady) by reading the window, then
+// The table is built lazily (producersReady) by scanning the window's record
+// headers (values are not copied), then
 // kept up to date by every record queued (leader and follower paths alike),
 // and dropped by a truncation. Entries for producers that have left the
 // window are ignored, and pruned now and then: they cannot change a
@@ -222,6 +225,16 @@ const maxProducerBuildPasses = 8
 // it current.
 func (r *Range) producersReady() error {
 	r.mu.Lock()
+	ready := r.producers != nil
+	r.mu.Unlock()
+	if ready {
+		return nil
+	}
+	// One build at a time: the appends that arrive meanwhile (a failover's
+	// retries, all at once) wait for it rather than each reading the window.
+	r.buildMu.Lock()
+	defer r.buildMu.Unlock()
+	r.mu.Lock()
 	ready, gen := r.producers != nil, r.truncGen
 	r.mu.Unlock()
 	if ready {
@@ -231,28 +244,66 @@ func (r *Range) producersReady() error {
 	end := r.LogEnd()
 	from := windowStart(end)
 	for range maxProducerBuildPasses {
-		for from < end {
-			recs, err := r.Read(from, 0, 0)
-			if err != nil {
-				return fmt.Errorf("logstore: dedupe state of %s from %d: %w", r.id, from, err)
-			}
-			for _, rec := range recs {
-				if rec.GetOffset() >= end {
-					break
-				}
-				if p, ok := producerFromRecord(rec); ok {
-					t.observe(rec.GetOffset(), p)
-				}
-				from = rec.GetOffset() + 1
-			}
+		if err := r.scanProducers(from, end, t.observe); err != nil {
+			return fmt.Errorf("logstore: dedupe state of %s from %d: %w", r.id, from, err)
 		}
 		if done, err := r.installProducers(t, gen, end); done || err != nil {
 			return err
 		}
 		// The tail no longer holds what was queued after end: read it.
-		end = r.LogEnd()
+		from, end = end, r.LogEnd()
 	}
 	return fmt.Errorf("%w: %s: the dedupe state could not catch up with appends; retry", ErrBusy, r.id)
+}
+
+// scanProducers calls fn, in offset order, with the producer of each record
+// in [from, stop) that has one (stop at most LogEnd). It reads as Read does,
+// Badger below the in-memory tail and the tail from there, but copies no
+// value.
+func (r *Range) scanProducers(from, stop uint64, fn func(off uint64, p Producer)) error {
+	r.cutMu.RLock()
+	defer r.cutMu.RUnlock()
+	if from >= stop {
+		return nil
+	}
+	done, err := r.s.begin()
+	if err != nil {
+		return err
+	}
+	defer done()
+	base, _, writes := r.tailFrom(from, stop)
+	if from < base {
+		indexed := min(stop, base)
+		err := r.s.db.View(func(txn *badger.Txn) error {
+			next, gap, err := r.s.scanLog(txn, r.id, from, func(sr storedRecord) (bool, error) {
+				if sr.offset >= indexed {
+					return false, nil
+				}
+				if sr.flags&flagProducer != 0 {
+					fn(sr.offset, sr.prod)
+				}
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+			if next < indexed {
+				return fmt.Errorf("%w: range %s: record %d is not readable (%s)", ErrCorrupt, r.id, next, gap)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for _, w := range writes {
+		for off := max(from, w.base); off < min(stop, w.end); off++ {
+			if p, ok := storedProducer(w.vals[off-w.base]); ok {
+				fn(off, p)
+			}
+		}
+	}
+	return nil
 }
 
 // installProducers installs t, built from the records below end, once the

@@ -113,6 +113,9 @@ type Range struct {
 	// (producers.go), derived from the records below next; nil until an
 	// idempotent append needs it, and again after a truncation.
 	producers *producerTable
+	// buildMu is held while the dedupe state is built (producersReady),
+	// outside mu.
+	buildMu sync.Mutex
 	// changed is closed and replaced at every change of next, logEnd,
 	// durableEnd, hwm, state or history.
 	changed chan struct{}

@@ -126,7 +126,7 @@ type AppendResponse struct {
 	HighWaterMark uint64 `protobuf:"varint,3,opt,name=high_water_mark,json=highWaterMark,proto3" json:"high_water_mark,omitempty"`
 	// True when the append was a retry of one already written (an
 	// idempotent producer's): base_offset is where the first attempt put it,
-	// and epoch the epoch of this acknowledgement.
+	// and epoch the epoch that wrote it there (perhaps an earlier leader's).
 	Duplicate     bool `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
