@@ -17,6 +17,14 @@ import (
 // stream rechecks leadership and lease at least this often.
 const tailWait = time.Second
 
+// tailConfirmEvery is how often a Tail stream confirms its leadership with a
+// quorum (readindex.go), sending or idle: a leader deposed without being
+// fenced (cut off from the promoter and its followers, not from the
+// consumer) would otherwise keep the stream open with a frozen HWM while
+// the new leader commits. So a consumer learns of a new leader within about
+// tailConfirmEvery + confirmTimeout (2 s), lease or no lease.
+const tailConfirmEvery = time.Second
+
 // Append assigns offsets to a batch under the leader's epoch and answers
 // once the HWM has passed it.
 func (s *Replica) Append(ctx context.Context, req *connect.Request[tenurev1.AppendRequest]) (*connect.Response[tenurev1.AppendResponse], error) {
@@ -237,8 +245,10 @@ func (h *hosted) readCommitted(off, hwm uint64, maxRecords, maxBytes int) ([]*te
 }
 
 // Tail streams committed records from an offset as the HWM passes them. It
-// ends when the client goes away, or with FailedPrecondition when this
-// replica stops leading or loses its lease.
+// ends when the client goes away, with FailedPrecondition when this replica
+// stops leading or loses its lease or a quorum's answers show a later epoch
+// (naming its leader), and with Unavailable when it cannot confirm its
+// leadership with a quorum (every tailConfirmEvery).
 func (s *Replica) Tail(ctx context.Context, req *connect.Request[tenurev1.TailRequest], stream *connect.ServerStream[tenurev1.TailResponse]) error {
 	return toConnect(s.tail(ctx, req.Msg, stream))
 }
@@ -258,12 +268,24 @@ func (s *Replica) tail(ctx context.Context, m *tenurev1.TailRequest, stream *con
 	}
 	wait := time.NewTimer(tailWait)
 	defer wait.Stop()
+	confirmed := time.Now()
 	for {
 		changed := h.r.Changed()
 		// Recheck every round: a tail served by a deposed leader would
 		// keep streaming a log that is no longer the range's.
 		if l, err = h.readableLeader(); err != nil {
 			return err
+		}
+		// Its own state cannot tell a leader that it was deposed
+		// without a fence: ask a quorum, as a read does.
+		if time.Since(confirmed) >= tailConfirmEvery {
+			if err := l.confirm(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			confirmed = time.Now()
 		}
 		if hwm := h.r.HWM(); hwm > next {
 			recs, err := h.readCommitted(next, hwm, wire.MaxReadRecords, wire.MaxBatchBytes)
