@@ -2,6 +2,7 @@ package logstore_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -125,5 +126,85 @@ func TestDedupeStateComesFromTheLog(t *testing.T) {
 	lead(t, follower, 3)
 	if base, dup, err := produce(t, follower, 3, retry, "z"); err != nil || dup || base != 4 {
 		t.Fatalf("retry after the cut = %d, %v, %v; want 4, false, nil", base, dup, err)
+	}
+}
+
+// TestDedupeStateBuildsUnderConcurrentAppends: after a reopen the first
+// idempotent appends build the table from the log while other appends keep
+// moving the log end; every retry still finds its original offset, and
+// every new append is written once.
+func TestDedupeStateBuildsUnderConcurrentAppends(t *testing.T) {
+	o := newOpener(t)
+	s := o.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	const producers = 4
+	last := make([]uint64, producers) // base of each producer's last batch
+	for round := range 50 {
+		for p := range producers {
+			pa := logstore.ProducerAppend{ID: logstore.ProducerID{byte(p + 1)}, FirstSeq: uint64(round)}
+			base, _, err := produce(t, r, 1, pa, "v")
+			if err != nil {
+				t.Fatal(err)
+			}
+			last[p] = base
+		}
+		appendN(t, r, 1, 20)
+	}
+	waitDurable(t, r, r.LogEnd())
+	closeStore(t, s)
+
+	s = o.open()
+	defer closeStore(t, s)
+	r, _ = s.Range("r1")
+	stop := make(chan struct{})
+	plain := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				plain <- nil
+				return
+			default:
+			}
+			if _, err := r.Append(1, false, [][]byte{[]byte("plain")}); err != nil {
+				plain <- err
+				return
+			}
+		}
+	}()
+	errs := make(chan error, producers)
+	parallel(producers, func(p int) {
+		id := logstore.ProducerID{byte(p + 1)}
+		base, dup, err := produce(t, r, 1, logstore.ProducerAppend{ID: id, FirstSeq: 49}, "v")
+		if err != nil || !dup || base != last[p] {
+			errs <- fmt.Errorf("producer %d: retry after reopen = %d, %v, %v; want %d, true, nil", p, base, dup, err, last[p])
+			return
+		}
+		if _, dup, err := produce(t, r, 1, logstore.ProducerAppend{ID: id, FirstSeq: 50}, "w"); err != nil || dup {
+			errs <- fmt.Errorf("producer %d: next append = %v, %v", p, dup, err)
+		}
+	})
+	close(stop)
+	if err := <-plain; err != nil {
+		t.Fatal(err)
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	counts := map[string]int{}
+	for _, rec := range readAll(t, r) {
+		if len(rec.GetProducerId()) != 0 {
+			counts[fmt.Sprintf("%x/%d", rec.GetProducerId()[:1], rec.GetProducerSequence())]++
+		}
+	}
+	if len(counts) != producers*51 {
+		t.Errorf("%d distinct producer records, want %d", len(counts), producers*51)
+	}
+	for k, n := range counts {
+		if n != 1 {
+			t.Errorf("%s written %d times", k, n)
+		}
 	}
 }
