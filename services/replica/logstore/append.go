@@ -419,11 +419,17 @@ func (r *Range) enqueueLocked(p prepared, epochAt func(i int) (uint64, byte), wa
 	r.addTailLocked(w)
 	if r.producers != nil && p.prods != nil {
 		// The dedupe state follows every record queued, a leader's or a
-		// follower's, so it stays what the window's records say.
-		for i, prod := range p.prods {
-			if prod.ID != (ProducerID{}) {
-				r.producers.observe(w.base+uint64(i), prod)
+		// follower's, so it stays what the window's records say; a
+		// stretch of one producer's consecutive sequences is one step.
+		for i := 0; i < len(p.prods); {
+			prod, j := p.prods[i], i+1
+			for j < len(p.prods) && p.prods[j].ID == prod.ID && p.prods[j].Epoch == prod.Epoch && p.prods[j].Seq == prod.Seq+uint64(j-i) {
+				j++
 			}
+			if prod.ID != (ProducerID{}) {
+				r.producers.observeRun(w.base+uint64(i), prod, uint64(j-i))
+			}
+			i = j
 		}
 	}
 	r.next, r.tailEpoch = w.end, w.lastEpoch

@@ -118,7 +118,12 @@ func windowStart(end uint64) uint64 { return end - min(end, ProducerWindow) }
 
 // observe takes the record at off, appended by p, into the table. Records
 // are observed in offset order.
-func (t *producerTable) observe(off uint64, p Producer) {
+func (t *producerTable) observe(off uint64, p Producer) { t.observeRun(off, p, 1) }
+
+// observeRun is n observes: the records at off, off+1, ... appended by p
+// with sequences p.Seq, p.Seq+1, ... (one append's records: one map lookup
+// for the batch, under the range lock).
+func (t *producerTable) observeRun(off uint64, p Producer, n uint64) {
 	st := t.m[p.ID]
 	switch {
 	case st == nil:
@@ -132,10 +137,10 @@ func (t *producerTable) observe(off uint64, p Producer) {
 		// what the window holds is all there is.)
 		st.epoch, st.runs = p.Epoch, st.runs[:0]
 	}
-	st.last = off
-	if n := len(st.runs); n > 0 {
-		if r := &st.runs[n-1]; r.offset+r.n == off && r.seq+r.n == p.Seq {
-			r.n++
+	st.last = off + n - 1
+	if k := len(st.runs); k > 0 {
+		if r := &st.runs[k-1]; r.offset+r.n == off && r.seq+r.n == p.Seq {
+			r.n += n
 			return
 		}
 	}
@@ -143,9 +148,9 @@ func (t *producerTable) observe(off uint64, p Producer) {
 		copy(st.runs, st.runs[1:])
 		st.runs = st.runs[:ProducerRuns-1]
 	}
-	st.runs = append(st.runs, seqRun{seq: p.Seq, offset: off, n: 1})
-	if off >= t.pruneAt {
-		t.prune(off + 1)
+	st.runs = append(st.runs, seqRun{seq: p.Seq, offset: off, n: n})
+	if st.last >= t.pruneAt {
+		t.prune(st.last + 1)
 	}
 }
 

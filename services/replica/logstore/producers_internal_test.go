@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// TestProducerTableIsAFunctionOfTheWindow: the table kept up to date record
-// by record since the log began decides every append exactly as a table
-// built from only the records in the window does. That is what lets a
+// TestProducerTableIsAFunctionOfTheWindow: the table kept up to date append
+// by append since the log began decides every append exactly as a table
+// built record by record from only the records in the window does. That is what lets a
 // restarted replica, a truncated one or a promoted follower rebuild the
 // dedupe state by reading the window, and agree with the leader that kept it.
 func TestProducerTableIsAFunctionOfTheWindow(t *testing.T) {
@@ -43,10 +43,10 @@ func TestProducerTableIsAFunctionOfTheWindow(t *testing.T) {
 			}
 			n := 1 + rng.Uint64N(4)
 			for i := range n {
-				p := Producer{ID: id, Epoch: epochs[id], Seq: next[id] + i}
-				log = append(log, rec{off + i, p})
-				full.observe(off+i, p)
+				log = append(log, rec{off + i, Producer{ID: id, Epoch: epochs[id], Seq: next[id] + i}})
 			}
+			// The leader's path: one append's records in one step.
+			full.observeRun(off, Producer{ID: id, Epoch: epochs[id], Seq: next[id]}, n)
 			next[id] += n
 			off += n
 			end := off + rng.Uint64N(3)
