@@ -33,6 +33,14 @@ func BenchmarkTenure(b *testing.B) { benchTenure(b, false) }
 // per append, for comparing the two client paths in one run.
 func BenchmarkTenureUnary(b *testing.B) { benchTenure(b, true) }
 
+// BenchmarkTenurePlain is BenchmarkTenure without idempotent producers (no
+// producer id or sequence on the appends, as an old client sends them):
+// the cost of exactly-once appends, side by side with BenchmarkTenure in one
+// run (docs/idempotence.md).
+func BenchmarkTenurePlain(b *testing.B) {
+	runTenureShapes(b, startTenureCluster(b, 3), false, appender.WithoutIdempotence())
+}
+
 // BenchmarkTenureTLS is BenchmarkTenure with every hop mutual TLS (a CA
 // and certificate of its own, pkg/auth; the authorisation table checked on
 // every request): the cost of TLS, side by side with BenchmarkTenure in one
@@ -55,13 +63,14 @@ func benchTenure(b *testing.B, unary bool) {
 	runTenureShapes(b, startTenureCluster(b, 3), unary)
 }
 
-// runTenureShapes runs every shape against c, each on a fresh range.
-func runTenureShapes(b *testing.B, c *tenureCluster, unary bool) {
+// runTenureShapes runs every shape against c, each on a fresh range; opts
+// configure the stream appenders.
+func runTenureShapes(b *testing.B, c *tenureCluster, unary bool, opts ...appender.Option) {
 	for i, shape := range Shapes {
 		b.Run(shape.Name, func(b *testing.B) {
 			rangeID := fmt.Sprintf("bench-%d", i)
 			c.newRange(b, rangeID)
-			newAppender := func(int) (Appender, error) { return c.newAppender(rangeID, unary), nil }
+			newAppender := func(int) (Appender, error) { return c.newAppender(rangeID, unary, opts...), nil }
 			runShape(b, newAppender, shape)
 		})
 	}
@@ -167,12 +176,12 @@ func (c *tenureCluster) newRange(tb testing.TB, rangeID string) {
 
 // newAppender connects one client (its own HTTP/2 connection) to the
 // leader, appending through AppendStream or, if unary, with Append calls.
-func (c *tenureCluster) newAppender(rangeID string, unary bool) *tenureAppender {
+func (c *tenureCluster) newAppender(rangeID string, unary bool, opts ...appender.Option) *tenureAppender {
 	hc := transport.NewHTTPClient()
 	lc := tenurev1connect.NewLogServiceClient(hc, c.nodes[0].address, transport.ClientOptions()...)
 	a := &tenureAppender{hc: hc, lc: lc, rangeID: rangeID}
 	if !unary {
-		a.stream = appender.New(lc)
+		a.stream = appender.New(lc, opts...)
 	}
 	return a
 }

@@ -524,7 +524,7 @@ func testNotLeaderFollowed(t *testing.T, c *testCluster) {
 	cl := &clients{http: transport.NewHTTPClient()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := &producer{c: cl, e: e, rangeID: "redirect", leader: follower}
+	p := &producer{c: cl, e: e, rangeID: "redirect", leader: follower, echo: true}
 	if err := p.append(ctx, [][]byte{[]byte("a"), []byte("b")}); err != nil {
 		t.Fatalf("produce through follower %s: %v", f.id, err)
 	}

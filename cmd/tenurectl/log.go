@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -39,10 +40,18 @@ typed; Ctrl-D ends.
 
 The leader is found by asking the lease service for the range's replicas and
 each replica for its status; a replica that answers it no longer leads names
-the leader, and produce follows it there. An append is acknowledged once a quorum of
-replicas holds it durably: an acknowledged record is never lost. A failed
-append's outcome is unknown (it may still commit under a later leader):
-consume the range before producing it again.
+the leader, and produce follows it there. An append is acknowledged once a
+quorum of replicas holds it durably: an acknowledged record is never lost.
+
+Appends are idempotent: produce names its records with a random producer id
+and a sequence, and an append whose outcome is unknown (a timeout, a leader
+killed or deposed mid-append) is sent again, to the range's leader then, for
+up to --retry-for; the leader writes each record at most once, and answers a
+retry of records it holds with their original offsets. If produce still
+fails, the failed append's outcome is unknown (it may yet commit under a
+later leader): consume the range before producing it again.
+--no-idempotence sends plain appends, never retried (for a server older than
+idempotent producers, which would ignore the producer fields).
 `
 
 func runProduce(ctx context.Context, e *env, args []string) error {
@@ -52,6 +61,8 @@ func runProduce(ctx context.Context, e *env, args []string) error {
 	delimiter := fs.String("delimiter", `\n`, "what separates stdin's records: a `STRING`, Go escapes allowed ('\\0', '\\t', ',', '---\\n')")
 	binary := fs.Bool("binary", false, "the whole of stdin is one record, bytes as they are")
 	echo := fs.Bool("echo", false, "print each record's value after its offset")
+	retryFor := fs.Duration("retry-for", 30*time.Second, "how long to retry an append whose outcome is unknown (0: never)")
+	plain := fs.Bool("no-idempotence", false, "send plain appends, without producer id and sequence, and never retry them")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -80,7 +91,11 @@ func runProduce(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	p := &producer{c: c, e: e, rangeID: rangeID, leader: leader, json: *o.json, echo: *echo}
+	p := &producer{c: c, e: e, rangeID: rangeID, leader: leader, json: *o.json, echo: *echo, retryFor: *retryFor}
+	if !*plain {
+		p.id = make([]byte, 16)
+		_, _ = rand.Read(p.id) // never fails (Go 1.24)
+	}
 	if len(values) > 0 {
 		batch := make([][]byte, len(values))
 		for i, v := range values {
@@ -189,6 +204,11 @@ type producer struct {
 	leader  *tenurev1.Replica
 	json    bool
 	echo    bool
+	// id is the producer id (nil: plain appends) and seq the next
+	// sequence; retryFor bounds the retries of one append.
+	id       []byte
+	seq      uint64
+	retryFor time.Duration
 
 	count int
 }
@@ -204,18 +224,41 @@ type producedJSON struct {
 }
 
 func (p *producer) append(ctx context.Context, values [][]byte) error {
-	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	resp, err := p.c.log(p.leader.GetAddress()).Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: p.rangeID, Records: values}))
-	// Leadership moved since the leader was found: the refusal names the
-	// new one (and wrote nothing), so the batch goes there, bounded.
-	for follows := 0; err != nil && follows < maxRedirects; follows++ {
-		next := redirect(p.e, "produce", err, p.leader)
-		if next == nil {
+	req := &tenurev1.AppendRequest{RangeId: p.rangeID, Records: values, ProducerId: p.id, FirstSequence: p.seq}
+	var resp *connect.Response[tenurev1.AppendResponse]
+	var err error
+	deadline := time.Now().Add(p.retryFor)
+	follows := 0
+	for pause := 100 * time.Millisecond; ; {
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		resp, err = p.c.log(p.leader.GetAddress()).Append(cctx, connect.NewRequest(req))
+		cancel()
+		if err == nil || ctx.Err() != nil {
 			break
 		}
-		p.leader = next
-		resp, err = p.c.log(p.leader.GetAddress()).Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: p.rangeID, Records: values}))
+		// Leadership moved since the leader was found: the refusal names
+		// the new one (and wrote nothing, so even a plain append may go
+		// again), so the batch goes there at once, bounded.
+		if follows < maxRedirects {
+			if next := redirect(p.e, "produce", err, p.leader); next != nil {
+				follows++
+				p.leader = next
+				continue
+			}
+		}
+		if p.id == nil || !retryable(err) || time.Now().Add(pause).After(deadline) {
+			break
+		}
+		// The same sequence again, to whoever leads now: the leader
+		// writes it once, or answers where it already is.
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		if l, _, ferr := p.c.findLeader(ctx, p.rangeID, time.Until(deadline)); ferr == nil {
+			p.leader = l
+		}
+		pause = min(2*pause, time.Second)
 	}
 	if err != nil {
 		done := ""
@@ -228,6 +271,7 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 		return fmt.Errorf("append of %s to leader %s at %s failed: %v%s.\nTheir outcome is unknown: they may still commit under a later leader; 'tenurectl consume %s' shows what did before you produce them again",
 			plural(len(values), "record"), p.leader.GetId(), p.leader.GetAddress(), err, done, p.rangeID)
 	}
+	p.seq += uint64(len(values))
 	m := resp.Msg
 	if p.count == 0 && !p.json {
 		fmt.Fprintf(p.e.stdout, "range %s, leader %s, epoch %d:\n", p.rangeID, p.leader.GetId(), m.GetEpoch())
@@ -252,6 +296,18 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 	}
 	p.count += len(values)
 	return nil
+}
+
+// retryable says whether an idempotent append that failed with err is worth
+// sending again: anything but a refusal of the request itself (malformed,
+// no such range, a sequence outside the dedupe window, denied).
+func retryable(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument, connect.CodeOutOfRange, connect.CodePermissionDenied,
+		connect.CodeUnauthenticated, connect.CodeDataLoss:
+		return false
+	}
+	return true
 }
 
 func (p *producer) finish() error { return nil }

@@ -100,6 +100,12 @@ func (o *Observer) record(node, procedure string, req, resp any, call, ret time.
 		o.fences[fenceKey{node, q.GetRangeId(), q.GetEpoch()}] = a
 	case tenurev1connect.LogServiceAppendProcedure:
 		q, a := req.(*tenurev1.AppendRequest), resp.(*tenurev1.AppendResponse)
+		if a.GetDuplicate() {
+			// A retry's answer names the epoch that wrote its records,
+			// perhaps an earlier leader's; the replica wrote nothing now,
+			// under any epoch.
+			return
+		}
 		ev.Range, ev.Kind, ev.Epoch = q.GetRangeId(), check.Acked, a.GetEpoch()
 	case tenurev1connect.ReplicaServiceTruncateProcedure:
 		q := req.(*tenurev1.TruncateRequest)

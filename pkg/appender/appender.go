@@ -7,10 +7,13 @@ package appender
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -24,10 +27,19 @@ import (
 // AppendStreams. It is safe for concurrent use: each call in flight holds a
 // stream of its own (a stream carries one append at a time), and a stream
 // goes back to the pool when its append is answered.
+//
+// Appends are idempotent by default (docs/idempotence.md): each stream of
+// the pool is a producer of its own, with a random id and a sequence per
+// range, so an append whose outcome is unknown is sent again, with the same
+// sequence, and the leader writes it at most once. That needs a server that
+// knows producer fields (an older one ignores them: use WithoutIdempotence
+// against it).
 type Appender struct {
 	// dial makes the client of a leader another replica named (FollowLeader);
 	// nil: no following.
-	dial func(url string) tenurev1connect.LogServiceClient
+	dial       func(url string) tenurev1connect.LogServiceClient
+	idempotent bool
+	retries    int
 
 	mu     sync.Mutex
 	client tenurev1connect.LogServiceClient
@@ -42,7 +54,18 @@ type Appender struct {
 type stream struct {
 	s      *connect.BidiStreamForClient[tenurev1.AppendStreamRequest, tenurev1.AppendStreamResponse]
 	cancel context.CancelFunc
-	gen    int
+	// prod is the producer this stream's appends are named by (nil
+	// without idempotence), and seq its next sequence per range. A
+	// producer outlives a broken stream: its retry goes out on the next.
+	prod *producer
+	// gen is the Appender's gen when the connection opened: a connection
+	// to a leader since followed away from is closed when it comes back.
+	gen int
+}
+
+type producer struct {
+	id  []byte
+	seq map[string]uint64
 }
 
 // Option configures an Appender.
@@ -63,9 +86,30 @@ func FollowLeader(dial func(url string) tenurev1connect.LogServiceClient) Option
 // often is for the caller to wait out, not to chase.
 const maxFollows = 3
 
+// WithoutIdempotence makes appends plain (no producer fields): an append
+// whose outcome is unknown is then returned as it is, never sent again.
+func WithoutIdempotence() Option { return func(a *Appender) { a.idempotent = false } }
+
+// WithRetries bounds how many times an idempotent append whose outcome is
+// unknown is sent again (default DefaultRetries; 0: never).
+func WithRetries(n int) Option { return func(a *Appender) { a.retries = max(n, 0) } }
+
+// DefaultRetries is how many times an idempotent append with an unknown
+// outcome is sent again by default, with retryBackoff doubling between
+// tries (about 3 s in all, which covers a failover), each within the call's
+// context.
+const DefaultRetries = 6
+
+// retryBackoff is the first pause before a retry; it doubles, up to
+// retryBackoffMax.
+const (
+	retryBackoff    = 50 * time.Millisecond
+	retryBackoffMax = time.Second
+)
+
 // New returns an Appender that appends through client.
 func New(client tenurev1connect.LogServiceClient, opts ...Option) *Appender {
-	a := &Appender{client: client}
+	a := &Appender{client: client, idempotent: true, retries: DefaultRetries}
 	for _, o := range opts {
 		o(a)
 	}
@@ -76,13 +120,23 @@ func New(client tenurev1connect.LogServiceClient, opts ...Option) *Appender {
 var errClosed = errors.New("appender: closed")
 
 // Append appends records to rangeID and returns the acknowledgement: the
-// records are committed (on a quorum) when it returns without error. On an
-// error the stream it used is dropped, and the outcome is what Append's is
-// for the same error: a refusal (InvalidArgument, NotFound, a
-// FailedPrecondition naming another leader) wrote nothing, and so did an
-// error for which transport.NotHandled reports true; anything else,
-// including ctx ending and a connection lost mid-append (Unavailable, see
-// transport.LostStream), is unknown.
+// records are committed (on a quorum) when it returns without error.
+//
+// An idempotent append (the default) whose outcome is unknown (Unavailable,
+// DeadlineExceeded, a FailedPrecondition from a leader deposed while it
+// waited, a connection lost mid-append) is sent again with the same
+// producer sequence, up to the retry bound and within ctx: the leader
+// answers a retry of records it holds with their original offsets. When
+// Append still fails, the outcome is what the error says; a stream's
+// producer whose last outcome stayed unknown is retired (its next sequence
+// would be a gap if nothing was written).
+//
+// Without idempotence, on an error the outcome is what Append's is for the
+// same error: a refusal (InvalidArgument, NotFound, a FailedPrecondition
+// naming another leader) wrote nothing, and so did an error for which
+// transport.NotHandled reports true; anything else, including ctx ending
+// and a connection lost mid-append (Unavailable, see transport.LostStream),
+// is unknown.
 //
 // A stream the server stopped (a graceful restart drains every open stream,
 // idle ones included) answers the append sent on it with an error saying it
@@ -90,24 +144,64 @@ var errClosed = errors.New("appender: closed")
 // server stopped too, and sends the append once more on a new stream:
 // nothing was written, so the retry cannot write it twice.
 func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte) (*tenurev1.AppendResponse, error) {
-	ack, err := a.appendOnce(ctx, rangeID, records)
-	if err != nil && transport.NotHandled(err) && ctx.Err() == nil {
-		a.dropIdle()
-		ack, err = a.appendOnce(ctx, rangeID, records)
+	st, err := a.take()
+	if err != nil {
+		return nil, err
 	}
-	for follows := 0; err != nil && a.dial != nil && follows < maxFollows && ctx.Err() == nil; follows++ {
-		d := wire.NotLeader(err)
-		if d.GetLeaderUrl() == "" || !a.follow(d.GetLeaderUrl()) {
-			break
+	req := &tenurev1.AppendRequest{RangeId: rangeID, Records: records}
+	if st.prod != nil {
+		req.ProducerId, req.FirstSequence = st.prod.id, st.prod.seq[rangeID]
+	}
+	pause := retryBackoff
+	follows := 0
+	for try := 0; ; try++ {
+		ack, err := a.appendOnce(ctx, st, req)
+		if err != nil && transport.NotHandled(err) && ctx.Err() == nil {
+			a.dropIdle()
+			ack, err = a.appendOnce(ctx, st, req)
 		}
-		ack, err = a.appendOnce(ctx, rangeID, records)
+		if err == nil {
+			if st.prod != nil {
+				st.prod.seq[rangeID] += uint64(len(records))
+			}
+			a.put(st)
+			return ack, nil
+		}
+		// A replica that no longer leads named the one that does: the
+		// refusal wrote nothing, so the same request (the same sequence)
+		// goes there at once. Not a retry of an unknown outcome: it does
+		// not count against the retries, and is bounded on its own.
+		if follows < maxFollows && ctx.Err() == nil && a.followNotLeader(err) {
+			follows++
+			try--
+			continue
+		}
+		if st.prod == nil || !unknownOutcome(err) || try == a.retries || ctx.Err() != nil {
+			if st.prod != nil && unknownOutcome(err) {
+				st.prod = newProducer() // see above: the old one may have a gap
+			}
+			a.put(st)
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, retryBackoffMax)
 	}
-	return ack, err
 }
 
-// follow makes url the replica appended to; false if it already is (the
-// leader named is the one that refused: nothing to follow).
-func (a *Appender) follow(url string) bool {
+// followNotLeader makes the leader a not-leader refusal names the replica
+// appended to, under FollowLeader; false if there is nothing to follow (no
+// detail, no FollowLeader, or the refusal came from the leader it names).
+func (a *Appender) followNotLeader(err error) bool {
+	if a.dial == nil {
+		return false
+	}
+	url := wire.NotLeader(err).GetLeaderUrl()
+	if url == "" {
+		return false
+	}
 	a.mu.Lock()
 	if a.url == url {
 		a.mu.Unlock()
@@ -115,25 +209,68 @@ func (a *Appender) follow(url string) bool {
 	}
 	a.client, a.url = a.dial(url), url
 	a.gen++
-	idle := a.idle
-	a.idle = nil
 	a.mu.Unlock()
-	for _, st := range idle {
-		st.close()
-	}
+	// Idle streams keep their producers; their connections, to the old
+	// leader, close now, and a stream in flight closes its own in put.
+	a.dropIdle()
 	return true
 }
 
-// appendOnce sends the append on one stream and waits for its answer.
-func (a *Appender) appendOnce(ctx context.Context, rangeID string, records [][]byte) (*tenurev1.AppendResponse, error) {
+// AppendRequest sends req as it is, its producer fields included (the
+// stream's own producer is not used), for a caller that keeps its own
+// producer sequences and retries itself. It is sent once, and once more on a
+// new stream if a stopped server never handled it; the outcome of an error
+// is what Append's is without idempotence.
+func (a *Appender) AppendRequest(ctx context.Context, req *tenurev1.AppendRequest) (*tenurev1.AppendResponse, error) {
 	st, err := a.take()
 	if err != nil {
 		return nil, err
 	}
+	defer a.put(st)
+	ack, err := a.appendOnce(ctx, st, req)
+	if err != nil && transport.NotHandled(err) && ctx.Err() == nil {
+		a.dropIdle()
+		ack, err = a.appendOnce(ctx, st, req)
+	}
+	return ack, err
+}
+
+// unknownOutcome says whether an append that failed with err may have been
+// written: anything but a refusal of the request itself.
+func unknownOutcome(err error) bool {
+	if transport.NotHandled(err) {
+		return false
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeOutOfRange,
+		connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeDataLoss:
+		return false
+	}
+	return true
+}
+
+func newProducer() *producer {
+	id := make([]byte, 16)
+	// crypto/rand never fails (Go 1.24); 128 random bits never collide
+	// in practice (docs/idempotence.md).
+	_, _ = rand.Read(id)
+	return &producer{id: id, seq: map[string]uint64{}}
+}
+
+// appendOnce sends the append on st's connection (opened if it has none)
+// and waits for its answer. On an error the connection is closed.
+func (a *Appender) appendOnce(ctx context.Context, st *stream, req *tenurev1.AppendRequest) (*tenurev1.AppendResponse, error) {
+	if st.s == nil {
+		a.mu.Lock()
+		client, gen := a.client, a.gen
+		a.mu.Unlock()
+		sctx, cancel := context.WithCancel(context.Background())
+		st.s, st.cancel, st.gen = client.AppendStream(sctx), cancel, gen
+	}
 	// The stream outlives the call; the call's context ends only this call,
 	// and the stream with it (its state is then unknown).
 	stop := context.AfterFunc(ctx, st.cancel)
-	err = st.s.Send(&tenurev1.AppendStreamRequest{Append: &tenurev1.AppendRequest{RangeId: rangeID, Records: records}})
+	err := st.s.Send(&tenurev1.AppendStreamRequest{Append: req})
 	var m *tenurev1.AppendStreamResponse
 	if err == nil || errors.Is(err, io.EOF) {
 		// A Send on a stream the server ended fails with io.EOF; the
@@ -153,7 +290,6 @@ func (a *Appender) appendOnce(ctx context.Context, rangeID string, records [][]b
 		st.close()
 		return nil, err
 	}
-	a.put(st)
 	return m.GetAppend(), nil
 }
 
@@ -169,8 +305,11 @@ func (a *Appender) take() (*stream, error) {
 		a.idle = a.idle[:n-1]
 		return st, nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &stream{s: a.client.AppendStream(ctx), cancel: cancel, gen: a.gen}, nil
+	st := &stream{}
+	if a.idempotent {
+		st.prod = newProducer()
+	}
+	return st, nil
 }
 
 // put returns a stream to the pool, or closes it if the Appender closed
@@ -178,27 +317,43 @@ func (a *Appender) take() (*stream, error) {
 func (a *Appender) put(st *stream) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed || st.gen != a.gen {
+	if a.closed {
 		st.close()
 		return
 	}
+	if st.gen != a.gen {
+		// Its connection is to a leader followed away from since.
+		st.close()
+	}
+	// A stream without a connection (its last one broke) keeps its
+	// producer in the pool, and opens a connection on its next append.
 	a.idle = append(a.idle, st)
 }
 
 func (st *stream) close() {
+	if st.s == nil {
+		return
+	}
 	st.cancel()
 	_ = st.s.CloseRequest()
 	_ = st.s.CloseResponse()
+	st.s, st.cancel = nil, nil
 }
 
-// dropIdle closes the idle streams: the next append opens a new one.
+// dropIdle closes the idle streams' connections: their next appends open
+// new ones. Their producers stay, with their sequences.
 func (a *Appender) dropIdle() {
 	a.mu.Lock()
-	idle := a.idle
-	a.idle = nil
+	idle := slices.Clone(a.idle)
 	a.mu.Unlock()
 	for _, st := range idle {
-		st.close()
+		a.mu.Lock()
+		// Taken meanwhile? Then its append owns it.
+		held := slices.Contains(a.idle, st)
+		if held {
+			st.close()
+		}
+		a.mu.Unlock()
 	}
 }
 

@@ -24,7 +24,12 @@ import (
 //	                   committed records (the message names the current
 //	                   epoch, leader or offsets; a not-leader answer also
 //	                   carries a NotLeaderDetail)
-//	OutOfRange         an offset the log does not hold (a read past the HWM)
+//	                   or refuses an idempotent producer's append (a
+//	                   sequence gap naming the expected one, a fenced
+//	                   producer epoch)
+//	OutOfRange         an offset the log does not hold (a read past the
+//	                   HWM), or a producer sequence older than the range's
+//	                   dedupe window
 //	DataLoss           the range stopped after a safety violation
 //	Unavailable        the replica is closing, or a leader could not
 //	                   confirm with a quorum that it still leads (a read)
@@ -119,6 +124,13 @@ func toConnect(err error) error {
 		// The store's own guard: a truncation that would remove committed
 		// records. The handler checks first; this is the backstop.
 		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, logstore.ErrSequence), errors.Is(err, logstore.ErrProducerFenced):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, logstore.ErrProducerWindow):
+		return connect.NewError(connect.CodeOutOfRange, err)
+	case errors.Is(err, logstore.ErrBusy):
+		// The dedupe state is being rebuilt or was just cut: retry.
+		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):

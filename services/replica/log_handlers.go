@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,11 +10,20 @@ import (
 
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/services/replica/logstore"
 )
 
 // tailWait bounds one wait of a Tail stream for the HWM to move, so a
 // stream rechecks leadership and lease at least this often.
 const tailWait = time.Second
+
+// tailConfirmEvery is how often a Tail stream confirms its leadership with a
+// quorum (readindex.go), sending or idle: a leader deposed without being
+// fenced (cut off from the promoter and its followers, not from the
+// consumer) would otherwise keep the stream open with a frozen HWM while
+// the new leader commits. So a consumer learns of a new leader within about
+// tailConfirmEvery + confirmTimeout (2 s), lease or no lease.
+const tailConfirmEvery = time.Second
 
 // Append assigns offsets to a batch under the leader's epoch and answers
 // once the HWM has passed it.
@@ -28,46 +38,100 @@ func (s *Replica) append(ctx context.Context, m *tenurev1.AppendRequest) (*tenur
 	if err := wire.ValidateBatch(m.GetRecords()); err != nil {
 		return nil, err
 	}
+	prod, err := producerOf(m)
+	if err != nil {
+		return nil, err
+	}
 	h, err := s.lookup(m.GetRangeId())
 	if err != nil {
 		return nil, err
 	}
-	l, base, err := h.appendLocal(m.GetRecords())
+	l, base, dup, err := h.appendLocal(m.GetRecords(), prod)
 	if err != nil {
 		return nil, err
 	}
+	// A retry's original may still be on its way to a quorum (written by
+	// this leader a moment ago, or by an earlier one): it is acknowledged
+	// the same way, once the HWM passes it.
 	hwm, err := l.waitCommitted(ctx, base, base+uint64(len(m.GetRecords())))
 	if err != nil {
 		return nil, err
 	}
-	return &tenurev1.AppendResponse{BaseOffset: base, Epoch: l.epoch, HighWaterMark: hwm}, nil
+	epoch := l.epoch
+	if dup {
+		// The ack names the epoch that wrote the records, as the first
+		// acknowledgement did (or would have): an earlier leader's, perhaps.
+		if epoch, err = h.r.EpochAt(base); err != nil {
+			return nil, fmt.Errorf("range %q: epoch of the record at %d: %w", h.id, base, err)
+		}
+	}
+	return &tenurev1.AppendResponse{BaseOffset: base, Epoch: epoch, HighWaterMark: hwm, Duplicate: dup}, nil
+}
+
+// producerOf returns an idempotent append's producer fields, nil for a
+// non-idempotent one (no producer id), or InvalidArgument.
+func producerOf(m *tenurev1.AppendRequest) (*logstore.ProducerAppend, error) {
+	id := m.GetProducerId()
+	if len(id) == 0 {
+		if m.GetProducerEpoch() != 0 || m.GetFirstSequence() != 0 {
+			return nil, invalidf("producer epoch or first sequence without a producer id")
+		}
+		return nil, nil
+	}
+	pa := &logstore.ProducerAppend{Epoch: m.GetProducerEpoch(), FirstSeq: m.GetFirstSequence()}
+	if len(id) != len(pa.ID) {
+		return nil, invalidf("producer id of %d bytes, want %d", len(id), len(pa.ID))
+	}
+	copy(pa.ID[:], id)
+	if pa.ID == (logstore.ProducerID{}) {
+		return nil, invalidf("the all-zero producer id is reserved")
+	}
+	return pa, nil
 }
 
 // appendLocal writes a batch to the leader's log under its epoch. The
 // leadership check and the write happen under one shared hold of h.mu, so a
 // fence cannot land between them: nothing is written under an epoch after a
 // fence above it has been recorded. The store returns once the batch is
-// readable; followers fetch it while the group commit fsyncs it here.
-func (h *hosted) appendLocal(values [][]byte) (*leader, uint64, error) {
+// readable; followers fetch it while the group commit fsyncs it here. With
+// a producer, the store's dedupe state decides first: dup says the batch was
+// written before, at base, and nothing was written now.
+func (h *hosted) appendLocal(values [][]byte, prod *logstore.ProducerAppend) (_ *leader, base uint64, dup bool, _ error) {
 	h.mu.RLock()
 	l := h.acting()
 	if l == nil {
 		defer h.mu.RUnlock()
-		return nil, 0, h.notLeaderErr()
+		return nil, 0, false, h.notLeaderErr()
 	}
 	if !h.leaseValid(l.epoch) {
 		defer h.mu.RUnlock()
-		return nil, 0, preconditionf("range %q: leader %s has no valid lease at epoch %d; not accepting appends", h.id, h.s.cfg.ID, l.epoch)
+		return nil, 0, false, preconditionf("range %q: leader %s has no valid lease at epoch %d; not accepting appends", h.id, h.s.cfg.ID, l.epoch)
 	}
-	base, err := h.r.Append(l.epoch, false, values)
+	var err error
+	if prod == nil {
+		base, err = h.r.Append(l.epoch, false, values)
+	} else {
+		base, dup, err = h.r.AppendProduced(l.epoch, *prod, values)
+	}
 	h.mu.RUnlock()
+	if refusedByDedupe(err) {
+		// The dedupe state refused the batch before anything was written.
+		return nil, 0, false, fmt.Errorf("range %q: %w", h.id, err)
+	}
 	if err != nil {
 		// The log's state after a failed write is unknown: stop leading.
 		err = fmt.Errorf("range %q: append %d records at epoch %d: %w", h.id, len(values), l.epoch, err)
 		h.halt(err)
-		return nil, 0, err
+		return nil, 0, false, err
 	}
-	return l, base, nil
+	return l, base, dup, nil
+}
+
+// refusedByDedupe says whether err is the store's dedupe state refusing an
+// append, which writes nothing: not a reason to stop leading.
+func refusedByDedupe(err error) bool {
+	return errors.Is(err, logstore.ErrSequence) || errors.Is(err, logstore.ErrProducerFenced) ||
+		errors.Is(err, logstore.ErrProducerWindow) || errors.Is(err, logstore.ErrBusy)
 }
 
 // readableLeader returns the leadership if this range may serve reads: it
@@ -181,8 +245,10 @@ func (h *hosted) readCommitted(off, hwm uint64, maxRecords, maxBytes int) ([]*te
 }
 
 // Tail streams committed records from an offset as the HWM passes them. It
-// ends when the client goes away, or with FailedPrecondition when this
-// replica stops leading or loses its lease.
+// ends when the client goes away, with FailedPrecondition when this replica
+// stops leading or loses its lease or a quorum's answers show a later epoch
+// (naming its leader), and with Unavailable when it cannot confirm its
+// leadership with a quorum (every tailConfirmEvery).
 func (s *Replica) Tail(ctx context.Context, req *connect.Request[tenurev1.TailRequest], stream *connect.ServerStream[tenurev1.TailResponse]) error {
 	return toConnect(s.tail(ctx, req.Msg, stream))
 }
@@ -202,12 +268,24 @@ func (s *Replica) tail(ctx context.Context, m *tenurev1.TailRequest, stream *con
 	}
 	wait := time.NewTimer(tailWait)
 	defer wait.Stop()
+	confirmed := time.Now()
 	for {
 		changed := h.r.Changed()
 		// Recheck every round: a tail served by a deposed leader would
 		// keep streaming a log that is no longer the range's.
 		if l, err = h.readableLeader(); err != nil {
 			return err
+		}
+		// Its own state cannot tell a leader that it was deposed
+		// without a fence: ask a quorum, as a read does.
+		if time.Since(confirmed) >= tailConfirmEvery {
+			if err := l.confirm(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			confirmed = time.Now()
 		}
 		if hwm := h.r.HWM(); hwm > next {
 			recs, err := h.readCommitted(next, hwm, wire.MaxReadRecords, wire.MaxBatchBytes)

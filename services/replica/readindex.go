@@ -172,8 +172,13 @@ func (l *leader) checkPeerFence(id string, m *tenurev1.ReplicaServiceGetStatusRe
 			continue
 		}
 		if f := st.GetFencedEpoch(); f > l.epoch {
-			return preconditionf("range %q: replica %s is fenced at epoch %d, above leader %s's epoch %d: a later epoch exists; not serving reads",
-				l.h.id, id, f, l.h.s.cfg.ID, l.epoch)
+			// Name the leader the peer knows of, so a client can go there.
+			leader := "leader unknown"
+			if st.GetLeaderId() != "" {
+				leader = fmt.Sprintf("leader is %s at %s (epoch %d)", st.GetLeaderId(), st.GetLeaderAddress(), st.GetEpoch())
+			}
+			return preconditionf("range %q: replica %s is fenced at epoch %d, above leader %s's epoch %d: a later epoch exists; %s; not serving reads",
+				l.h.id, id, f, l.h.s.cfg.ID, l.epoch, leader)
 		}
 		return nil
 	}

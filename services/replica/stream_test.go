@@ -293,3 +293,57 @@ func TestAppenderReportsALostConnectionAsUnavailable(t *testing.T) {
 		t.Fatalf("append whose leader crashed = %v (code %v, not handled: %v), want Unavailable, not marked never handled", err, code, transport.NotHandled(err))
 	}
 }
+
+// An append written but not committed when its leader is deposed has an
+// unknown outcome; here the same replica leads the next epoch and commits
+// it. The appender sends it again with the same producer sequence, and the
+// leader answers with the original offset instead of writing it twice.
+func TestAppenderRetriesAnUnknownAppendOnce(t *testing.T) {
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, r1, r2, r3)
+	ctx := ctxT(t)
+	a := appender.New(r1.lc)
+	defer a.Close()
+	if _, err := a.Append(ctx, rangeID, values("warm", 1)); err != nil {
+		t.Fatal(err)
+	}
+	c.waitCaughtUp(r1, r2, r3)
+	r2.gate.block()
+	r3.gate.block()
+	end := c.status(r1).GetLogEnd()
+	type result struct {
+		ack *tenurev1.AppendResponse
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ack, err := a.Append(ctx, rangeID, values("once", 1))
+		done <- result{ack, err}
+	}()
+	waitUntil(t, 5*time.Second, "the append written on the leader", func() bool { return c.status(r1).GetLogEnd() == end+1 })
+	// Deposed and re-elected (its log is the most complete): the append
+	// in hand fails, and commits at epoch 2 once the followers fetch.
+	c.elect(2, r1, r2, r3)
+	r2.gate.open()
+	r3.gate.open()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the append did not return")
+	}
+	if res.err != nil || res.ack.GetBaseOffset() != end || !res.ack.GetDuplicate() {
+		t.Fatalf("append across the re-election = %v, %v; want the original offset %d, as a duplicate", res.ack, res.err, end)
+	}
+	c.waitCaughtUp(r1, r2, r3)
+	n := 0
+	for _, rec := range c.readAll(r1) {
+		if string(rec.GetValue()) == string(values("once", 1)[0]) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the retried append is in the log %d times, want once", n)
+	}
+}

@@ -8,6 +8,7 @@ package workload
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -59,6 +60,11 @@ type Config struct {
 	Pace time.Duration
 	// Seed seeds the clients' choices (read offsets).
 	Seed uint64
+	// RetryFor bounds how long a client retries an append whose outcome is
+	// unknown, with the same producer sequence (each client is an
+	// idempotent producer); default 3 * OpTimeout. The retries are one
+	// operation of the history, from the first call to the last return.
+	RetryFor time.Duration
 }
 
 // Workload runs clients against one range.
@@ -93,6 +99,9 @@ func New(cfg Config) (*Workload, error) {
 	}
 	if cfg.Pace <= 0 {
 		cfg.Pace = 5 * time.Millisecond
+	}
+	if cfg.RetryFor <= 0 {
+		cfg.RetryFor = 3 * cfg.OpTimeout
 	}
 	w := &Workload{cfg: cfg, clients: map[string]tenurev1connect.LogServiceClient{}, status: map[string]tenurev1connect.ReplicaServiceClient{}}
 	for id, url := range cfg.Replicas {
@@ -141,11 +150,12 @@ func (w *Workload) client(ctx context.Context, c int) {
 			}
 		}()
 	}
+	prod := newProducer()
 	for n := 0; ctx.Err() == nil; n++ {
 		if n%w.cfg.ReadEvery == w.cfg.ReadEvery-1 {
 			w.read(ctx, c, &w.leader, rng)
 		} else {
-			w.append(ctx, c, fmt.Sprintf("%s-c%d-%d", w.cfg.Prefix, c, n), streams)
+			w.append(ctx, c, fmt.Sprintf("%s-c%d-%d", w.cfg.Prefix, c, n), streams, prod)
 		}
 		w.pace(ctx)
 	}
@@ -177,7 +187,7 @@ func (w *Workload) AppendOne(ctx context.Context, within time.Duration) error {
 	var last error
 	for ctx.Err() == nil {
 		v := fmt.Sprintf("%s-final-%d", w.cfg.Prefix, w.seq.Add(1))
-		if last = w.append(ctx, -1, v, nil); last == nil {
+		if last = w.append(ctx, -1, v, nil, nil); last == nil {
 			return nil
 		}
 		select {
@@ -209,39 +219,98 @@ func (w *Workload) ReadOne(ctx context.Context, within time.Duration) error {
 	return fmt.Errorf("workload: no read answered within %v: %w", within, last)
 }
 
+// producer is a client's idempotent producer (docs/idempotence.md): its
+// id, epoch and next sequence.
+type producer struct {
+	id    []byte
+	epoch uint32
+	seq   uint64
+}
+
+func newProducer() *producer {
+	id := make([]byte, 16)
+	_, _ = crand.Read(id) // never fails (Go 1.24)
+	return &producer{id: id}
+}
+
 // append appends one value to the believed leader and records the outcome:
-// on the client's stream to it if streams holds one, else with Append.
-func (w *Workload) append(ctx context.Context, c int, value string, streams map[string]*appender.Appender) error {
+// on the client's stream to it if streams holds one, else with Append. With
+// a producer, an unknown outcome is retried, at whoever leads then, with the
+// same sequence, for up to RetryFor: the leader writes the value at most
+// once, so a retry turns an unknown outcome into a known one.
+func (w *Workload) append(ctx context.Context, c int, value string, streams map[string]*appender.Appender, prod *producer) error {
 	id := w.findLeader(ctx, &w.leader)
 	if id == "" {
 		return errors.New("no leader found")
 	}
 	op := check.Op{Client: c, Range: w.cfg.Range, Kind: check.Append, Value: []byte(value), Call: time.Now()}
-	cctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
-	records := [][]byte{[]byte(value)}
+	req := &tenurev1.AppendRequest{RangeId: w.cfg.Range, Records: [][]byte{[]byte(value)}}
+	if prod != nil {
+		req.ProducerId, req.ProducerEpoch, req.FirstSequence = prod.id, prod.epoch, prod.seq
+	}
 	var ack *tenurev1.AppendResponse
 	var err error
-	if a := streams[id]; a != nil {
-		ack, err = a.Append(cctx, w.cfg.Range, records)
-	} else {
-		var resp *connect.Response[tenurev1.AppendResponse]
-		if resp, err = w.clients[id].Append(cctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: w.cfg.Range, Records: records})); err == nil {
-			ack = resp.Msg
+	var errs []string
+	unknown := false // some try may have written the value
+	for deadline := op.Call.Add(w.cfg.RetryFor); ; {
+		ack, err = w.appendTry(ctx, id, req, streams)
+		if err == nil {
+			break
+		}
+		errs = append(errs, fmt.Sprintf("%s: %v", id, err))
+		forget(&w.leader, id)
+		unknown = unknown || Classify(err) == check.Unknown
+		if prod == nil || !unknown || ctx.Err() != nil || time.Now().After(deadline) {
+			break
+		}
+		w.pace(ctx)
+		if id = w.findLeader(ctx, &w.leader); id == "" {
+			id = w.ids[0] // nobody leads yet: the try fails, and we go on
 		}
 	}
-	cancel()
 	op.Return = time.Now()
-	op.Outcome = Classify(err)
+	switch {
+	case err == nil:
+		op.Outcome = check.OK
+	case unknown:
+		op.Outcome = check.Unknown
+	default:
+		op.Outcome = check.Failed
+	}
 	if err == nil {
 		op.Offset, op.Epoch = ack.GetBaseOffset(), ack.GetEpoch()
 		w.seenHWM(ack.GetHighWaterMark())
 		w.ok.Add(1)
 	} else {
-		op.Err = fmt.Sprintf("%s: %v", id, err)
-		forget(&w.leader, id)
+		op.Err = strings.Join(errs, "; ")
+	}
+	if prod != nil {
+		switch op.Outcome {
+		case check.OK:
+			prod.seq++
+		case check.Unknown:
+			// Perhaps written, perhaps not: the next sequence could
+			// be a gap. A new producer epoch starts again at 0.
+			prod.epoch, prod.seq = prod.epoch+1, 0
+		}
+		// Failed: nothing was written; the next value takes the sequence.
 	}
 	w.cfg.History.Add(op)
 	return err
+}
+
+// appendTry sends req once to replica id.
+func (w *Workload) appendTry(ctx context.Context, id string, req *tenurev1.AppendRequest, streams map[string]*appender.Appender) (*tenurev1.AppendResponse, error) {
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+	defer cancel()
+	if a := streams[id]; a != nil {
+		return a.AppendRequest(cctx, req)
+	}
+	resp, err := w.clients[id].Append(cctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
 }
 
 // read reads from a little below the highest HWM seen to the tail, at the

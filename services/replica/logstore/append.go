@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"slices"
 
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
@@ -41,11 +42,11 @@ func (r *Range) Append(epoch uint64, epochStart bool, values [][]byte) (base uin
 		}
 		flags = flagEpochStart
 	}
-	p := prepare(len(values), func(i int) []byte { return values[i] })
+	p := prepare(len(values), func(i int) []byte { return values[i] }, nil)
 	if err := r.s.reserve(len(values), p.bytes); err != nil {
 		return 0, err
 	}
-	w, err := r.appendLocked(epoch, epochStart, flags, p)
+	w, _, err := r.appendLocked(epoch, epochStart, flags, p, nil)
 	if err != nil {
 		r.s.release(len(values), p.bytes)
 		return 0, err
@@ -58,25 +59,67 @@ func (r *Range) Append(epoch uint64, epochStart bool, values [][]byte) (base uin
 	return w.base, w.err
 }
 
-func (r *Range) appendLocked(epoch uint64, epochStart bool, flags byte, p prepared) (*write, error) {
+// AppendProduced is Append for an idempotent producer (docs/idempotence.md):
+// the records carry pa's producer id and epoch and the sequences
+// pa.FirstSeq, pa.FirstSeq+1, ... It writes them only if the range's dedupe
+// state says they are the producer's next ones. If they were written before
+// (a retry), it writes nothing and returns the first one's offset then, with
+// dup set: that write may still be in progress, and durable later. It
+// refuses a gap or an overlap (ErrSequence), an epoch older than the
+// range's latest for the producer (ErrProducerFenced), and a retry older
+// than the window (ErrProducerWindow), writing nothing; and whatever Append
+// refuses.
+func (r *Range) AppendProduced(epoch uint64, pa ProducerAppend, values [][]byte) (base uint64, dup bool, err error) {
+	if epoch == 0 {
+		return 0, false, fmt.Errorf("%w: AppendProduced on %s: epoch 0 never writes", ErrInvalid, r.id)
+	}
+	if pa.ID == (ProducerID{}) {
+		return 0, false, fmt.Errorf("%w: AppendProduced on %s: the all-zero producer id", ErrInvalid, r.id)
+	}
+	if err := wire.ValidateBatch(values); err != nil {
+		return 0, false, fmt.Errorf("%w: AppendProduced on %s: %w", ErrInvalid, r.id, err)
+	}
+	if err := r.producersReady(); err != nil {
+		return 0, false, err
+	}
+	p := prepare(len(values), func(i int) []byte { return values[i] }, func(i int) Producer {
+		return Producer{ID: pa.ID, Epoch: pa.Epoch, Seq: pa.FirstSeq + uint64(i)}
+	})
+	if err := r.s.reserve(len(values), p.bytes); err != nil {
+		return 0, false, err
+	}
+	w, dupBase, err := r.appendLocked(epoch, false, 0, p, &pa)
+	if err != nil || w == nil {
+		r.s.release(len(values), p.bytes)
+		return dupBase, err == nil, err
+	}
+	<-w.done
+	return w.base, false, w.err
+}
+
+// appendLocked checks and queues a leader's write. With pa set, the range's
+// dedupe state decides first, in the same hold of r.mu as the offsets are
+// assigned, so two appends of one producer cannot both pass: it returns no
+// write and the original base for a retry.
+func (r *Range) appendLocked(epoch uint64, epochStart bool, flags byte, p prepared, pa *ProducerAppend) (_ *write, dupBase uint64, _ error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.s.writeErr(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if r.truncating {
-		return nil, fmt.Errorf("%w: Append(%d) on %s", ErrBusy, epoch, r.id)
+		return nil, 0, fmt.Errorf("%w: Append(%d) on %s", ErrBusy, epoch, r.id)
 	}
 	// A replica fenced at E never again accepts a record from an epoch below
 	// E (invariant 4): a deposed leader's appends stop at the fence, before
 	// the new epoch reaches its journal or log.
 	if epoch < r.state.FencedEpoch {
-		return nil, fmt.Errorf("%w: Append(%d) on %s: fenced at %d", ErrStaleEpoch, epoch, r.id, r.state.FencedEpoch)
+		return nil, 0, fmt.Errorf("%w: Append(%d) on %s: fenced at %d", ErrStaleEpoch, epoch, r.id, r.state.FencedEpoch)
 	}
 	// A deposed leader's late append: the log already holds records of a
 	// newer epoch, and an older epoch after them would run the log backwards.
 	if epoch < r.tailEpoch {
-		return nil, fmt.Errorf("%w: Append(%d) on %s: the log holds epoch %d", ErrStaleEpoch, epoch, r.id, r.tailEpoch)
+		return nil, 0, fmt.Errorf("%w: Append(%d) on %s: the log holds epoch %d", ErrStaleEpoch, epoch, r.id, r.tailEpoch)
 	}
 	// The leader journals its epoch before writing under it (invariant 5), so
 	// the journal's latest epoch is the only one a leader may append under. A
@@ -84,25 +127,36 @@ func (r *Range) appendLocked(epoch uint64, epochStart bool, flags byte, p prepar
 	latest, ok := r.j.Latest()
 	if !ok || latest.Epoch != epoch {
 		if ok && epoch < latest.Epoch {
-			return nil, fmt.Errorf("%w: Append(%d) on %s: the journal holds epoch %d", ErrStaleEpoch, epoch, r.id, latest.Epoch)
+			return nil, 0, fmt.Errorf("%w: Append(%d) on %s: the journal holds epoch %d", ErrStaleEpoch, epoch, r.id, latest.Epoch)
 		}
-		return nil, fmt.Errorf("%w: Append(%d) on %s: the journal's latest entry is %+v; RecordEpoch first", ErrUnjournaled, epoch, r.id, latest)
+		return nil, 0, fmt.Errorf("%w: Append(%d) on %s: the journal's latest entry is %+v; RecordEpoch first", ErrUnjournaled, epoch, r.id, latest)
 	}
 	// The first record of an epoch here is its epoch-start record, and only
 	// it: earlier epochs' records commit only through it (Raft 5.4.2), and a
 	// second one would claim the epoch started twice.
 	if newEpoch := epoch > r.tailEpoch; epochStart != newEpoch {
 		if epochStart {
-			return nil, fmt.Errorf("%w: Append(%d, epochStart) on %s: epoch %d already has records here", ErrInvalid, epoch, r.id, epoch)
+			return nil, 0, fmt.Errorf("%w: Append(%d, epochStart) on %s: epoch %d already has records here", ErrInvalid, epoch, r.id, epoch)
 		}
-		return nil, fmt.Errorf("%w: Append(%d) on %s: the first record of epoch %d must be its epoch-start record", ErrInvalid, epoch, r.id, epoch)
+		return nil, 0, fmt.Errorf("%w: Append(%d) on %s: the first record of epoch %d must be its epoch-start record", ErrInvalid, epoch, r.id, epoch)
 	}
 	// The journal says where the epoch starts; the start record must sit
 	// exactly there, or the history would misattribute records.
 	if epochStart && latest.Start != r.next {
-		return nil, fmt.Errorf("%w: Append(%d, epochStart) on %s: epoch %d is journaled at %d, the log ends at %d", ErrOutOfRange, epoch, r.id, epoch, latest.Start, r.next)
+		return nil, 0, fmt.Errorf("%w: Append(%d, epochStart) on %s: epoch %d is journaled at %d, the log ends at %d", ErrOutOfRange, epoch, r.id, epoch, latest.Start, r.next)
 	}
-	return r.enqueueLocked(p, func(int) (uint64, byte) { return epoch, flags }, true)
+	if pa != nil {
+		if r.producers == nil {
+			// A truncation dropped the table after producersReady.
+			return nil, 0, fmt.Errorf("%w: Append(%d) on %s: truncated while appending; retry", ErrBusy, epoch, r.id)
+		}
+		base, dup, err := r.producers.check(*pa, len(p.vals), r.next)
+		if err != nil || dup {
+			return nil, base, err
+		}
+	}
+	w, err := r.enqueueLocked(p, func(int) (uint64, byte) { return epoch, flags }, true)
+	return w, 0, err
 }
 
 // AppendRecords writes records fetched from the leader (the follower path)
@@ -122,7 +176,13 @@ func (r *Range) AppendRecords(recs []*tenurev1.Record) error {
 	if err := validateRecords(recs); err != nil {
 		return fmt.Errorf("%w: AppendRecords on %s: %w", ErrInvalid, r.id, err)
 	}
-	p := prepare(len(recs), func(i int) []byte { return recs[i].GetValue() })
+	// A follower stores the producer fields it was sent: its dedupe state,
+	// should it lead, derives from them.
+	var prodAt func(int) Producer
+	if slices.ContainsFunc(recs, func(rec *tenurev1.Record) bool { return len(rec.GetProducerId()) != 0 }) {
+		prodAt = func(i int) Producer { p, _ := producerFromRecord(recs[i]); return p }
+	}
+	p := prepare(len(recs), func(i int) []byte { return recs[i].GetValue() }, prodAt)
 	if err := r.s.reserve(len(recs), p.bytes); err != nil {
 		return err
 	}
@@ -148,7 +208,14 @@ func validateRecords(recs []*tenurev1.Record) error {
 		if rec == nil {
 			return fmt.Errorf("record %d is missing", i)
 		}
-		if err := checkRecordFields(rec.GetEpoch(), epochStartFlag(rec), len(rec.GetValue())); err != nil {
+		flags := epochStartFlag(rec)
+		if id := rec.GetProducerId(); len(id) != 0 {
+			if _, ok := producerFromRecord(rec); !ok {
+				return fmt.Errorf("record %d (offset %d): producer id of %d bytes, want %d and not all zero", i, rec.GetOffset(), len(id), len(ProducerID{}))
+			}
+			flags |= flagProducer
+		}
+		if err := checkRecordFields(rec.GetEpoch(), flags, len(rec.GetValue())); err != nil {
 			return fmt.Errorf("record %d (offset %d): %w", i, rec.GetOffset(), err)
 		}
 		total += len(rec.GetValue())
@@ -266,33 +333,54 @@ func (r *Range) journalNewEpochs(recs []*tenurev1.Record) (changed bool, err err
 // prepared is a batch's values copied into the stored batch (batch.go),
 // record headers not yet filled in, with each value's checksum: the
 // per-byte work of an append, done before taking the range lock. vals are
-// the batch's records, each a slice of batch.
+// the batch's records, each a slice of batch. prods, when not nil, are the
+// records' producers (zero: none), whose headers are already written.
 type prepared struct {
 	batch []byte
 	vals  [][]byte
 	crcs  []uint32
+	prods []Producer
 	bytes int
 }
 
-func prepare(n int, value func(i int) []byte) prepared {
+// prepare copies n values into one stored batch; prod, if not nil, gives
+// each record's producer (zero: none).
+func prepare(n int, value func(i int) []byte, prod func(i int) Producer) prepared {
 	p := prepared{vals: make([][]byte, n), crcs: make([]uint32, n)}
 	for i := range n {
 		p.bytes += len(value(i))
 	}
+	size := batchBytes(n, p.bytes)
+	if prod != nil {
+		p.prods = make([]Producer, n)
+		for i := range n {
+			if p.prods[i] = prod(i); p.prods[i].ID != (ProducerID{}) {
+				size += producerHeaderBytes
+			}
+		}
+	}
 	// One allocation for the whole write: its records are stored, and leave
 	// the in-memory tail, together.
-	p.batch = make([]byte, batchBytes(n, p.bytes))
+	p.batch = make([]byte, size)
 	p.batch[0] = batchMagic
 	binary.BigEndian.PutUint32(p.batch[1:batchHeaderBytes], uint32(n))
 	pos := batchHeaderBytes
 	for i := range n {
 		v := value(i)
-		size := recordHeaderBytes + len(v)
+		hdr := 0
+		if p.prods != nil && p.prods[i].ID != (ProducerID{}) {
+			hdr = producerHeaderBytes
+		}
+		size := recordHeaderBytes + hdr + len(v)
 		binary.BigEndian.PutUint32(p.batch[pos:], uint32(size))
 		pos += batchLengthBytes
 		rec := p.batch[pos : pos+size : pos+size]
-		copy(rec[recordHeaderBytes:], v)
-		p.vals[i], p.crcs[i] = rec, crc32.Checksum(v, castagnoli)
+		if hdr != 0 {
+			encodeProducer(rec[recordHeaderBytes:], p.prods[i])
+		}
+		copy(rec[recordHeaderBytes+hdr:], v)
+		// The checksum covers the producer header as part of the value.
+		p.vals[i], p.crcs[i] = rec, crc32.Checksum(rec[recordHeaderBytes:], castagnoli)
 		pos += size
 	}
 	return p
@@ -311,9 +399,14 @@ func (r *Range) enqueueLocked(p prepared, epochAt func(i int) (uint64, byte), wa
 	recKey := logKey(r.id, w.base)
 	for i := range p.vals {
 		epoch, flags := epochAt(i)
+		valueBytes := len(p.vals[i]) - recordHeaderBytes
+		if p.prods != nil && p.prods[i].ID != (ProducerID{}) {
+			flags |= flagProducer
+			valueBytes -= producerHeaderBytes
+		}
 		// Assert before writing: nothing that decodeRecord would refuse
 		// reaches the disk.
-		if err := checkRecordFields(epoch, flags, len(p.vals[i])-recordHeaderBytes); err != nil {
+		if err := checkRecordFields(epoch, flags, valueBytes); err != nil {
 			return nil, fmt.Errorf("%w: range %s offset %d: %w", ErrInvalid, r.id, w.base+uint64(i), err)
 		}
 		binary.BigEndian.PutUint64(recKey[len(recKey)-8:], w.base+uint64(i))
@@ -324,6 +417,21 @@ func (r *Range) enqueueLocked(p prepared, epochAt func(i int) (uint64, byte), wa
 		return nil, err
 	}
 	r.addTailLocked(w)
+	if r.producers != nil && p.prods != nil {
+		// The dedupe state follows every record queued, a leader's or a
+		// follower's, so it stays what the window's records say; a
+		// stretch of one producer's consecutive sequences is one step.
+		for i := 0; i < len(p.prods); {
+			prod, j := p.prods[i], i+1
+			for j < len(p.prods) && p.prods[j].ID == prod.ID && p.prods[j].Epoch == prod.Epoch && p.prods[j].Seq == prod.Seq+uint64(j-i) {
+				j++
+			}
+			if prod.ID != (ProducerID{}) {
+				r.producers.observeRun(w.base+uint64(i), prod, uint64(j-i))
+			}
+			i = j
+		}
+	}
 	r.next, r.tailEpoch = w.end, w.lastEpoch
 	// Fetchable now (ReadTail), before the write commits.
 	r.notifyLocked()

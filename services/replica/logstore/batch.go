@@ -58,6 +58,9 @@ type storedRecord struct {
 	epoch  uint64
 	flags  byte
 	value  []byte
+	// prod is the producer that appended it (flags has flagProducer), or
+	// zero; its id aliases the stored bytes too.
+	prod Producer
 }
 
 // decodeBatch verifies the value stored under key, the log key of range id
@@ -66,11 +69,11 @@ type storedRecord struct {
 func decodeBatch(id string, base uint64, key, stored []byte) ([]storedRecord, error) {
 	if len(stored) == 0 || stored[0] != batchMagic {
 		// A store written before batches: one bare record.
-		epoch, flags, value, err := decodeRecord(key, stored)
+		epoch, flags, value, prod, err := decodeRecord(key, stored)
 		if err != nil {
 			return nil, err
 		}
-		return []storedRecord{{offset: base, epoch: epoch, flags: flags, value: value}}, nil
+		return []storedRecord{{offset: base, epoch: epoch, flags: flags, value: value, prod: prod}}, nil
 	}
 	if len(stored) < batchHeaderBytes {
 		return nil, fmt.Errorf("%w: batch %s is %d bytes, shorter than its header", ErrCorrupt, keyString(key), len(stored))
@@ -94,14 +97,14 @@ func decodeBatch(id string, base uint64, key, stored []byte) ([]storedRecord, er
 		}
 		off := base + i
 		binary.BigEndian.PutUint64(recKey[len(recKey)-8:], off)
-		epoch, flags, value, err := decodeRecord(recKey, rest[:n])
+		epoch, flags, value, prod, err := decodeRecord(recKey, rest[:n])
 		if err != nil {
 			return nil, err
 		}
 		if len(recs) > 0 && epoch < recs[len(recs)-1].epoch {
 			return nil, fmt.Errorf("%w: batch %s: record %d has epoch %d after epoch %d", ErrCorrupt, keyString(key), off, epoch, recs[len(recs)-1].epoch)
 		}
-		recs = append(recs, storedRecord{offset: off, epoch: epoch, flags: flags, value: value})
+		recs = append(recs, storedRecord{offset: off, epoch: epoch, flags: flags, value: value, prod: prod})
 		rest = rest[n:]
 	}
 	if len(rest) != 0 {

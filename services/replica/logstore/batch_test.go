@@ -12,7 +12,7 @@ import (
 // sealedBatch encodes values as the stored batch of range id starting at
 // base, as Append does: epoch e for every record.
 func sealedBatch(id string, base, epoch uint64, values ...[]byte) []byte {
-	p := prepare(len(values), func(i int) []byte { return values[i] })
+	p := prepare(len(values), func(i int) []byte { return values[i] }, nil)
 	key := logKey(id, base)
 	for i := range p.vals {
 		binary.BigEndian.PutUint64(key[len(key)-8:], base+uint64(i))

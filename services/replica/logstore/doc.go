@@ -54,10 +54,15 @@
 //	record:  +-------------+----------+---------------+-----------------+
 //	         | epoch u64   | flags u8 | crc32c u32    | value           |
 //	         +-------------+----------+---------------+-----------------+
-//	         flags bit 0: epoch-start record (value then empty); other bits 0.
-//	         crc32c (Castagnoli) over value, then the key of the record's
-//	         own offset (l/<id>/<offset>), then epoch and flags: a record at
-//	         any other range or offset fails it.
+//	         flags bit 0: epoch-start record (value then empty); bit 1:
+//	         producer record, whose value begins with a producer header
+//	         (producer id [16]byte | producer epoch u32 | sequence u64),
+//	         the idempotent producer's fields the dedupe state is derived
+//	         from (producers.go); other bits 0.
+//	         crc32c (Castagnoli) over value (producer header included),
+//	         then the key of the record's own offset (l/<id>/<offset>),
+//	         then epoch and flags: a record at any other range or offset
+//	         fails it.
 //
 //	pointer: 0xB8 | count u32 | segment u32 | position u64 | length u32 |
 //	         crc32c u32 over the key, the fields before it and the batch

@@ -26,9 +26,16 @@ const (
 	recordHeaderBytes = 8 + 1 + 4
 	// flagEpochStart marks the record a new leader writes first in its epoch.
 	flagEpochStart byte = 1 << 0
+	// flagProducer marks a record an idempotent producer appended: its
+	// value is preceded by a producer header (producerHeaderBytes), and the
+	// checksum covers that header as part of the value.
+	flagProducer byte = 1 << 1
 	// knownFlags are the flag bits this version writes; any other bit set is
 	// damage or a newer format, refused rather than ignored.
-	knownFlags = flagEpochStart
+	knownFlags = flagEpochStart | flagProducer
+	// producerHeaderBytes is a producer record's header, before its value:
+	// producer id [16]byte, producer epoch u32, sequence u64.
+	producerHeaderBytes = 16 + 4 + 8
 
 	// u64ValueBytes is the length of an h/, d/ or t/ value: u64 BE, crc u32.
 	u64ValueBytes = 8 + 4
@@ -105,28 +112,55 @@ func recordCRC(valueCRC uint32, key []byte, epoch uint64, flags byte) uint32 {
 }
 
 // decodeRecord verifies a stored record read under key and returns its
-// fields. value aliases stored. Every failure wraps ErrCorrupt: a checksum
-// only says the bytes are the ones written, so the fields are asserted too.
-func decodeRecord(key, stored []byte) (epoch uint64, flags byte, value []byte, err error) {
+// fields. value and prod's id alias stored. Every failure wraps ErrCorrupt:
+// a checksum only says the bytes are the ones written, so the fields are
+// asserted too.
+func decodeRecord(key, stored []byte) (epoch uint64, flags byte, value []byte, prod Producer, err error) {
 	if len(stored) < recordHeaderBytes {
-		return 0, 0, nil, fmt.Errorf("%w: record %s is %d bytes, shorter than its %d-byte header", ErrCorrupt, keyString(key), len(stored), recordHeaderBytes)
+		return 0, 0, nil, Producer{}, fmt.Errorf("%w: record %s is %d bytes, shorter than its %d-byte header", ErrCorrupt, keyString(key), len(stored), recordHeaderBytes)
 	}
 	epoch = binary.BigEndian.Uint64(stored[0:8])
 	flags = stored[8]
 	sum := binary.BigEndian.Uint32(stored[9:13])
 	value = stored[recordHeaderBytes:]
 	if got := recordCRC(crc32.Checksum(value, castagnoli), key, epoch, flags); got != sum {
-		return 0, 0, nil, fmt.Errorf("%w: record %s fails its checksum (stored %08x, computed %08x)", ErrCorrupt, keyString(key), sum, got)
+		return 0, 0, nil, Producer{}, fmt.Errorf("%w: record %s fails its checksum (stored %08x, computed %08x)", ErrCorrupt, keyString(key), sum, got)
+	}
+	if flags&flagProducer != 0 {
+		if len(value) < producerHeaderBytes {
+			return 0, 0, nil, Producer{}, fmt.Errorf("%w: producer record %s holds %d bytes, shorter than its %d-byte producer header", ErrCorrupt, keyString(key), len(value), producerHeaderBytes)
+		}
+		prod, value = decodeProducer(value), value[producerHeaderBytes:]
 	}
 	if err := checkRecordFields(epoch, flags, len(value)); err != nil {
-		return 0, 0, nil, fmt.Errorf("%w: record %s: %w", ErrCorrupt, keyString(key), err)
+		return 0, 0, nil, Producer{}, fmt.Errorf("%w: record %s: %w", ErrCorrupt, keyString(key), err)
 	}
-	return epoch, flags, value, nil
+	if flags&flagProducer != 0 && prod.ID == (ProducerID{}) {
+		return 0, 0, nil, Producer{}, fmt.Errorf("%w: producer record %s names the all-zero producer id", ErrCorrupt, keyString(key))
+	}
+	return epoch, flags, value, prod, nil
+}
+
+// encodeProducer writes p's producer header into b (producerHeaderBytes).
+func encodeProducer(b []byte, p Producer) {
+	copy(b[0:16], p.ID[:])
+	binary.BigEndian.PutUint32(b[16:20], p.Epoch)
+	binary.BigEndian.PutUint64(b[20:28], p.Seq)
+}
+
+// decodeProducer reads a producer header from b (producerHeaderBytes).
+func decodeProducer(b []byte) Producer {
+	var p Producer
+	copy(p.ID[:], b[0:16])
+	p.Epoch = binary.BigEndian.Uint32(b[16:20])
+	p.Seq = binary.BigEndian.Uint64(b[20:28])
+	return p
 }
 
 // checkRecordFields is asserted before a record is written and after it is
 // read: epoch 0 is "no grant yet" and never writes, an epoch-start record
-// carries no data, and a value is at most wire.MaxRecordBytes.
+// carries no data and no producer, and a value is at most
+// wire.MaxRecordBytes.
 func checkRecordFields(epoch uint64, flags byte, valueBytes int) error {
 	switch {
 	case epoch == 0:
@@ -135,6 +169,8 @@ func checkRecordFields(epoch uint64, flags byte, valueBytes int) error {
 		return fmt.Errorf("unknown flags %08b", flags)
 	case flags&flagEpochStart != 0 && valueBytes != 0:
 		return fmt.Errorf("epoch-start record carries %d value bytes", valueBytes)
+	case flags&flagEpochStart != 0 && flags&flagProducer != 0:
+		return fmt.Errorf("epoch-start record names a producer")
 	case valueBytes > wire.MaxRecordBytes:
 		return fmt.Errorf("value is %d bytes, at most %d", valueBytes, wire.MaxRecordBytes)
 	}

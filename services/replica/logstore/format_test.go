@@ -31,7 +31,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		{7, flagEpochStart, nil},
 		{1 << 40, 0, nil},
 	} {
-		epoch, flags, value, err := decodeRecord(key, sealed(key, tc.epoch, tc.flags, tc.value))
+		epoch, flags, value, _, err := decodeRecord(key, sealed(key, tc.epoch, tc.flags, tc.value))
 		if err != nil || epoch != tc.epoch || flags != tc.flags || !bytes.Equal(value, tc.value) {
 			t.Errorf("decodeRecord(sealed(%d, %d, %q)) = %d, %d, %q, %v", tc.epoch, tc.flags, tc.value, epoch, flags, value, err)
 		}
@@ -44,7 +44,7 @@ func TestRecordDamageIsCorrupt(t *testing.T) {
 	for i := range good {
 		bad := bytes.Clone(good)
 		bad[i] ^= 0x01
-		if _, _, _, err := decodeRecord(key, bad); !errors.Is(err, ErrCorrupt) {
+		if _, _, _, _, err := decodeRecord(key, bad); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("byte %d flipped: decodeRecord = %v, want ErrCorrupt", i, err)
 		}
 	}
@@ -59,11 +59,11 @@ func TestRecordDamageIsCorrupt(t *testing.T) {
 		"unknown flag":     {key, sealed(key, 1, 0x80, nil)},
 		"start with value": {key, sealed(key, 1, flagEpochStart, []byte("x"))},
 	} {
-		if _, _, _, err := decodeRecord(tc.key, tc.stored); !errors.Is(err, ErrCorrupt) {
+		if _, _, _, _, err := decodeRecord(tc.key, tc.stored); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: decodeRecord = %v, want ErrCorrupt", name, err)
 		}
 	}
-	_, _, _, err := decodeRecord(key, append(bytes.Clone(good[:len(good)-1]), good[len(good)-1]^1))
+	_, _, _, _, err := decodeRecord(key, append(bytes.Clone(good[:len(good)-1]), good[len(good)-1]^1))
 	if !strings.Contains(err.Error(), "l/r1/42") {
 		t.Errorf("error %q does not name the record as l/r1/42", err)
 	}
@@ -187,7 +187,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(sealed(key, 1, 0, []byte("v")))
 	f.Add(sealed(key, 2, flagEpochStart, nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		epoch, flags, value, err := decodeRecord(key, b)
+		epoch, flags, value, _, err := decodeRecord(key, b)
 		if err != nil {
 			return
 		}

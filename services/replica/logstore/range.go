@@ -109,6 +109,13 @@ type Range struct {
 	tail                   []*write
 	tailRecords, tailBytes int
 	tailGen                uint64
+	// producers is the dedupe state of idempotent producers
+	// (producers.go), derived from the records below next; nil until an
+	// idempotent append needs it, and again after a truncation.
+	producers *producerTable
+	// buildMu is held while the dedupe state is built (producersReady),
+	// outside mu.
+	buildMu sync.Mutex
 	// changed is closed and replaced at every change of next, logEnd,
 	// durableEnd, hwm, state or history.
 	changed chan struct{}
@@ -545,6 +552,10 @@ func appendTailRecords(out []*tenurev1.Record, total int, writes []*write, from,
 		for off := max(from, w.base); off < min(stop, w.end); off++ {
 			stored := w.vals[off-w.base]
 			value := stored[recordHeaderBytes:]
+			prod, hasProd := storedProducer(stored)
+			if hasProd {
+				value = value[producerHeaderBytes:]
+			}
 			if len(out) > 0 && total+len(value) > maxBytes {
 				return out, total, true
 			}
@@ -552,6 +563,11 @@ func appendTailRecords(out []*tenurev1.Record, total int, writes []*write, from,
 				Offset:     off,
 				Epoch:      binary.BigEndian.Uint64(stored[0:8]),
 				EpochStart: stored[8]&flagEpochStart != 0,
+			}
+			if hasProd {
+				// Shared, as the value is.
+				rec.ProducerId = stored[recordHeaderBytes : recordHeaderBytes+16]
+				rec.ProducerEpoch, rec.ProducerSequence = prod.Epoch, prod.Seq
 			}
 			if len(value) > 0 {
 				// Shared, not copied: a sealed write is never modified.

@@ -78,6 +78,10 @@ func (r *Range) readIndexed(out []*tenurev1.Record, from, stop uint64, maxBytes 
 				return false, nil
 			}
 			rec := &tenurev1.Record{Offset: sr.offset, Epoch: sr.epoch, EpochStart: sr.flags&flagEpochStart != 0}
+			if sr.flags&flagProducer != 0 {
+				rec.ProducerId = append([]byte(nil), sr.prod.ID[:]...)
+				rec.ProducerEpoch, rec.ProducerSequence = sr.prod.Epoch, sr.prod.Seq
+			}
 			if len(sr.value) > 0 {
 				rec.Value = append([]byte(nil), sr.value...)
 			}

@@ -161,6 +161,9 @@ func (r *Range) finishTruncate(to, end, lastEpoch uint64) {
 		r.tailEpoch, r.lastEpoch = lastEpoch, lastEpoch
 		r.truncGen++
 		r.lastTruncTo = to
+		// The dedupe state may count cut records: the next idempotent
+		// append derives it again from what the log now holds.
+		r.producers = nil
 	}
 	r.truncating = false
 	r.notifyLocked()

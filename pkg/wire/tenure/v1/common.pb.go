@@ -156,9 +156,19 @@ type Record struct {
 	// carries no client data (value is empty); reads return it so offsets stay
 	// dense, and clients skip it. The new leader commits earlier epochs'
 	// records only through it (Raft section 5.4.2).
-	EpochStart    bool `protobuf:"varint,4,opt,name=epoch_start,json=epochStart,proto3" json:"epoch_start,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EpochStart bool `protobuf:"varint,4,opt,name=epoch_start,json=epochStart,proto3" json:"epoch_start,omitempty"`
+	// The idempotent producer that appended this record (16 bytes), or empty
+	// for a non-idempotent append. A replica derives its dedupe state from
+	// these fields of the records it holds (docs/idempotence.md), so they are
+	// replicated with the record.
+	ProducerId []byte `protobuf:"bytes,5,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	// That producer's epoch when it appended this record.
+	ProducerEpoch uint32 `protobuf:"varint,6,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	// That producer's sequence for this record: its append's first_sequence
+	// plus the record's index in the append.
+	ProducerSequence uint64 `protobuf:"varint,7,opt,name=producer_sequence,json=producerSequence,proto3" json:"producer_sequence,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Record) Reset() {
@@ -217,6 +227,27 @@ func (x *Record) GetEpochStart() bool {
 		return x.EpochStart
 	}
 	return false
+}
+
+func (x *Record) GetProducerId() []byte {
+	if x != nil {
+		return x.ProducerId
+	}
+	return nil
+}
+
+func (x *Record) GetProducerEpoch() uint32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *Record) GetProducerSequence() uint64 {
+	if x != nil {
+		return x.ProducerSequence
+	}
+	return 0
 }
 
 // Replica names one member of a range's replica set.
@@ -307,13 +338,17 @@ const file_tenure_v1_common_proto_rawDesc = "" +
 	"\n" +
 	"EpochStart\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12!\n" +
-	"\fstart_offset\x18\x02 \x01(\x04R\vstartOffset\"m\n" +
+	"\fstart_offset\x18\x02 \x01(\x04R\vstartOffset\"\xe2\x01\n" +
 	"\x06Record\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x1f\n" +
 	"\vepoch_start\x18\x04 \x01(\bR\n" +
-	"epochStart\"o\n" +
+	"epochStart\x12\x1f\n" +
+	"\vproducer_id\x18\x05 \x01(\fR\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x06 \x01(\rR\rproducerEpoch\x12+\n" +
+	"\x11producer_sequence\x18\a \x01(\x04R\x10producerSequence\"o\n" +
 	"\aReplica\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12 \n" +

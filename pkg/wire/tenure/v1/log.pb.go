@@ -28,7 +28,23 @@ type AppendRequest struct {
 	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
 	// Record values, at most wire.MaxBatchRecords of at most
 	// wire.MaxRecordBytes each and wire.MaxBatchBytes in all.
-	Records       [][]byte `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	Records [][]byte `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// An idempotent producer's id: exactly 16 random bytes (crypto/rand), or
+	// empty for a non-idempotent append (each call writes anew). With an id,
+	// the records carry the sequences [first_sequence, first_sequence +
+	// len(records)), and the leader writes each (producer_id, sequence) at
+	// most once: a retry of an append already written answers its original
+	// offsets (duplicate set), a sequence after a gap is FailedPrecondition
+	// naming the expected one, a producer_epoch below the latest this range
+	// holds for the id is FailedPrecondition, and a sequence older than the
+	// range's dedupe window is OutOfRange (docs/idempotence.md).
+	ProducerId []byte `protobuf:"bytes,3,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	// The producer instance's epoch: an instance that reuses an id raises it
+	// and starts again at sequence 0, which fences the older instances.
+	ProducerEpoch uint32 `protobuf:"varint,4,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	// The sequence of the first record; each producer counts from 0 per
+	// range and per producer epoch.
+	FirstSequence uint64 `protobuf:"varint,5,opt,name=first_sequence,json=firstSequence,proto3" json:"first_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -77,6 +93,27 @@ func (x *AppendRequest) GetRecords() [][]byte {
 	return nil
 }
 
+func (x *AppendRequest) GetProducerId() []byte {
+	if x != nil {
+		return x.ProducerId
+	}
+	return nil
+}
+
+func (x *AppendRequest) GetProducerEpoch() uint32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *AppendRequest) GetFirstSequence() uint64 {
+	if x != nil {
+		return x.FirstSequence
+	}
+	return 0
+}
+
 // AppendResponse acknowledges a committed batch.
 type AppendResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -87,6 +124,10 @@ type AppendResponse struct {
 	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// The leader's high-water mark when the append was acknowledged.
 	HighWaterMark uint64 `protobuf:"varint,3,opt,name=high_water_mark,json=highWaterMark,proto3" json:"high_water_mark,omitempty"`
+	// True when the append was a retry of one already written (an
+	// idempotent producer's): base_offset is where the first attempt put it,
+	// and epoch the epoch that wrote it there (perhaps an earlier leader's).
+	Duplicate     bool `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -140,6 +181,13 @@ func (x *AppendResponse) GetHighWaterMark() uint64 {
 		return x.HighWaterMark
 	}
 	return 0
+}
+
+func (x *AppendResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
 }
 
 // AppendStreamRequest is one append on an AppendStream.
@@ -486,15 +534,20 @@ var File_tenure_v1_log_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_log_proto_rawDesc = "" +
 	"\n" +
-	"\x13tenure/v1/log.proto\x12\ttenure.v1\x1a\x16tenure/v1/common.proto\"D\n" +
+	"\x13tenure/v1/log.proto\x12\ttenure.v1\x1a\x16tenure/v1/common.proto\"\xb3\x01\n" +
 	"\rAppendRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x18\n" +
-	"\arecords\x18\x02 \x03(\fR\arecords\"o\n" +
+	"\arecords\x18\x02 \x03(\fR\arecords\x12\x1f\n" +
+	"\vproducer_id\x18\x03 \x01(\fR\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x04 \x01(\rR\rproducerEpoch\x12%\n" +
+	"\x0efirst_sequence\x18\x05 \x01(\x04R\rfirstSequence\"\x8d\x01\n" +
 	"\x0eAppendResponse\x12\x1f\n" +
 	"\vbase_offset\x18\x01 \x01(\x04R\n" +
 	"baseOffset\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12&\n" +
-	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark\"G\n" +
+	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark\x12\x1c\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"G\n" +
 	"\x13AppendStreamRequest\x120\n" +
 	"\x06append\x18\x01 \x01(\v2\x18.tenure.v1.AppendRequestR\x06append\"I\n" +
 	"\x14AppendStreamResponse\x121\n" +

@@ -71,7 +71,12 @@ type LogServiceClient interface {
 	// believe its lease valid. A leader that cannot confirm in time answers
 	// Unavailable; one that learns of a later epoch, FailedPrecondition.
 	Read(context.Context, *connect.Request[v1.ReadRequest]) (*connect.Response[v1.ReadResponse], error)
-	// Tail streams committed records from an offset as they commit.
+	// Tail streams committed records from an offset as they commit. The
+	// leader confirms with a quorum, as Read does, at least once a second
+	// while the stream is open, sending or idle: a leader deposed without
+	// being fenced ends the stream within about 2 s with FailedPrecondition
+	// naming the leader its peers know of (or Unavailable when no quorum
+	// answers), and the client tails again there from its next offset.
 	Tail(context.Context, *connect.Request[v1.TailRequest]) (*connect.ServerStreamForClient[v1.TailResponse], error)
 }
 
@@ -169,7 +174,12 @@ type LogServiceHandler interface {
 	// believe its lease valid. A leader that cannot confirm in time answers
 	// Unavailable; one that learns of a later epoch, FailedPrecondition.
 	Read(context.Context, *connect.Request[v1.ReadRequest]) (*connect.Response[v1.ReadResponse], error)
-	// Tail streams committed records from an offset as they commit.
+	// Tail streams committed records from an offset as they commit. The
+	// leader confirms with a quorum, as Read does, at least once a second
+	// while the stream is open, sending or idle: a leader deposed without
+	// being fenced ends the stream within about 2 s with FailedPrecondition
+	// naming the leader its peers know of (or Unavailable when no quorum
+	// answers), and the client tails again there from its next offset.
 	Tail(context.Context, *connect.Request[v1.TailRequest], *connect.ServerStream[v1.TailResponse]) error
 }
 
