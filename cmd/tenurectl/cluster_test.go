@@ -74,7 +74,11 @@ func newTestCluster(t *testing.T) *testCluster {
 // the first start, so the range's membership stays true.
 func (c *testCluster) start(tr *testReplica) {
 	c.t.Helper()
-	k, err := lease.NewKeeper(c.lease.Client, tr.id, "", lease.WithSessionTTL(2*time.Second), lease.WithKeeperLogger(c.log))
+	// 5 s, not 2: under -race on a loaded two-core host a keeper's renewal
+	// ran late past 2 s and the leader lost its lease mid-test (a read or
+	// append refused "no valid lease", and a re-promotion moved offsets the
+	// test expects). A crash test waits the longer TTL out instead.
+	k, err := lease.NewKeeper(c.lease.Client, tr.id, "", lease.WithSessionTTL(5*time.Second), lease.WithKeeperLogger(c.log))
 	if err != nil {
 		c.t.Fatalf("keeper for %s: %v", tr.id, err)
 	}

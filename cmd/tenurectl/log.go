@@ -403,13 +403,35 @@ func (cs *consumer) print(recs []*tenurev1.Record) bool {
 }
 
 // readToEnd reads from the leader until the high-water mark.
+//
+// A leader can refuse reads for a moment: between a lapsed lease and its
+// next (its keeper's renewal late on a loaded host), or before it has
+// committed its epoch-start record (FailedPrecondition, "retry shortly"),
+// or while it restarts (Unavailable). Reads change nothing, and cs.next
+// says where the last one ended, so consume finds the leader again and
+// reads on, within leaderWait, rather than fail on a blip.
 func (cs *consumer) readToEnd(ctx context.Context, c *clients) error {
-	leader, _, err := c.findLeader(ctx, cs.rangeID, leaderWait)
-	if err != nil {
-		return err
+	deadline := time.Now().Add(leaderWait)
+	for {
+		leader, _, err := c.findLeader(ctx, cs.rangeID, time.Until(deadline))
+		if err != nil {
+			return err
+		}
+		err = cs.readFrom(ctx, c, leader)
+		var blip notServing
+		if !errors.As(err, &blip) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	return cs.readFrom(ctx, c, leader)
 }
+
+// notServing is a read refused by a replica that may serve it shortly.
+type notServing struct{ error }
 
 // readFrom reads from leader until the high-water mark, following the
 // leader a not-leader answer names (bounded).
@@ -425,6 +447,9 @@ func (cs *consumer) readFrom(ctx context.Context, c *clients, leader *tenurev1.R
 				follows++
 				leader, lc = next, c.log(next.GetAddress())
 				continue
+			}
+			if code := connect.CodeOf(err); code == connect.CodeFailedPrecondition || code == connect.CodeUnavailable {
+				return notServing{cs.readErr(err, leader)}
 			}
 			return cs.readErr(err, leader)
 		}

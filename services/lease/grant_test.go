@@ -38,7 +38,11 @@ func TestConcurrentGrantsAreDistinctAndGapFree(t *testing.T) {
 	errs := make(chan error, workers)
 	for w := range workers {
 		holder := fmt.Sprintf("promoter-%02d", w)
-		sid := openSession(t, ctx, env.Client, holder, 60_000)
+		// The session must outlive the test (its ctx bounds it to 2
+		// minutes) and nothing keeps it alive: at 60 s a loaded run of
+		// 320 contended grants took 62 s, and every worker's session
+		// expired under it (FailedPrecondition, not the Aborted asked).
+		sid := openSession(t, ctx, env.Client, holder, 180_000)
 		wg.Go(func() {
 			var prev uint64
 			won := 0
