@@ -38,6 +38,17 @@ const (
 	readyTimeout = 30 * time.Second
 )
 
+// CompactionRetention is the history the member keeps: etcd's periodic
+// auto-compaction (--auto-compaction-mode=periodic) discards revisions
+// older than this. Without it etcd keeps every revision of every key, and a
+// cluster that renews leases and writes epochs for months fills its backend
+// (etcd's own quota, 2 GiB by default, then refuses every write). An hour
+// is etcd's documented example and far longer than any watch here is
+// behind: a lease watcher that falls further back re-reads the current
+// state (services/lease/watch.go). A variable so a test can watch a
+// compaction happen.
+var CompactionRetention = time.Hour
+
 // Etcd is an embedded single-member etcd server. Its methods are safe for
 // concurrent use.
 type Etcd struct {
@@ -133,6 +144,8 @@ func (e *Etcd) start() error {
 	// No gRPC gateway or metrics listener: nothing here uses them, and each
 	// would be one more port to find.
 	cfg.EnableGRPCGateway = false
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = CompactionRetention.String()
 
 	srv, err := embed.StartEtcd(cfg)
 	if err != nil {
