@@ -35,6 +35,7 @@ func runPromoter(ctx context.Context, args []string) error {
 	status := fs.Duration("status-interval", time.Second, "how often a probe reads a replica's full status (every range it hosts) instead of only checking that it answers; the full status finds leaders that no longer lead at their epoch and members to reconcile")
 	fenceTimeout := fs.Duration("fence-timeout", time.Second, "how long a promotion waits for fence answers; replicas not answering by then do not count")
 	parallel := fs.Int("max-parallel", 1024, "at most this many promotions run at once; their calls to each replica and the lease service are batched, at most 2 batches in flight per replica and kind, 8 to the lease service")
+	keepTransitions := fs.Int("keep-transitions", 100, "transition records kept per range in etcd, the newest (those of the newest N epochs; at least 20, which unsafe promotions read)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
 	tlsf := addTLSFlags(fs)
@@ -84,6 +85,7 @@ func runPromoter(ctx context.Context, args []string) error {
 	p, err := promoter.New(promoter.Config{
 		ID: *id, URL: url, Etcd: cli, Prefix: *prefix, LeaseURL: lURL, Logger: log,
 		ProbeInterval: *probe, ProbeMisses: *misses, StatusInterval: *status, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
+		KeepTransitions: *keepTransitions,
 	})
 	if err != nil {
 		_ = ln.Close()

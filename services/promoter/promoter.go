@@ -95,6 +95,13 @@ type Config struct {
 	// RetryMax bounds the backoff between failed promotion attempts
 	// (default 2s); attempts start at 50ms and double, with jitter.
 	RetryMax time.Duration
+	// KeepTransitions bounds the transition records kept per range
+	// (default 100, at least recordedHWMs): writing a range's record at
+	// epoch e deletes its records below epoch e-KeepTransitions+1, in the
+	// same transaction. Every record has an epoch of its own, so at most
+	// KeepTransitions remain, the newest; fewer when epochs were granted
+	// without a transition (a promotion that failed after its grant).
+	KeepTransitions int
 }
 
 func (c *Config) defaults() error {
@@ -136,6 +143,12 @@ func (c *Config) defaults() error {
 	if c.MaxParallel <= 0 {
 		c.MaxParallel = 1024
 	}
+	if c.KeepTransitions <= 0 {
+		c.KeepTransitions = 100
+	}
+	// An unsafe promotion reads the latest recordedHWMs records for the
+	// highest HWM ever committed: keeping fewer would make it forget.
+	c.KeepTransitions = max(c.KeepTransitions, recordedHWMs)
 	return nil
 }
 

@@ -23,8 +23,10 @@ func (p *Promoter) transitionKey(rangeID string, epoch uint64) string {
 }
 
 // maxRecordsPerTxn bounds the transition records written in one etcd
-// transaction: below etcd's default limit of 128 operations per transaction.
-const maxRecordsPerTxn = 100
+// transaction: each is a put and a delete of the range's oldest records
+// (Config.KeepTransitions), so 120 operations, below etcd's default limit of
+// 128 per transaction.
+const maxRecordsPerTxn = 60
 
 // maxRecordBytesPerTxn bounds one transaction's size, well below etcd's
 // default request limit of 1.5 MiB.
@@ -47,9 +49,11 @@ type recorder struct {
 }
 
 type pendingRecord struct {
-	key  string
-	val  []byte
-	done func(error)
+	key     string
+	val     []byte
+	rangeID string
+	epoch   uint64
+	done    func(error)
 }
 
 // recordTransition writes tr and waits until it is written or ctx ends.
@@ -78,7 +82,7 @@ func (p *Promoter) recordLater(tr *tenurev1.Transition, done func(error)) error 
 	}
 	r := &p.records
 	r.mu.Lock()
-	r.pending = append(r.pending, pendingRecord{key: p.transitionKey(tr.GetRangeId(), tr.GetEpoch()), val: b, done: done})
+	r.pending = append(r.pending, pendingRecord{key: p.transitionKey(tr.GetRangeId(), tr.GetEpoch()), val: b, rangeID: tr.GetRangeId(), epoch: tr.GetEpoch(), done: done})
 	start := !r.running
 	r.running = true
 	r.mu.Unlock()
@@ -120,10 +124,15 @@ func (p *Promoter) writeRecords() {
 // writeBatch writes one batch in one transaction, retrying with backoff
 // while the etcd client is open.
 func (p *Promoter) writeBatch(batch []pendingRecord) error {
-	ops := make([]clientv3.Op, len(batch))
-	for i, rec := range batch {
-		ops[i] = clientv3.OpPut(rec.key, string(rec.val))
+	ops := make([]clientv3.Op, 0, 2*len(batch))
+	lowest := make(map[string]uint64, len(batch)) // range -> its lowest epoch in the batch
+	for _, rec := range batch {
+		ops = append(ops, clientv3.OpPut(rec.key, string(rec.val)))
+		if e, ok := lowest[rec.rangeID]; !ok || rec.epoch < e {
+			lowest[rec.rangeID] = rec.epoch
+		}
 	}
+	ops = append(ops, p.pruneOps(lowest)...)
 	wait := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(p.cfg.Etcd.Ctx(), p.cfg.RPCTimeout)
@@ -140,6 +149,28 @@ func (p *Promoter) writeBatch(batch []pendingRecord) error {
 		time.Sleep(jitter(wait))
 		wait = min(2*wait, recordRetryMax)
 	}
+}
+
+// pruneOps deletes, for each range at epoch e, its records below epoch
+// e-KeepTransitions+1: the newest KeepTransitions epochs are kept, this
+// one included, and as every record has an epoch of its own at most
+// KeepTransitions records remain. e is the range's lowest epoch in the
+// batch, so no delete covers a put of the same transaction (etcd refuses a
+// transaction whose put falls inside its own delete range); a later batch
+// prunes the rest. Epochs start at 1, so nothing is deleted until a range's
+// epoch passes KeepTransitions.
+func (p *Promoter) pruneOps(lowest map[string]uint64) []clientv3.Op {
+	keep := uint64(p.cfg.KeepTransitions)
+	var ops []clientv3.Op
+	for rangeID, e := range lowest {
+		if e <= keep {
+			continue
+		}
+		// Keys are zero-padded epochs under the range's own prefix, so
+		// [epoch 0, epoch e-keep+1) is exactly its older records.
+		ops = append(ops, clientv3.OpDelete(p.transitionKey(rangeID, 0), clientv3.WithRange(p.transitionKey(rangeID, e-keep+1))))
+	}
+	return ops
 }
 
 // transitions returns up to limit transition records of a range, newest first.
