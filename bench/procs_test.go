@@ -40,19 +40,27 @@ var (
 // BenchmarkTenureProcs is BenchmarkTenure with each replica a `tenure
 // replica` process.
 func BenchmarkTenureProcs(b *testing.B) {
+	c, _ := startTenureProcs(b, 3)
+	runTenureShapes(b, c, false)
+}
+
+// startTenureProcs starts n `tenure replica` processes (r1..rn) on
+// 127.0.0.1 and waits until each serves; it returns the cluster and the
+// processes' pids, in the nodes' order.
+func startTenureProcs(b *testing.B, n int) (*tenureCluster, []int) {
 	// Built in tenure's own module: its go.sum, not this module's, covers
 	// the server's dependencies (etcd, OpenTelemetry).
 	bin := serverBinary(b, *tenureBinary, "github.com/tenurelog/tenure", "./cmd/tenure")
-	const n = 3
 	ports := freePorts(b, n)
 	c := &tenureCluster{}
+	var pids []int
 	for i := range n {
 		dir := b.TempDir()
 		id := fmt.Sprintf("r%d", i+1)
 		listen := fmt.Sprintf("127.0.0.1:%d", ports[i])
 		// Info lines (a fence, an adoption) go to the log file, not the
 		// benchmark's output.
-		startServer(b, dir, bin, "replica", "--id", id, "--listen", listen, "--data-dir", filepath.Join(dir, "data"))
+		pids = append(pids, startServer(b, dir, bin, "replica", "--id", id, "--listen", listen, "--data-dir", filepath.Join(dir, "data")))
 		hc := transport.NewHTTPClient()
 		b.Cleanup(hc.CloseIdleConnections)
 		address := "http://" + listen
@@ -69,7 +77,7 @@ func BenchmarkTenureProcs(b *testing.B) {
 			return err
 		})
 	}
-	runTenureShapes(b, c, false)
+	return c, pids
 }
 
 // BenchmarkJetStreamProcs is BenchmarkJetStream with each server a
@@ -154,8 +162,9 @@ func serverBinary(tb testing.TB, prebuilt, module, pkg string) string {
 
 // startServer starts bin with args, its output in dir/server.log, counts
 // its CPU as the benchmark's (AddServerProcess), and stops it when tb ends:
-// SIGTERM (both servers then stop gracefully), SIGKILL after 10s.
-func startServer(tb testing.TB, dir, bin string, args ...string) {
+// SIGTERM (both servers then stop gracefully), SIGKILL after 10s. It
+// returns the process's pid.
+func startServer(tb testing.TB, dir, bin string, args ...string) int {
 	tb.Helper()
 	logFile, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
@@ -188,6 +197,7 @@ func startServer(tb testing.TB, dir, bin string, args ...string) {
 			tb.Logf("%s %s: %v; last of its log:\n%s", filepath.Base(bin), strings.Join(args, " "), err, tail(msg, 2000))
 		}
 	})
+	return cmd.Process.Pid
 }
 
 // tail is the last n bytes of b.

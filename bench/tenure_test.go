@@ -139,6 +139,19 @@ func (c *tenureCluster) newRange(tb testing.TB, rangeID string) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
 	defer cancel()
+	if err := c.adoptRange(ctx, rangeID, 0); err != nil {
+		tb.Fatal(err)
+	}
+	a := c.newAppender(rangeID, false)
+	defer a.Close()
+	if err := a.Append(ctx, [][]byte{[]byte("warmup")}); err != nil {
+		tb.Fatalf("warm-up append: %v", err)
+	}
+}
+
+// adoptRange plays the promoter for a fresh range at epoch 1: fence every
+// replica, adopt c.nodes[leader] as leader and the others as its followers.
+func (c *tenureCluster) adoptRange(ctx context.Context, rangeID string, leader int) error {
 	const epoch = 1
 	set := make([]*tenurev1.Replica, len(c.nodes))
 	for i, nd := range c.nodes {
@@ -148,30 +161,26 @@ func (c *tenureCluster) newRange(tb testing.TB, rangeID string) {
 	for _, nd := range c.nodes {
 		resp, err := nd.rc.Fence(ctx, connect.NewRequest(&tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: "bench"}))
 		if err != nil {
-			tb.Fatalf("fence %s: %v", nd.id, err)
+			return fmt.Errorf("fence %s on %s: %w", rangeID, nd.id, err)
 		}
 		bound = max(bound, resp.Msg.GetHighWaterMark())
 	}
-	leader := c.nodes[0]
+	lead := c.nodes[leader]
 	for i, nd := range c.nodes {
 		role := tenurev1.Role_ROLE_FOLLOWER
-		if i == 0 {
+		if i == leader {
 			role = tenurev1.Role_ROLE_LEADER
 		}
 		_, err := nd.rc.Adopt(ctx, connect.NewRequest(&tenurev1.AdoptRequest{
 			RangeId: rangeID, Epoch: epoch, Role: role,
-			LeaderId: leader.id, LeaderAddress: leader.address,
+			LeaderId: lead.id, LeaderAddress: lead.address,
 			Replicas: set, CommittedBound: bound,
 		}))
 		if err != nil {
-			tb.Fatalf("adopt %s as %s: %v", nd.id, role, err)
+			return fmt.Errorf("adopt %s on %s as %s: %w", rangeID, nd.id, role, err)
 		}
 	}
-	a := c.newAppender(rangeID, false)
-	defer a.Close()
-	if err := a.Append(ctx, [][]byte{[]byte("warmup")}); err != nil {
-		tb.Fatalf("warm-up append: %v", err)
-	}
+	return nil
 }
 
 // newAppender connects one client (its own HTTP/2 connection) to the
