@@ -68,9 +68,13 @@ func (s *Replica) fence(ctx context.Context, m *tenurev1.FenceRequest) (*tenurev
 		if err := h.r.WaitDurable(ctx, h.r.LogEnd()); err != nil {
 			return nil, err
 		}
-		return h.fenceAnswerLocked(h.role()), nil
+		return h.fenceAnswerLocked(h.role(), false), nil
 	}
 	prev := h.st.Role
+	// Read before stopActingLocked ends the leadership: a leader that
+	// restarted persisted LEADER but has no leadership in memory, and its
+	// HWM may lag what it acknowledged (FenceResponse.acting_leader).
+	acting := h.acting() != nil
 	// The answer says everything below the log end is durable: a deposed
 	// leader's last batches may still be in its group commit. The wait
 	// comes before the range stops acting, so that a fence whose wait
@@ -105,11 +109,11 @@ func (s *Replica) fence(ctx context.Context, m *tenurev1.FenceRequest) (*tenurev
 	// The fence is durable: only now is it answered.
 	h.st = next
 	h.log.Info("fenced", "epoch", e, "fencer", m.GetFencerId(), "previous_role", prev, "log_end", h.r.LogEnd(), "hwm", h.r.HWM())
-	return h.fenceAnswerLocked(prev), nil
+	return h.fenceAnswerLocked(prev, acting), nil
 }
 
 // fenceAnswerLocked reports the range as of its durable fence.
-func (h *hosted) fenceAnswerLocked(prev tenurev1.Role) *tenurev1.FenceResponse {
+func (h *hosted) fenceAnswerLocked(prev tenurev1.Role, acting bool) *tenurev1.FenceResponse {
 	return &tenurev1.FenceResponse{
 		ReplicaId:     h.s.cfg.ID,
 		FencedEpoch:   h.st.FencedEpoch,
@@ -119,6 +123,7 @@ func (h *hosted) fenceAnswerLocked(prev tenurev1.Role) *tenurev1.FenceResponse {
 		History:       journal.ToWire(h.r.History()),
 		PreviousRole:  prev,
 		Incarnation:   h.s.incarnation,
+		ActingLeader:  acting,
 	}
 }
 

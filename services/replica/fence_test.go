@@ -126,10 +126,27 @@ func TestRestartedLeaderWaitsForNewEpoch(t *testing.T) {
 	if a.GetPreviousRole() != tenurev1.Role_ROLE_LEADER {
 		t.Fatalf("fence of a restarted leader: previous role %v, want LEADER", a.GetPreviousRole())
 	}
+	// Its HWM is the persisted one, which may lag what it acknowledged
+	// before the restart: a planned handover must not take it as the
+	// leader's last word.
+	if a.GetActingLeader() {
+		t.Fatalf("fence of a restarted leader says acting_leader")
+	}
 	c.elect(2, r1, r2, r3)
 	c.mustAppend(r1, values("z", 3)...)
 	c.waitCaughtUp(r1, r2, r3)
 	c.sameLogs(c.storeLog(r1), r2, r3)
+	// A leader serving when fenced says so; a follower does not; nor does a
+	// repeat of the fence (the leadership already ended).
+	if a := c.mustFence(r1, 3); !a.GetActingLeader() {
+		t.Fatalf("fence of the serving leader: acting_leader false")
+	}
+	if a := c.mustFence(r2, 3); a.GetActingLeader() {
+		t.Fatalf("fence of a follower says acting_leader")
+	}
+	if a := c.mustFence(r1, 3); a.GetActingLeader() {
+		t.Fatalf("repeated fence says acting_leader")
+	}
 }
 
 // A crash in the middle of a truncation, at each of the store's crash

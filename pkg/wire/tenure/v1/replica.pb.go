@@ -473,10 +473,18 @@ type FenceResponse struct {
 	HighWaterMark uint64 `protobuf:"varint,5,opt,name=high_water_mark,json=highWaterMark,proto3" json:"high_water_mark,omitempty"`
 	// The replica's epoch history. Empty = unknown, unless log_end is 0.
 	History []*EpochStart `protobuf:"bytes,6,rep,name=history,proto3" json:"history,omitempty"`
-	// The role the replica had before this fence.
+	// The role the replica had before this fence (as persisted: a leader
+	// that restarted since it was adopted says LEADER, see acting_leader).
 	PreviousRole Role `protobuf:"varint,7,opt,name=previous_role,json=previousRole,proto3,enum=tenure.v1.Role" json:"previous_role,omitempty"`
 	// The replica's incarnation.
-	Incarnation   string `protobuf:"bytes,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation string `protobuf:"bytes,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The replica was acting as leader when this fence stopped it: adopted as
+	// leader and not restarted or halted since. Only then is high_water_mark
+	// the last word on what its epoch acknowledged (a leader acknowledges a
+	// record only once its HWM passed it, and the fence froze the HWM). A
+	// leader that restarted reports its HWM as last persisted, which may lag
+	// what it acknowledged before the restart. False on a repeated fence.
+	ActingLeader  bool `protobuf:"varint,9,opt,name=acting_leader,json=actingLeader,proto3" json:"acting_leader,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,6 +573,13 @@ func (x *FenceResponse) GetIncarnation() string {
 		return x.Incarnation
 	}
 	return ""
+}
+
+func (x *FenceResponse) GetActingLeader() bool {
+	if x != nil {
+		return x.ActingLeader
+	}
+	return false
 }
 
 // TruncateRequest cuts a fenced replica's log.
@@ -2092,7 +2107,7 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tfencer_id\x18\x03 \x01(\tR\bfencerId\x12 \n" +
 	"\vincarnation\x18\x04 \x01(\tR\vincarnation\x12)\n" +
-	"\x10range_generation\x18\x05 \x01(\x04R\x0frangeGeneration\"\xb8\x02\n" +
+	"\x10range_generation\x18\x05 \x01(\x04R\x0frangeGeneration\"\xdd\x02\n" +
 	"\rFenceResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12!\n" +
@@ -2102,7 +2117,8 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x0fhigh_water_mark\x18\x05 \x01(\x04R\rhighWaterMark\x12/\n" +
 	"\ahistory\x18\x06 \x03(\v2\x15.tenure.v1.EpochStartR\ahistory\x124\n" +
 	"\rprevious_role\x18\a \x01(\x0e2\x0f.tenure.v1.RoleR\fpreviousRole\x12 \n" +
-	"\vincarnation\x18\b \x01(\tR\vincarnation\"g\n" +
+	"\vincarnation\x18\b \x01(\tR\vincarnation\x12#\n" +
+	"\racting_leader\x18\t \x01(\bR\factingLeader\"g\n" +
 	"\x0fTruncateRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
