@@ -16,7 +16,7 @@ import (
 )
 
 // This file is the one place where lease errors become Connect codes. Each
-// code has one meaning (DESIGN.md, "Errors and bad input"):
+// code has one meaning (docs/design.md, "Errors and bad input"):
 //
 //	InvalidArgument     a malformed request (wire.ErrInvalid and invalidf)
 //	NotFound            an unknown range or session

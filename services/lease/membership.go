@@ -13,7 +13,7 @@ import (
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
-// This file holds membership changes (DESIGN.md "Leases and failure
+// This file holds membership changes (docs/design.md "Leases and failure
 // detection": range membership is kept here). A replica set changes one
 // replica at a time, and each change stays "in flight" (membersRecord.Change,
 // with the voters before it) until the promoter completes it: while it is in

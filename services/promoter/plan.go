@@ -12,7 +12,7 @@ import (
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
-// This file is the promotion decision (DESIGN.md "Promotion", steps 3 to 5):
+// This file is the promotion decision (docs/design.md "Promotion", steps 3 to 5):
 // given every replica's answer to Fence(R, E), which replica leads at E, what
 // the committed bound is, and which replicas are cut back to where. It is a
 // pure function of its input: the fence round trip before it and the

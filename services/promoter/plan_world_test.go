@@ -590,7 +590,7 @@ func (w *world) apply(e uint64, reach []bool, kinds []int, plan promoter.Plan) e
 	return nil
 }
 
-// check is run after every step: invariants 1 to 3 of DESIGN.md.
+// check is run after every step: invariants 1 to 3 of docs/design.md.
 func (w *world) check() error {
 	for _, r := range w.rs {
 		if r.hwm > r.logEnd() {

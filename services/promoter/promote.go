@@ -22,7 +22,7 @@ import (
 
 var tracer = otel.Tracer("github.com/tenurelog/tenure/services/promoter")
 
-// promotion is one run of DESIGN.md's steps 1-7 for one range.
+// promotion is one run of docs/design.md's steps 1-7 for one range.
 type promotion struct {
 	p       *Promoter
 	rangeID string

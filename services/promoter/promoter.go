@@ -1,4 +1,4 @@
-// Package promoter changes a range's leader safely (DESIGN.md "Promotion"):
+// Package promoter changes a range's leader safely (docs/design.md "Promotion"):
 // grant a new epoch, fence every replica and read its log in one round trip,
 // count only fenced replicas, decide the candidate and truncations with the
 // pure Decide, reconcile while fenced, adopt, bind the lease to the new leader

@@ -24,7 +24,7 @@ import (
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
 
-// These tests check DESIGN.md's "Observability" promise on a real cluster:
+// These tests check docs/design.md's "Observability" promise on a real cluster:
 // one promotion is one trace across promoter, lease service and replicas,
 // with a span per step and the attributes an operator needs to see why
 // the candidate won.
