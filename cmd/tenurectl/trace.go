@@ -57,7 +57,7 @@ const (
 )
 
 func runTrace(ctx context.Context, e *env, args []string) error {
-	flags := newFlags(e, "trace", "[--jaeger URL] [--json] TRACE_ID", traceHelp)
+	flags := newFlags(e, "trace", "[--jaeger URL] [--jaeger-ui URL] [--json] TRACE_ID", traceHelp)
 	jaegerDefault := defaultJaegerURL
 	if v := e.getenv("TENURECTL_JAEGER"); v != "" {
 		jaegerDefault = v
