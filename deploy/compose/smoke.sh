@@ -137,15 +137,16 @@ off)
 		log "fetching trace $trace_id from Jaeger's query API (jaeger:16686/api/traces/$trace_id)"
 		# One fence span per replica (the dead one's fails, but is traced).
 		smoke trace --trace-id "$trace_id" --span promote,fence-all,fence=3 --timeout 60s
+		# The port compose published for Jaeger's UI: the host's browser's
+		# way in, for tenurectl's link and the browser check.
+		ui=$(compose port jaeger 16686)
 		log "the same trace as tenurectl draws it"
 		timeout --foreground 120 docker run --rm --network "$NET" --label "tenure.smoke=$PROJECT" -v "$CERTS:/certs:ro" \
 			-e TENURECTL_CACERT=/certs/ca.pem -e TENURECTL_CERT=/certs/operator.pem -e TENURECTL_KEY=/certs/operator-key.pem \
-			-e TENURECTL_JAEGER=http://jaeger:16686 "$TENURE_IMAGE" tenurectl trace "$trace_id"
+			-e TENURECTL_JAEGER=http://jaeger:16686 -e TENURECTL_JAEGER_UI="http://$ui" "$TENURE_IMAGE" tenurectl trace "$trace_id"
 		if [ "$UI_MODE" = off ]; then
 			log "Jaeger UI check: SKIPPED (SMOKE_UI=off)"
 		else
-			# From the host, through the port compose published for the UI.
-			ui=$(compose port jaeger 16686)
 			log "the same trace in Jaeger's UI, in headless chromium: http://$ui/trace/$trace_id"
 			rc=0
 			deploy/compose/jaeger-ui-check.sh "http://$ui" "$trace_id" promote fence-all fence=3 || rc=$?
