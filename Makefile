@@ -236,7 +236,7 @@ up: images ## Start the compose stack (etcd x3, lease x2, replica x4 of which re
 	$(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE) up -d
 	COMPOSE="$(COMPOSE)" deploy/compose/wait-healthy.sh $(COMPOSE_PROJECT) 180
 	@echo "lease-1 https://127.0.0.1:7000, replicas 127.0.0.1:7101-7104 (replica-4: the spare), promoters 127.0.0.1:7201-7202"
-	@echo "Jaeger query API: http://127.0.0.1:16686/api/traces/<trace id> (/api/services lists services)"
+	@echo "Jaeger UI: http://127.0.0.1:16686/trace/<trace id> (query API: /api/traces/<trace id>; /api/services lists services)"
 	@echo "tenurectl on the stack's network: make ctl ARGS=status"
 
 .PHONY: down
