@@ -144,7 +144,7 @@ COMPOSE ?= $(shell if docker compose version >/dev/null 2>&1; then echo "docker 
 COMPOSE_FILE := deploy/compose/docker-compose.yml
 COMPOSE_PROJECT ?= tenure
 ETCD_VERSION := v3.7.3
-JAEGER_VERSION := v1.76.0
+JAEGER_VERSION := v1.75.0
 TENURE_IMAGE ?= tenure/tenure:dev
 ETCD_IMAGE ?= tenure/etcd:$(ETCD_VERSION)
 JAEGER_IMAGE ?= tenure/jaeger:$(JAEGER_VERSION)
@@ -169,9 +169,24 @@ $(BIN)/static/etcd: deploy/tools/etcd/go.mod deploy/tools/etcd/go.sum
 	@echo ">> building etcd $(ETCD_VERSION) from its pinned module (about 2 minutes on a cold cache)"
 	cd deploy/tools/etcd && $(STATIC_GO) -o $@ go.etcd.io/etcd/server/v3
 
+# Jaeger is pinned to v1.75.0 (v1.76.0 is on the module proxy but is not an
+# approved release): the build refuses a deploy/tools/jaeger/go.mod that
+# selects another version, and stamps the version into the binary (what
+# `jaeger version` and the UI's About menu show; a module build has none).
 $(BIN)/static/jaeger: deploy/tools/jaeger/go.mod deploy/tools/jaeger/go.sum
+	@v=$$(cd deploy/tools/jaeger && $(GO) list -m -f '{{.Version}}' github.com/jaegertracing/jaeger) && [ "$$v" = "$(JAEGER_VERSION)" ] || \
+		{ echo "deploy/tools/jaeger/go.mod selects jaeger '$$v', the Makefile pins $(JAEGER_VERSION)" >&2; exit 1; }
 	@echo ">> building jaeger $(JAEGER_VERSION) from its pinned module (6-15 minutes on a cold cache)"
-	cd deploy/tools/jaeger && $(STATIC_GO) -o $@ github.com/jaegertracing/jaeger/cmd/jaeger
+	cd deploy/tools/jaeger && CGO_ENABLED=0 $(GO) build -trimpath \
+		-ldflags='-s -X github.com/jaegertracing/jaeger/internal/version.latestVersion=$(JAEGER_VERSION)' \
+		-o $@ github.com/jaegertracing/jaeger/cmd/jaeger
+
+# The real Jaeger UI (jaeger-ui 1.68, built with npm upstream) from the Go
+# module github.com/tonistiigi/jaeger-ui-rest, unpacked by
+# deploy/tools/jaeger/uiassets into a tar the image ADDs; Jaeger's query
+# extension serves it (ui.assets_path in deploy/compose/jaeger.yaml).
+$(BIN)/static/jaeger-ui.tar: deploy/tools/jaeger/go.mod deploy/tools/jaeger/go.sum deploy/tools/jaeger/uiassets/main.go
+	cd deploy/tools/jaeger && $(GO) run ./uiassets -tar $@
 
 # image NAME TAG FILES...: stage a build context of hard links and build it.
 define image
@@ -187,7 +202,7 @@ image-tenure: $(BIN)/static/tenure $(BIN)/static/tenurectl
 	$(call image,tenure,$(TENURE_IMAGE),$^)
 image-etcd: $(BIN)/static/etcd $(BIN)/static/httpcheck
 	$(call image,etcd,$(ETCD_IMAGE),$^)
-image-jaeger: $(BIN)/static/jaeger $(BIN)/static/httpcheck deploy/compose/jaeger.yaml
+image-jaeger: $(BIN)/static/jaeger $(BIN)/static/jaeger-ui.tar $(BIN)/static/httpcheck deploy/compose/jaeger.yaml
 	$(call image,jaeger,$(JAEGER_IMAGE),$^)
 
 # The first `make images` compiles etcd and Jaeger from source: ~14 minutes
@@ -221,7 +236,7 @@ up: images ## Start the compose stack (etcd x3, lease x2, replica x4 of which re
 	$(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE) up -d
 	COMPOSE="$(COMPOSE)" deploy/compose/wait-healthy.sh $(COMPOSE_PROJECT) 180
 	@echo "lease-1 https://127.0.0.1:7000, replicas 127.0.0.1:7101-7104 (replica-4: the spare), promoters 127.0.0.1:7201-7202"
-	@echo "Jaeger query API: http://127.0.0.1:16686/api/traces/<trace id> (/api/services lists services)"
+	@echo "Jaeger UI: http://127.0.0.1:16686/trace/<trace id> (query API: /api/traces/<trace id>; /api/services lists services)"
 	@echo "tenurectl on the stack's network: make ctl ARGS=status"
 
 .PHONY: down
@@ -236,6 +251,26 @@ ps: ## Show the compose stack's containers and their health.
 compose-smoke: images $(BIN)/static/smoke ## Bring up a separate compose stack, kill a leader, check no acknowledged record is lost and the promotion's trace; always tears it down.
 	COMPOSE="$(COMPOSE)" SMOKE_BIN=$(BIN)/static/smoke timeout --kill-after=60 $(SMOKE_TIMEOUT) deploy/compose/smoke.sh
 
+# The real Jaeger UI, in a real browser: load TRACE_ID's page from any
+# Jaeger (a local one, or `make up`'s) in headless chromium and check the
+# span tree it draws (deploy/compose/jaeger-ui-check.sh; exit 3: no chromium,
+# so nothing was checked). make compose-smoke runs the same script.
+JAEGER_URL ?= http://127.0.0.1:16686
+JAEGER_UI_SPANS ?= promote fence
+.PHONY: jaeger-ui-check
+jaeger-ui-check: ## Load TRACE_ID's page in Jaeger's UI (JAEGER_URL, default http://127.0.0.1:16686) in headless chromium, check it draws the promote and fence spans (JAEGER_UI_SPANS); screenshot: bin/jaeger-trace.png.
+	@[ -n "$(TRACE_ID)" ] || { echo "usage: make jaeger-ui-check TRACE_ID=<trace id> [JAEGER_URL=$(JAEGER_URL)] [JAEGER_UI_SPANS='$(JAEGER_UI_SPANS)']" >&2; exit 2; }
+	JAEGER_UI_SCREENSHOT=$(BIN)/jaeger-trace.png deploy/compose/jaeger-ui-check.sh $(JAEGER_URL) $(TRACE_ID) $(JAEGER_UI_SPANS)
+
+# The same UI files as a folder, for a Jaeger run outside the image.
+$(BIN)/jaeger-ui/index.html: deploy/tools/jaeger/go.mod deploy/tools/jaeger/go.sum deploy/tools/jaeger/uiassets/main.go
+	rm -rf $(BIN)/jaeger-ui
+	cd deploy/tools/jaeger && $(GO) run ./uiassets -dir $(BIN)/jaeger-ui
+
+.PHONY: jaeger-ui-local
+jaeger-ui-local: $(BIN)/static/jaeger $(BIN)/jaeger-ui/index.html build ## Without Docker: run the image's Jaeger on loopback, export a promotion's trace from tenure dev, check it in headless chromium (bin/jaeger-trace.png); first run builds Jaeger (6-15 min).
+	timeout --kill-after=30 600 deploy/compose/jaeger-ui-local.sh
+
 CHAOS_COMPOSE_TIMEOUT ?= 1800
 
 $(BIN)/static/chaos: $(wildcard deploy/compose/chaos/*.go) $(GOFILES) go.mod go.sum
@@ -249,4 +284,4 @@ chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kil
 ctl: ## Run tenurectl on the compose stack's network: make ctl ARGS="status".
 	docker run --rm -i --network $(COMPOSE_PROJECT)_tenure -v $(COMPOSE_CERTS):/certs:ro \
 		-e TENURECTL_CACERT=/certs/ca.pem -e TENURECTL_CERT=/certs/operator.pem -e TENURECTL_KEY=/certs/operator-key.pem \
-		-e TENURECTL_LEASE=https://lease-1:7000 -e TENURECTL_PROMOTER=https://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 $(TENURE_IMAGE) tenurectl $(ARGS)
+		-e TENURECTL_LEASE=https://lease-1:7000 -e TENURECTL_PROMOTER=https://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 -e TENURECTL_JAEGER_UI=http://127.0.0.1:16686 $(TENURE_IMAGE) tenurectl $(ARGS)

@@ -6,15 +6,15 @@
 BEGIN {
 	order = "run test compose bench"
 	group["run"] = "build demo tools proto clean"
-	group["test"] = "test fmt-check vet lint proto-check gotest chaos-short fuzz chaos"
-	group["compose"] = "images up ps ctl down compose-smoke chaos-compose"
+	group["test"] = "test fmt-check vet lint proto-check gotest chaos-short fuzz chaos jaeger-ui-local"
+	group["compose"] = "images up ps ctl down compose-smoke chaos-compose jaeger-ui-check"
 	group["bench"] = "bench bench-check"
 	title["run"] = "Run (a local cluster, no docker)"
 	title["test"] = "Test"
 	title["compose"] = "Compose (docker; images are built here from source, nothing is pulled)"
 	title["bench"] = "Bench"
 
-	vars = "ARGS GOTESTFLAGS TEST_TIMEOUT SEEDS CHAOS_FLAGS FUZZTIME RPC_FUZZTIME FUZZ_MINIMIZE FUZZ_TMPDIR COMPOSE COMPOSE_PROJECT SMOKE_TIMEOUT CHAOS_COMPOSE_TIMEOUT TENURE_IMAGE ETCD_IMAGE JAEGER_IMAGE GO"
+	vars = "ARGS GOTESTFLAGS TEST_TIMEOUT SEEDS CHAOS_FLAGS FUZZTIME RPC_FUZZTIME FUZZ_MINIMIZE FUZZ_TMPDIR COMPOSE COMPOSE_PROJECT SMOKE_TIMEOUT CHAOS_COMPOSE_TIMEOUT TRACE_ID JAEGER_URL JAEGER_UI_SPANS TENURE_IMAGE ETCD_IMAGE JAEGER_IMAGE GO"
 	vdesc["ARGS"] = "arguments for demo (tenure dev, e.g. ARGS=--keep) and ctl (tenurectl, e.g. ARGS=status)"
 	vdesc["GOTESTFLAGS"] = "extra go test flags for gotest, chaos-short, bench-check (e.g. -count=1)"
 	vdesc["TEST_TIMEOUT"] = "go test -timeout of the test targets"
@@ -28,6 +28,9 @@ BEGIN {
 	vdesc["COMPOSE_PROJECT"] = "the compose project name (its network is NAME_tenure)"
 	vdesc["SMOKE_TIMEOUT"] = "compose-smoke: seconds before it is killed"
 	vdesc["CHAOS_COMPOSE_TIMEOUT"] = "chaos-compose: seconds before it is killed"
+	vdesc["TRACE_ID"] = "jaeger-ui-check: the trace whose page is loaded"
+	vdesc["JAEGER_URL"] = "jaeger-ui-check: the Jaeger UI's base URL"
+	vdesc["JAEGER_UI_SPANS"] = "jaeger-ui-check: span names the page must draw (NAME=N: at least N)"
 	vdesc["TENURE_IMAGE"] = "the tenure image tag"
 	vdesc["ETCD_IMAGE"] = "the etcd image tag"
 	vdesc["JAEGER_IMAGE"] = "the Jaeger image tag"
@@ -43,6 +46,7 @@ BEGIN {
 	pre = substr(head, c + 1)
 	gsub(/\$\(TOOLS\)/, "tools", pre)
 	gsub(/\$\(BIN\)\/static\//, "", pre)
+	gsub(/\$\(BIN\)\//, "bin/", pre)
 	gsub(/^ +| +$/, "", pre)
 	if (pre == name) pre = ""
 	d[name] = substr($0, i + 3)

@@ -507,7 +507,7 @@ func traceNote(ctx context.Context, id string) string {
 		case te.Failed > 0:
 			return fmt.Sprintf("%s (NOT exported: %d of its spans could not be sent to %s: %v)", id, te.Failed, to, te.Err)
 		case te.Exported > 0:
-			return fmt.Sprintf("%s (exported to %s: 'tenurectl trace %s' draws it from Jaeger)", id, to, id)
+			return fmt.Sprintf("%s (exported to %s: 'tenurectl trace %s' draws it from Jaeger and links its page in Jaeger's UI)", id, to, id)
 		case err != nil && cctx.Err() == nil:
 			return fmt.Sprintf("%s (NOT exported: flushing spans to %s failed: %v)", id, to, err)
 		}

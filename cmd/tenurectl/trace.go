@@ -34,6 +34,10 @@ adoption, and under each call the span of the replica or lease service that
 answered it. The trace id is in the transition record ('tenurectl
 transitions', 'tenurectl promote') and in the promoter's log.
 
+The last line links the same trace in Jaeger's UI (--jaeger-ui, by
+default the --jaeger URL: the UI and the query API share a port; 'make ctl'
+points it at the stack's published port, http://127.0.0.1:16686).
+
 Processes export spans in batches, so a trace can take a second or two to
 appear, and a process that was killed may never send its last spans.
 `
@@ -53,12 +57,13 @@ const (
 )
 
 func runTrace(ctx context.Context, e *env, args []string) error {
-	flags := newFlags(e, "trace", "[--jaeger URL] [--json] TRACE_ID", traceHelp)
+	flags := newFlags(e, "trace", "[--jaeger URL] [--jaeger-ui URL] [--json] TRACE_ID", traceHelp)
 	jaegerDefault := defaultJaegerURL
 	if v := e.getenv("TENURECTL_JAEGER"); v != "" {
 		jaegerDefault = v
 	}
 	jaeger := flags.String("jaeger", jaegerDefault, "Jaeger query base `URL`, or HOST:PORT (env TENURECTL_JAEGER)")
+	jaegerUI := flags.String("jaeger-ui", e.getenv("TENURECTL_JAEGER_UI"), "Jaeger UI base `URL` for the trace's link, when a browser reaches Jaeger elsewhere than --jaeger (default: --jaeger; env TENURECTL_JAEGER_UI)")
 	asJSON := flags.Bool("json", e.global.json, "print the waterfall's rows as JSON instead of drawing it")
 	positional, err := parseArgs(flags, args)
 	if err != nil {
@@ -72,11 +77,22 @@ func runTrace(ctx context.Context, e *env, args []string) error {
 		return usagef("trace id %q: want 32 hex digits (as in a transition record)", positional[0])
 	}
 
+	uiFlag, uiBase := "--jaeger-ui", *jaegerUI
+	if uiBase == "" {
+		uiFlag, uiBase = "--jaeger", *jaeger
+	}
+	ui, err := transport.BaseURL(uiBase, false)
+	if err != nil {
+		return usagef("%s: %v", uiFlag, err)
+	}
 	t, err := fetchJaegerTrace(ctx, *jaeger, id)
 	if err != nil {
 		return err
 	}
 	w := buildWaterfall(t)
+	// The single-page app's route for one trace: Jaeger serves its UI for
+	// every path that is not the API's or a static file's.
+	w.UIURL = ui + "/trace/" + id
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -185,6 +201,7 @@ func fetchJaegerTrace(ctx context.Context, base, id string) (*jaegerTrace, error
 type waterfall struct {
 	TraceID    string         `json:"trace_id"`
 	DurationUs int64          `json:"duration_us"`
+	UIURL      string         `json:"ui_url"` // the trace's page in Jaeger's UI
 	Spans      []waterfallRow `json:"spans"`
 
 	start int64 // µs since the epoch of the trace's first span
@@ -431,6 +448,11 @@ func (w *waterfall) draw(out io.Writer) error {
 	}
 	for line := range strings.Lines(buf.String()) {
 		if _, err := io.WriteString(out, strings.TrimRight(line, " \n")+"\n"); err != nil {
+			return err
+		}
+	}
+	if w.UIURL != "" {
+		if _, err := fmt.Fprintf(out, "\nin Jaeger's UI: %s\n", w.UIURL); err != nil {
 			return err
 		}
 	}

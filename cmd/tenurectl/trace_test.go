@@ -55,6 +55,12 @@ func TestTraceDrawsWaterfall(t *testing.T) {
 	if want := []string{"GET /api/traces/" + recordedTraceID}; strings.Join(*paths, ",") != strings.Join(want, ",") {
 		t.Errorf("asked Jaeger for %q, want %q", *paths, want)
 	}
+	// The last line links the trace in Jaeger's UI, on the --jaeger server
+	// (its address is the test's; the golden file says JAEGER).
+	if want := "\nin Jaeger's UI: " + srv.URL + "/trace/" + recordedTraceID + "\n"; !strings.HasSuffix(stdout, want) {
+		t.Errorf("tenurectl trace's output ends %q, want %q", stdout[max(0, len(stdout)-120):], want)
+	}
+	stdout = strings.ReplaceAll(stdout, srv.URL, "http://JAEGER")
 	golden := filepath.Join("testdata", "trace_waterfall.txt")
 	if *rewriteTrace {
 		if err := os.WriteFile(golden, []byte(stdout), 0o644); err != nil {
@@ -84,6 +90,9 @@ func TestTraceJSON(t *testing.T) {
 	var got waterfall
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, stdout)
+	}
+	if want := srv.URL + "/trace/" + recordedTraceID; got.UIURL != want {
+		t.Errorf("ui_url = %q, want %q", got.UIURL, want)
 	}
 	if got.TraceID != recordedTraceID || got.DurationUs != 48210 || len(got.Spans) != 26 {
 		t.Fatalf("trace %s, %dus, %d spans; want %s, 48210us, 26 spans", got.TraceID, got.DurationUs, len(got.Spans), recordedTraceID)
@@ -156,6 +165,37 @@ func TestTraceJaegerFromEnvironment(t *testing.T) {
 	}
 	if len(*paths) != 1 {
 		t.Errorf("TENURECTL_JAEGER's server got %d requests, want 1", len(*paths))
+	}
+	if want := "in Jaeger's UI: " + srv.URL + "/trace/" + recordedTraceID + "\n"; !strings.HasSuffix(out.String(), want) {
+		t.Errorf("the UI link defaults to TENURECTL_JAEGER's server: output ends %q, want %q", out.String()[max(0, out.Len()-120):], want)
+	}
+}
+
+// make ctl runs tenurectl on the stack's network, where Jaeger is
+// http://jaeger:16686, but the engineer's browser reaches the port compose
+// publishes: --jaeger-ui (TENURECTL_JAEGER_UI) names that one for the link,
+// and a bad value is refused before Jaeger is asked.
+func TestTraceJaegerUILink(t *testing.T) {
+	srv, paths := fakeJaeger(t)
+	var out, errOut bytes.Buffer
+	e := &env{stdout: &out, stderr: &errOut, getenv: func(k string) string {
+		if k == "TENURECTL_JAEGER_UI" {
+			return "127.0.0.1:16686"
+		}
+		return ""
+	}}
+	if code := run(context.Background(), e, []string{"trace", "--jaeger", srv.URL, recordedTraceID}); code != exitOK {
+		t.Fatalf("status %d, stderr:\n%s", code, errOut.String())
+	}
+	if want := "\nin Jaeger's UI: http://127.0.0.1:16686/trace/" + recordedTraceID + "\n"; !strings.HasSuffix(out.String(), want) {
+		t.Errorf("output ends %q, want %q", out.String()[max(0, out.Len()-120):], want)
+	}
+	code, _, stderr := runCmd(t, "trace", "--jaeger", srv.URL, "--jaeger-ui", "ftp://x", recordedTraceID)
+	if code != exitUsage || !strings.Contains(stderr, "--jaeger-ui") {
+		t.Errorf("--jaeger-ui ftp://x: status %d, stderr %q; want a usage error naming --jaeger-ui", code, stderr)
+	}
+	if len(*paths) != 1 {
+		t.Errorf("Jaeger got %d requests, want 1 (none for the refused --jaeger-ui)", len(*paths))
 	}
 }
 

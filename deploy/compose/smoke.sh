@@ -6,8 +6,11 @@
 # waits for the promotion, produces again, checks every acknowledged record is
 # readable at its offset, restarts the killed replica and waits for it to
 # follow and catch up, and finds the promotion's trace in Jaeger by the trace
-# id of its transition record. The stack is ALWAYS torn down with its
-# volumes, also on failure or interruption. Every wait is bounded.
+# id of its transition record, then loads that trace's page in Jaeger's real
+# UI in headless chromium (jaeger-ui-check.sh: the page must draw the promote
+# and fence spans; screenshot in bin/jaeger-trace.png). The stack is ALWAYS
+# torn down with its volumes, also on failure or interruption. Every wait is
+# bounded.
 #
 # Needs: the images (`make images`) and the static smoke client
 # (bin/static/smoke, `make compose-smoke` builds both).
@@ -26,6 +29,10 @@ RECORDS=${SMOKE_RECORDS:-200}
 # trace id; auto skips the trace check, loudly, in that case (binaries built
 # without OTLP export); off skips it.
 TRACE_MODE=${SMOKE_TRACE:-require}
+# SMOKE_UI=require (the default) fails when there is no chromium to load the
+# trace's page in Jaeger's UI; auto skips the browser check, loudly, then;
+# off skips it.
+UI_MODE=${SMOKE_UI:-require}
 NET="${PROJECT}_tenure"
 # The stack's certificates (make compose-certs; the Makefile exports the path).
 CERTS=$(realpath "${TENURE_CERTS_DIR:-bin/compose-certs}")
@@ -130,10 +137,31 @@ off)
 		log "fetching trace $trace_id from Jaeger's query API (jaeger:16686/api/traces/$trace_id)"
 		# One fence span per replica (the dead one's fails, but is traced).
 		smoke trace --trace-id "$trace_id" --span promote,fence-all,fence=3 --timeout 60s
+		# The port compose published for Jaeger's UI: the host's browser's
+		# way in, for tenurectl's link and the browser check.
+		ui=$(compose port jaeger 16686)
 		log "the same trace as tenurectl draws it"
 		timeout --foreground 120 docker run --rm --network "$NET" --label "tenure.smoke=$PROJECT" -v "$CERTS:/certs:ro" \
 			-e TENURECTL_CACERT=/certs/ca.pem -e TENURECTL_CERT=/certs/operator.pem -e TENURECTL_KEY=/certs/operator-key.pem \
-			-e TENURECTL_JAEGER=http://jaeger:16686 "$TENURE_IMAGE" tenurectl trace "$trace_id"
+			-e TENURECTL_JAEGER=http://jaeger:16686 -e TENURECTL_JAEGER_UI="http://$ui" "$TENURE_IMAGE" tenurectl trace "$trace_id"
+		if [ "$UI_MODE" = off ]; then
+			log "Jaeger UI check: SKIPPED (SMOKE_UI=off)"
+		else
+			log "the same trace in Jaeger's UI, in headless chromium: http://$ui/trace/$trace_id"
+			rc=0
+			deploy/compose/jaeger-ui-check.sh "http://$ui" "$trace_id" promote fence-all fence=3 || rc=$?
+			case "$rc" in
+			0) ;;
+			3)
+				if [ "$UI_MODE" = require ]; then
+					log "Jaeger UI check FAILED: no chromium on this host (apt-get install chromium; SMOKE_UI=auto skips the check then)"
+					exit 1
+				fi
+				log "Jaeger UI check: SKIPPED: no chromium on this host (SMOKE_UI=auto)"
+				;;
+			*) exit "$rc" ;;
+			esac
+		fi
 	fi
 	;;
 esac
