@@ -220,7 +220,7 @@ compose-certs: $(BIN)/static/tenure
 up: images ## Start the compose stack (etcd x3, lease x2, replica x4 of which replica-4 is an idle spare, promoter x2, Jaeger) and wait for it to be healthy; builds the images first (~14 min the first time).
 	$(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE) up -d
 	COMPOSE="$(COMPOSE)" deploy/compose/wait-healthy.sh $(COMPOSE_PROJECT) 180
-	@echo "lease-1 https://127.0.0.1:7000, replicas 127.0.0.1:7101-7104 (replica-4: the spare), promoters 127.0.0.1:7201-7202"
+	@echo "lease-1 https://127.0.0.1:7000, lease-2 https://127.0.0.1:7001, replicas 127.0.0.1:7101-7104 (replica-4: the spare), promoters 127.0.0.1:7201-7202"
 	@echo "Jaeger query API: http://127.0.0.1:16686/api/traces/<trace id> (/api/services lists services)"
 	@echo "tenurectl on the stack's network: make ctl ARGS=status"
 
@@ -249,4 +249,4 @@ chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kil
 ctl: ## Run tenurectl on the compose stack's network: make ctl ARGS="status".
 	docker run --rm -i --network $(COMPOSE_PROJECT)_tenure -v $(COMPOSE_CERTS):/certs:ro \
 		-e TENURECTL_CACERT=/certs/ca.pem -e TENURECTL_CERT=/certs/operator.pem -e TENURECTL_KEY=/certs/operator-key.pem \
-		-e TENURECTL_LEASE=https://lease-1:7000 -e TENURECTL_PROMOTER=https://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 $(TENURE_IMAGE) tenurectl $(ARGS)
+		-e TENURECTL_LEASE=https://lease-1:7000,https://lease-2:7000 -e TENURECTL_PROMOTER=https://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 $(TENURE_IMAGE) tenurectl $(ARGS)
