@@ -116,12 +116,24 @@ func (f *Failover) Do(req *http.Request) (*http.Response, error) {
 		switch {
 		case err == nil && !expired && !(safe && !last && resp.StatusCode == http.StatusServiceUnavailable):
 			// An answer (an error answer too, but for a safe call's
-			// Unavailable): this instance works.
-			f.current.Store(int32(idx))
+			// Unavailable): this instance works. One that answers
+			// Unavailable (it cannot reach etcd in time) answers this
+			// call, whose outcome is unknown, but later calls try the
+			// next instance first.
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				f.current.CompareAndSwap(int32(idx), int32((idx+1)%n))
+			} else {
+				f.current.Store(int32(idx))
+			}
 			return resp, nil
 		case req.Context().Err() != nil:
-			// The caller's deadline or cancellation, not the instance's
-			// fault: nothing is left to try with.
+			// The caller's deadline or cancellation: nothing is left to
+			// try with. A deadline spent waiting on this instance moves
+			// later calls on to the next one; a caller that gave up says
+			// nothing about the instance.
+			if errors.Is(req.Context().Err(), context.DeadlineExceeded) {
+				f.current.CompareAndSwap(int32(idx), int32((idx+1)%n))
+			}
 			return resp, err
 		}
 		if err == nil {
