@@ -242,7 +242,7 @@ $(BIN)/static/chaos: $(wildcard deploy/compose/chaos/*.go) $(GOFILES) go.mod go.
 	$(STATIC_GO) -o $@ ./deploy/compose/chaos
 
 .PHONY: chaos-compose
-chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kill, pause, disconnect, majority restart, damaged journal, paused lease services, replica replaced by the spare) under load, check safety and liveness, print the scoreboard; always tears it down.
+chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kill, pause, disconnect, majority restart, damaged journal, paused lease services, replica replaced by the spare, a lease instance or etcd member killed) under load, check safety and liveness, print the scoreboard; always tears it down.
 	COMPOSE="$(COMPOSE)" CHAOS_BIN=$(BIN)/static/chaos CHAOS_TENURECTL=$(BIN)/static/tenurectl timeout --kill-after=60 $(CHAOS_COMPOSE_TIMEOUT) deploy/compose/chaos.sh
 
 .PHONY: ctl
