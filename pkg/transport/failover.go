@@ -85,7 +85,7 @@ func (f *Failover) Current() string { return f.bases[f.current.Load()].String() 
 func (f *Failover) Do(req *http.Request) (*http.Response, error) {
 	n := len(f.bases)
 	if n == 1 {
-		return f.hc.Do(f.retarget(req, 0))
+		return f.hc.Do(req)
 	}
 	// The procedure, as the Connect client appended it to the base URL.
 	procedure := strings.TrimPrefix(req.URL.Path, strings.TrimRight(f.bases[0].Path, "/"))
@@ -95,7 +95,10 @@ func (f *Failover) Do(req *http.Request) (*http.Response, error) {
 	for i := range n {
 		idx := (start + i) % n
 		last := i == n-1
-		attempt := f.retarget(req, idx)
+		attempt := req
+		if i > 0 || idx != 0 {
+			attempt = f.retarget(req, idx)
+		}
 		if i > 0 {
 			// The body of the first try may be consumed: a fresh copy.
 			if req.GetBody == nil {
@@ -159,12 +162,11 @@ func (f *Failover) Do(req *http.Request) (*http.Response, error) {
 	return nil, lastErr
 }
 
-// retarget is req sent to instance idx: its base URL in place of the
-// first instance's, the procedure path kept.
+// retarget is a copy of req sent to instance idx: its base URL in place of
+// the first instance's, the procedure path kept. A copy, since a client
+// must not change the request it was given, and a second try sets its own
+// body.
 func (f *Failover) retarget(req *http.Request, idx int) *http.Request {
-	if idx == 0 {
-		return req
-	}
 	r := req.Clone(req.Context())
 	b := f.bases[idx]
 	r.URL.Scheme, r.URL.Host = b.Scheme, b.Host
