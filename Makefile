@@ -235,7 +235,7 @@ compose-certs: $(BIN)/static/tenure
 up: images ## Start the compose stack (etcd x3, lease x2, replica x4 of which replica-4 is an idle spare, promoter x2, Jaeger) and wait for it to be healthy; builds the images first (~14 min the first time).
 	$(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE) up -d
 	COMPOSE="$(COMPOSE)" deploy/compose/wait-healthy.sh $(COMPOSE_PROJECT) 180
-	@echo "lease-1 https://127.0.0.1:7000, replicas 127.0.0.1:7101-7104 (replica-4: the spare), promoters 127.0.0.1:7201-7202"
+	@echo "lease-1 https://127.0.0.1:7000, lease-2 https://127.0.0.1:7001, replicas 127.0.0.1:7101-7104 (replica-4: the spare), promoters 127.0.0.1:7201-7202"
 	@echo "Jaeger UI: http://127.0.0.1:16686/trace/<trace id> (query API: /api/traces/<trace id>; /api/services lists services)"
 	@echo "tenurectl on the stack's network: make ctl ARGS=status"
 
@@ -277,11 +277,11 @@ $(BIN)/static/chaos: $(wildcard deploy/compose/chaos/*.go) $(GOFILES) go.mod go.
 	$(STATIC_GO) -o $@ ./deploy/compose/chaos
 
 .PHONY: chaos-compose
-chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kill, pause, disconnect, majority restart, damaged journal, paused lease services, replica replaced by the spare) under load, check safety and liveness, print the scoreboard; always tears it down.
+chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kill, pause, disconnect, majority restart, damaged journal, paused lease services, replica replaced by the spare, a lease instance or etcd member killed) under load, check safety and liveness, print the scoreboard; always tears it down.
 	COMPOSE="$(COMPOSE)" CHAOS_BIN=$(BIN)/static/chaos CHAOS_TENURECTL=$(BIN)/static/tenurectl timeout --kill-after=60 $(CHAOS_COMPOSE_TIMEOUT) deploy/compose/chaos.sh
 
 .PHONY: ctl
 ctl: ## Run tenurectl on the compose stack's network: make ctl ARGS="status".
 	docker run --rm -i --network $(COMPOSE_PROJECT)_tenure -v $(COMPOSE_CERTS):/certs:ro \
 		-e TENURECTL_CACERT=/certs/ca.pem -e TENURECTL_CERT=/certs/operator.pem -e TENURECTL_KEY=/certs/operator-key.pem \
-		-e TENURECTL_LEASE=https://lease-1:7000 -e TENURECTL_PROMOTER=https://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 -e TENURECTL_JAEGER_UI=http://127.0.0.1:16686 $(TENURE_IMAGE) tenurectl $(ARGS)
+		-e TENURECTL_LEASE=https://lease-1:7000,https://lease-2:7000 -e TENURECTL_PROMOTER=https://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 -e TENURECTL_JAEGER_UI=http://127.0.0.1:16686 $(TENURE_IMAGE) tenurectl $(ARGS)

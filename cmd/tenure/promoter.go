@@ -26,7 +26,7 @@ func runPromoter(ctx context.Context, args []string) error {
 	host, _ := os.Hostname()
 	id := fs.String("id", "promoter-"+host, "promoter id, unique among promoters (shown in transition records and the election)")
 	etcd := fs.String("etcd", "127.0.0.1:2379", "comma-separated etcd endpoints (the election and transition records live there)")
-	leaseURL := fs.String("lease", "http://127.0.0.1:7000", "lease service base URL")
+	leaseURL := fs.String("lease", "http://127.0.0.1:7000", leaseFlagHelp)
 	listen := fs.String("listen", "127.0.0.1:7200", "address to serve PromoterService on")
 	advertise := fs.String("advertise", "", "base URL the other promoters reach this one at: while this one is elected, they forward operators' requests there (default <scheme>://<listen>, an unspecified host such as 0.0.0.0 replaced by this host's name)")
 	prefix := fs.String("prefix", "/tenure/", "etcd key prefix; must match the lease service's")
@@ -61,7 +61,7 @@ func runPromoter(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopTracing()
-	lURL, err := serviceURL("lease", *leaseURL)
+	lURLs, err := serviceURLs("lease", *leaseURL)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func runPromoter(ctx context.Context, args []string) error {
 		return err
 	}
 	p, err := promoter.New(promoter.Config{
-		ID: *id, URL: url, Etcd: cli, Prefix: *prefix, LeaseURL: lURL, Logger: log,
+		ID: *id, URL: url, Etcd: cli, Prefix: *prefix, LeaseURL: lURLs[0], LeaseURLs: lURLs[1:], Logger: log,
 		ProbeInterval: *probe, ProbeMisses: *misses, StatusInterval: *status, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
 		KeepTransitions: *keepTransitions,
 	})

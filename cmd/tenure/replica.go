@@ -12,9 +12,9 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/tenurelog/tenure/internal/flagusage"
+	"github.com/tenurelog/tenure/pkg/leaseclient"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
-	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 	"github.com/tenurelog/tenure/services/lease"
 	"github.com/tenurelog/tenure/services/replica"
 )
@@ -33,7 +33,7 @@ func runReplica(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:7101", "address to serve LogService and ReplicaService on (HTTP/2 cleartext: Connect, gRPC and gRPC-Web clients)")
 	advertise := fs.String("advertise", "", "base URL that followers, clients and the promoter reach this replica at (default http://<listen>)")
 	dataDir := fs.String("data-dir", "", "directory for the Badger log, the epoch journals and each range's state (default ./data/<id>); one replica per directory")
-	leaseURL := fs.String("lease", "", "lease service base URL; when set, a leader keeps its lease alive there and stops acknowledging appends and serving reads when it cannot renew. Empty: no lease service, a leader's lease is always valid (fencing alone keeps it safe)")
+	leaseURL := fs.String("lease", "", "lease service base URL, or several instances of it (over one etcd) separated by commas: a renewal an instance does not answer goes to the next, under the same session; when set, a leader keeps its lease alive there and stops acknowledging appends and serving reads when it cannot renew. Empty: no lease service, a leader's lease is always valid (fencing alone keeps it safe)")
 	leaseTTL := fs.Duration("lease-ttl", 0, "TTL of this replica's lease session, whole seconds (0: the lease service's default); only with --lease")
 	fetchWait := fs.Duration("fetch-wait", time.Second, fmt.Sprintf("how long a follower lets its leader hold a fetch with nothing new (at most %dms)", wire.MaxFetchWaitMillis))
 	logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -79,11 +79,16 @@ func runReplica(ctx context.Context, args []string) error {
 	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait}
 	var keeper *lease.Keeper
 	if *leaseURL != "" {
-		lURL, err := serviceURL("lease", *leaseURL)
+		lURLs, err := serviceURLs("lease", *leaseURL)
 		if err != nil {
 			return err
 		}
-		lc := tenurev1connect.NewLeaseServiceClient(transport.NewHTTPClient(), lURL, transport.ClientOptions()...)
+		// One session, renewed through whichever instance answers
+		// (pkg/leaseclient): losing an instance loses no leadership.
+		lc, err := leaseclient.New(transport.NewHTTPClient(), lURLs)
+		if err != nil {
+			return fmt.Errorf("--lease: %w", err)
+		}
 		// The Keeper opens its session in the background and retries, so a
 		// replica can start before the lease service does.
 		keeper, err = lease.NewKeeper(lc, *id, advertiseURL(*advertise, *listen), lease.WithSessionTTL(*leaseTTL), lease.WithKeeperLogger(log))

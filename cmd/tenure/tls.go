@@ -73,6 +73,19 @@ func etcdTLS(endpoints string) *tls.Config {
 // of tenure and tenurectl follows (transport.BaseURL): HOST:PORT, and
 // http:// when this process speaks TLS, mean the scheme it speaks, so a
 // default like http://127.0.0.1:7000 still names the right server.
+// leaseFlagHelp is the --help text of the promoter's --lease.
+const leaseFlagHelp = "lease service base URL, or several instances of it (over the same etcd) separated by commas, e.g. https://lease-1:7000,https://lease-2:7000: calls go to the instance that answered last, and to the next when it does not answer (those safe to repeat also when the outcome is unknown: pkg/leaseclient)"
+
+// serviceURLs is serviceURL for a flag that may name several instances of
+// one service, separated by commas (--lease).
+func serviceURLs(flagName, u string) ([]string, error) {
+	v, err := transport.BaseURLs(u, transport.TLS() != nil)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flagName, err)
+	}
+	return v, nil
+}
+
 func serviceURL(flagName, u string) (string, error) {
 	v, err := transport.BaseURL(u, transport.TLS() != nil)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tenurelog/tenure/pkg/auth"
+	"github.com/tenurelog/tenure/pkg/leaseclient"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -60,7 +61,7 @@ func parseGlobal(e *env, args []string) ([]string, error) {
 			}
 			value, args = args[1], args[1:]
 		}
-		if err := (urlValue{new(string)}).Set(value); err != nil {
+		if err := (urlValue{s: new(string), list: name == "lease"}).Set(value); err != nil {
 			return nil, fmt.Errorf("invalid value %q for flag --%s: %v", value, name, err)
 		}
 		args = args[1:]
@@ -96,8 +97,8 @@ func addClusterFlags(e *env, fs *flag.FlagSet) clusterOpts {
 		return def
 	}
 	lease, promoter := pick(e.global.lease, "TENURECTL_LEASE", defaultLeaseURL), pick(e.global.promoter, "TENURECTL_PROMOTER", defaultPromoterURL)
-	fs.Var(urlValue{&lease}, "lease", "lease service base `URL`, or HOST:PORT (env TENURECTL_LEASE)")
-	fs.Var(urlValue{&promoter}, "promoter", "promoter base `URL`, or HOST:PORT (env TENURECTL_PROMOTER)")
+	fs.Var(urlValue{s: &lease, list: true}, "lease", "lease service base `URL`, or HOST:PORT, or several instances of it separated by commas, tried in turn when one does not answer (env TENURECTL_LEASE)")
+	fs.Var(urlValue{s: &promoter}, "promoter", "promoter base `URL`, or HOST:PORT (env TENURECTL_PROMOTER)")
 	return clusterOpts{
 		lease:    &lease,
 		promoter: &promoter,
@@ -130,8 +131,13 @@ func (o clusterOpts) tls() bool {
 
 // urlValue is a flag naming a server, checked as it is set by
 // transport.BaseURL's rule (the same in every command and in tenure's own
-// flags); newClients resolves it once TLS is known.
-type urlValue struct{ s *string }
+// flags); newClients resolves it once TLS is known. With list, it may name
+// several instances of the server separated by commas (transport.BaseURLs:
+// --lease).
+type urlValue struct {
+	s    *string
+	list bool
+}
 
 func (u urlValue) String() string {
 	if u.s == nil {
@@ -141,7 +147,11 @@ func (u urlValue) String() string {
 }
 
 func (u urlValue) Set(v string) error {
-	if _, err := transport.BaseURL(v, false); err != nil {
+	check := func(v string) error { _, err := transport.BaseURL(v, false); return err }
+	if u.list {
+		check = func(v string) error { _, err := transport.BaseURLs(v, false); return err }
+	}
+	if err := check(v); err != nil {
 		return err
 	}
 	*u.s = v
@@ -151,7 +161,9 @@ func (u urlValue) Set(v string) error {
 // clients are the Connect clients of one command run, built the way every
 // tenure client is (pkg/transport: HTTP/2 cleartext, read limits).
 type clients struct {
-	http        *http.Client
+	http *http.Client
+	// leaseURL is --lease as resolved: one URL, or several separated by
+	// commas, which lease fails over between (pkg/leaseclient).
 	leaseURL    string
 	promoterURL string
 	lease       tenurev1connect.LeaseServiceClient
@@ -169,16 +181,27 @@ func newClients(o clusterOpts) *clients {
 	}
 	// HOST:PORT and, under TLS, http:// mean the scheme the calls speak.
 	// (Flags were checked as they were parsed, the environment by run.)
-	for _, u := range []*string{o.lease, o.promoter} {
-		if resolved, err := transport.BaseURL(*u, o.tls()); err == nil {
-			*u = resolved
+	if resolved, err := transport.BaseURL(*o.promoter, o.tls()); err == nil {
+		*o.promoter = resolved
+	}
+	var lc tenurev1connect.LeaseServiceClient
+	leaseURLs, err := transport.BaseURLs(*o.lease, o.tls())
+	if err == nil {
+		*o.lease = strings.Join(leaseURLs, ",")
+		var c *leaseclient.Client
+		if c, err = leaseclient.New(hc, leaseURLs); err == nil {
+			lc = c
 		}
+	}
+	if err != nil {
+		// Checked as parsed: not reached but for a list the parse let by.
+		lc = tenurev1connect.NewLeaseServiceClient(&http.Client{Transport: failingTransport{err}}, "http://invalid", transport.ClientOptions()...)
 	}
 	return &clients{
 		http:        hc,
 		leaseURL:    *o.lease,
 		promoterURL: *o.promoter,
-		lease:       tenurev1connect.NewLeaseServiceClient(hc, *o.lease, transport.ClientOptions()...),
+		lease:       lc,
 		promoter:    tenurev1connect.NewPromoterServiceClient(hc, *o.promoter, transport.ClientOptions()...),
 	}
 }

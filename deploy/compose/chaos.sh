@@ -10,7 +10,11 @@
 # of three replicas together, then start them; corrupt or truncate a stopped
 # follower's journal; docker pause the lease services for 1.1-2.5 x the
 # lease TTL; replace a member (sometimes the leader) with the idle fourth
-# replica through `tenurectl range replace-replica`. After healing, each range must serve again within the liveness
+# replica through `tenurectl range replace-replica`; docker kill the lease
+# instance the leader renews through, then the leader (kill-lease), and the
+# same with an etcd member (kill-etcd-member): the range must go on
+# acknowledging appends through the surviving instances, and be promoted
+# through them. After healing, each range must serve again within the liveness
 # bound, with the promoter's view agreeing (the stuck column). It reads
 # the final state through tenurectl, checks every run with
 # internal/chaos/check and ends with the scoreboard. The
@@ -27,7 +31,8 @@
 #   CHAOS_SEED=N        reproduce a run's choices (printed at the start and end)
 #   CHAOS_SCENARIOS=a,b run only these (kill-leader, pause-leader,
 #                       disconnect-leader, restart-majority, corrupt-journal,
-#                       pause-lease, replace-replica)
+#                       pause-lease, replace-replica, kill-lease,
+#                       kill-etcd-member)
 #   CHAOS_KEEP_LOGS=1   print every container's log tail also on success
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,7 +51,7 @@ for f in "$CHAOS_BIN" "$TENURECTL"; do
 done
 SEED=${CHAOS_SEED:-0}
 if [ "$SEED" = 0 ]; then SEED=$(( ($(date +%s%N) / 1000) % 1000000000 + 1 )); fi
-SCENARIOS=${CHAOS_SCENARIOS:-kill-leader,pause-leader,disconnect-leader,restart-majority,corrupt-journal,pause-lease,replace-replica}
+SCENARIOS=${CHAOS_SCENARIOS:-kill-leader,pause-leader,disconnect-leader,restart-majority,corrupt-journal,pause-lease,replace-replica,kill-lease,kill-etcd-member}
 TENURE_IMAGE=${TENURE_IMAGE:-tenure/tenure:dev}
 . deploy/compose/lib.sh
 

@@ -10,7 +10,7 @@
 if [ -z "${COMPOSE:-}" ]; then
 	if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE=docker-compose; fi
 fi
-for v in LEASE REPLICA_1 REPLICA_2 REPLICA_3 REPLICA_4 PROMOTER_1 PROMOTER_2 JAEGER OTLP; do
+for v in LEASE LEASE_2 REPLICA_1 REPLICA_2 REPLICA_3 REPLICA_4 PROMOTER_1 PROMOTER_2 JAEGER OTLP; do
 	export "TENURE_PUBLISH_${v}=127.0.0.1:"
 done
 export TENURE_IMAGE

@@ -29,3 +29,32 @@ func BaseURL(value string, tls bool) (string, error) {
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }
+
+// MaxBaseURLs bounds the instances one flag may name (BaseURLs): a client
+// tries each in turn before a call fails, so the list bounds a call's tries.
+const MaxBaseURLs = 8
+
+// BaseURLs is BaseURL for a flag that may name several instances of one
+// stateless service, separated by commas ("https://lease-1:7000,lease-2:7000"):
+// each follows BaseURL's rule, none may be named twice, and there is at
+// least one and at most MaxBaseURLs.
+func BaseURLs(value string, tls bool) ([]string, error) {
+	parts := strings.Split(value, ",")
+	if len(parts) > MaxBaseURLs {
+		return nil, fmt.Errorf("%q names %d servers, at most %d", value, len(parts), MaxBaseURLs)
+	}
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		u, err := BaseURL(p, tls)
+		if err != nil {
+			return nil, err
+		}
+		for _, seen := range out {
+			if seen == u {
+				return nil, fmt.Errorf("%q names %s twice", value, u)
+			}
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}

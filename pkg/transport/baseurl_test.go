@@ -1,6 +1,9 @@
 package transport
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestBaseURL(t *testing.T) {
 	for _, tt := range []struct {
@@ -27,6 +30,29 @@ func TestBaseURL(t *testing.T) {
 		got, err := BaseURL(tt.in, tt.tls)
 		if (err != nil) != tt.wantError || got != tt.want {
 			t.Errorf("BaseURL(%q, %v) = %q, %v; want %q, error %v", tt.in, tt.tls, got, err, tt.want, tt.wantError)
+		}
+	}
+}
+
+func TestBaseURLs(t *testing.T) {
+	for _, tt := range []struct {
+		in        string
+		tls       bool
+		want      string
+		wantError bool
+	}{
+		{in: "lease-1:7000", want: "http://lease-1:7000"},
+		{in: "https://lease-1:7000,https://lease-2:7000", want: "https://lease-1:7000 https://lease-2:7000"},
+		{in: "lease-1:7000, lease-2:7000", tls: true, want: "https://lease-1:7000 https://lease-2:7000"},
+		{in: "lease-1:7000,", wantError: true},
+		{in: "lease-1:7000,lease-1:7000", wantError: true},
+		{in: "lease-1:7000,http://lease-1:7000", wantError: true},
+		{in: "a:1,a:2,a:3,a:4,a:5,a:6,a:7,a:8,a:9", wantError: true},
+		{in: "", wantError: true},
+	} {
+		got, err := BaseURLs(tt.in, tt.tls)
+		if (err != nil) != tt.wantError || strings.Join(got, " ") != tt.want {
+			t.Errorf("BaseURLs(%q, %v) = %q, %v; want %q, error %v", tt.in, tt.tls, got, err, tt.want, tt.wantError)
 		}
 	}
 }

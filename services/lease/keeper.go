@@ -45,6 +45,14 @@ func validityMargin(ttl time.Duration) time.Duration { return ttl / 10 }
 // from the answer would overstate the lease by a round trip, which is exactly
 // the case of a slow or partitioned network where the lease matters.
 //
+// With a client of several lease service instances (pkg/leaseclient), a
+// renewal one instance does not answer goes to the next under the same
+// session id: instances are stateless over one etcd, so the same etcd lease
+// is renewed and every range bound to it stays bound. The send time is
+// still taken before the first try, so the instance that finally answered
+// renewed the TTL after it: the bound stays that of a real renewal, only
+// more conservative by the failed try.
+//
 // A session that expires takes every lease bound to it; the Keeper then
 // opens a new session, and the ranges held under the old one are invalid:
 // their leases are gone, and only a new binding, which the promoter makes,

@@ -60,6 +60,9 @@ type cluster struct {
 	// older, when set, makes every replica serve as the version before the
 	// batched calls: FenceRanges and AdoptRanges answer Unimplemented.
 	older bool
+	// keeperLease, when set, is the lease client the replicas' keepers use
+	// (default lease.Client): several lease instances (lease_failover_test).
+	keeperLease tenurev1connect.LeaseServiceClient
 }
 
 // newCluster starts etcd, the lease service and n replicas (r1..rn).
@@ -92,7 +95,11 @@ func newClusterOf(t testing.TB, n int, fetchWait time.Duration, older bool) *clu
 // on the same address, so the range's membership stays true.
 func (c *cluster) start(tr *testReplica) {
 	c.t.Helper()
-	k, err := lease.NewKeeper(c.lease.Client, tr.id, "", lease.WithSessionTTL(2*time.Second), lease.WithKeeperLogger(c.log))
+	lc := c.lease.Client
+	if c.keeperLease != nil {
+		lc = c.keeperLease
+	}
+	k, err := lease.NewKeeper(lc, tr.id, "", lease.WithSessionTTL(2*time.Second), lease.WithKeeperLogger(c.log))
 	if err != nil {
 		c.t.Fatalf("keeper for %s: %v", tr.id, err)
 	}

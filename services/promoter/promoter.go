@@ -22,6 +22,7 @@ import (
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenurelog/tenure/pkg/leaseclient"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -43,6 +44,10 @@ type Config struct {
 	Prefix string
 	// LeaseURL is the lease service's base URL.
 	LeaseURL string
+	// LeaseURLs are more instances of the same lease service (over the
+	// same etcd), tried after LeaseURL when it does not answer
+	// (pkg/leaseclient says which calls are sent again). Optional.
+	LeaseURLs []string
 	// HTTPClient reaches the lease service and replicas; a seam for fault
 	// injection. Default transport.NewHTTPClient().
 	HTTPClient *http.Client
@@ -203,10 +208,14 @@ func New(cfg Config) (*Promoter, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	lc, err := leaseclient.New(cfg.HTTPClient, append([]string{cfg.LeaseURL}, cfg.LeaseURLs...))
+	if err != nil {
+		return nil, fmt.Errorf("promoter: %w", err)
+	}
 	p := &Promoter{
 		cfg:          cfg,
 		log:          cfg.Logger.With("promoter", cfg.ID),
-		lease:        tenurev1connect.NewLeaseServiceClient(cfg.HTTPClient, cfg.LeaseURL, transport.ClientOptions()...),
+		lease:        lc,
 		clients:      map[string]tenurev1connect.ReplicaServiceClient{},
 		replicaBatch: map[string]*replicaBatchers{},
 		sem:          make(chan struct{}, cfg.MaxParallel),

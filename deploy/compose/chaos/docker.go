@@ -62,12 +62,12 @@ func discover(ctx context.Context, project string) (*stack, error) {
 			s.ids[svc] = id
 		}
 	}
-	for _, svc := range append([]string{"lease-1", "promoter-1", "promoter-2"}, allReplicaIDs...) {
+	for _, svc := range append([]string{"lease-1", "lease-2", "promoter-1", "promoter-2"}, allReplicaIDs...) {
 		if s.ids[svc] == "" {
 			return nil, fmt.Errorf("compose project %s has no %s container (is the stack up?)", project, svc)
 		}
 	}
-	for svc, port := range map[string]string{"lease-1": "7000", "promoter-1": "7200", "promoter-2": "7200"} {
+	for svc, port := range map[string]string{"lease-1": "7000", "lease-2": "7000", "promoter-1": "7200", "promoter-2": "7200"} {
 		if err := s.lookupPort(ctx, svc, port); err != nil {
 			return nil, err
 		}
@@ -131,6 +131,10 @@ func (s *stack) hostAddr(addr string) string {
 
 // url is the host URL of svc's port.
 func (s *stack) url(svc, port string) string { return scheme() + "://" + s.hostAddr(svc+":"+port) }
+
+// leaseURLs is tenurectl's --lease on the host: both lease instances, at
+// their published ports now.
+func (s *stack) leaseURLs() string { return s.url("lease-1", "7000") + "," + s.url("lease-2", "7000") }
 
 // tlsSource is the operator's certificate for a stack that runs mutual TLS
 // (--cacert/--cert/--key), nil for a cleartext one.

@@ -12,9 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tenurelog/tenure/pkg/journal"
-	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
-	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
 
 // journalEntryBytes is one journal entry: epoch u64, start u64, crc32c u32
@@ -269,7 +267,7 @@ func dockerLogs(ctx context.Context, id string, since time.Time) (string, error)
 func (sc *scenario) handover(ctx context.Context) error {
 	var errs []error
 	for _, p := range []string{"promoter-1", "promoter-2"} {
-		out, err := runTenurectl(ctx, sc.cfg.tenurectl, "--lease", sc.stack.url("lease-1", "7000"), "--promoter", sc.stack.url(p, "7200"),
+		out, err := runTenurectl(ctx, sc.cfg.tenurectl, "--lease", sc.stack.leaseURLs(), "--promoter", sc.stack.url(p, "7200"),
 			"promote", sc.rangeID, "--reason", "chaos: a second epoch before damaging a journal")
 		if err == nil {
 			logf("%s: planned handover through %s: %s", sc.name, p, strings.Join(strings.Fields(string(out)), " "))
@@ -401,7 +399,7 @@ func (sc *scenario) replace(ctx context.Context, gone string) error {
 	for try := 1; ctx.Err() == nil; try++ {
 		for _, p := range []string{"promoter-1", "promoter-2"} {
 			start := time.Now()
-			out, err := runTenurectlWithin(ctx, replaceWithin, sc.cfg.tenurectl, "--lease", sc.stack.url("lease-1", "7000"), "--promoter", sc.stack.url(p, "7200"),
+			out, err := runTenurectlWithin(ctx, replaceWithin, sc.cfg.tenurectl, "--lease", sc.stack.leaseURLs(), "--promoter", sc.stack.url(p, "7200"),
 				"--json", "range", "replace-replica", sc.rangeID, "--remove", gone, "--add", spareID+"="+replicaURL(spareID),
 				"--catch-up-timeout", replaceCatchUp.String())
 			// The phases that arrived, also of a failed try.
@@ -463,7 +461,7 @@ func member(rng *tenurev1.RangeInfo, id string) membership {
 
 // rangeInfo reads the range's membership from the lease service.
 func (sc *scenario) rangeInfo(ctx context.Context) (*tenurev1.RangeInfo, error) {
-	lc := tenurev1connect.NewLeaseServiceClient(sc.stack.httpClient(), scheme()+"://lease-1:7000", transport.ClientOptions()...)
+	lc := sc.leaseClient()
 	var rng *tenurev1.RangeInfo
 	err := retry(ctx, 30*time.Second, "the membership of "+sc.rangeID, func(ctx context.Context) error {
 		resp, err := lc.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: sc.rangeID}))

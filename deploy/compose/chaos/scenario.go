@@ -15,13 +15,13 @@ import (
 
 	"github.com/tenurelog/tenure/internal/chaos/check"
 	"github.com/tenurelog/tenure/internal/chaos/workload"
-	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/pkg/leaseclient"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
 
 // allScenarios is the default order. Each names one fault kind.
-var allScenarios = []string{"kill-leader", "pause-leader", "disconnect-leader", "restart-majority", "corrupt-journal", "pause-lease", "replace-replica"}
+var allScenarios = []string{"kill-leader", "pause-leader", "disconnect-leader", "restart-majority", "corrupt-journal", "pause-lease", "replace-replica", "kill-lease", "kill-etcd-member"}
 
 var scenarioFuncs = map[string]func(*scenario, context.Context) error{
 	"kill-leader":       (*scenario).killLeader,
@@ -31,6 +31,8 @@ var scenarioFuncs = map[string]func(*scenario, context.Context) error{
 	"corrupt-journal":   (*scenario).corruptJournal,
 	"pause-lease":       (*scenario).pauseLease,
 	"replace-replica":   (*scenario).replaceReplica,
+	"kill-lease":        (*scenario).killLease,
+	"kill-etcd-member":  (*scenario).killEtcdMember,
 }
 
 // Bounds of the scenario's waits.
@@ -62,7 +64,10 @@ type scenario struct {
 	// copy of the range and is no member whose log must agree.
 	members []string
 	obs     *observer
-	faults  map[string]int
+	// hist is the workload's history: a scenario that must keep serving
+	// through its fault counts the appends acknowledged meanwhile.
+	hist   *check.History
+	faults map[string]int
 
 	expectFailed []string
 	unattributed int
@@ -92,6 +97,7 @@ func (sc *scenario) run(ctx context.Context) (*check.Run, error) {
 	}
 
 	hist := &check.History{}
+	sc.hist = hist
 	// Every replica, the spare too: after a membership change the leader
 	// may be one the range was not created on.
 	urls := map[string]string{}
@@ -166,7 +172,7 @@ func (sc *scenario) run(ctx context.Context) (*check.Run, error) {
 }
 
 func (sc *scenario) createRange(ctx context.Context) error {
-	lc := tenurev1connect.NewLeaseServiceClient(sc.stack.httpClient(), scheme()+"://lease-1:7000", transport.ClientOptions()...)
+	lc := sc.leaseClient()
 	req := &tenurev1.CreateRangeRequest{RangeId: sc.rangeID}
 	for _, id := range replicaIDs {
 		req.Replicas = append(req.Replicas, &tenurev1.Replica{Id: id, Address: replicaURL(id)})
@@ -178,6 +184,17 @@ func (sc *scenario) createRange(ctx context.Context) error {
 		}
 		return err
 	})
+}
+
+// leaseClient is a client of both lease service instances, which fails over
+// between them as every tenure process does (pkg/leaseclient): the driver
+// reads and creates ranges also while kill-lease has one of them down.
+func (sc *scenario) leaseClient() tenurev1connect.LeaseServiceClient {
+	lc, err := leaseclient.New(sc.stack.httpClient(), []string{scheme() + "://lease-1:7000", scheme() + "://lease-2:7000"})
+	if err != nil {
+		panic(err) // two fixed, valid URLs
+	}
+	return lc
 }
 
 // retry calls f until it succeeds or within passes.
