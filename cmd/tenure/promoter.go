@@ -13,6 +13,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/tenurelog/tenure/internal/flagusage"
+	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/services/promoter"
 )
@@ -37,9 +38,10 @@ func runPromoter(ctx context.Context, args []string) error {
 	parallel := fs.Int("max-parallel", 1024, "at most this many promotions run at once; their calls to each replica and the lease service are batched, at most 2 batches in flight per replica and kind, 8 to the lease service")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
+	metricsListen := metricsListenFlag(fs)
 	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
+		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes.\n%s%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, metricsHelp, tlsHelp)
 		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -81,17 +83,24 @@ func runPromoter(ctx context.Context, args []string) error {
 		ln.Close()
 		return err
 	}
+	reg := metrics.NewRegistry("promoter")
 	p, err := promoter.New(promoter.Config{
-		ID: *id, URL: url, Etcd: cli, Prefix: *prefix, LeaseURL: lURL, Logger: log,
+		ID: *id, URL: url, Etcd: cli, Prefix: *prefix, LeaseURL: lURL, Logger: log, Metrics: reg,
 		ProbeInterval: *probe, ProbeMisses: *misses, StatusInterval: *status, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
 	})
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
+	msrv, err := serveMetrics(*metricsListen, reg, log)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer closeMetrics(msrv)
 	srv := transport.ServeListener(ln, p.Handlers()...)
-	log.Info("promoter serving", "id", *id, "addr", srv.URL(), "advertise", url, "etcd", *etcd, "lease", *leaseURL)
-	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "promoter", ID: *id, Address: srv.URL(), PID: os.Getpid()}); err != nil {
+	log.Info("promoter serving", "id", *id, "addr", srv.URL(), "advertise", url, "etcd", *etcd, "lease", *leaseURL, "metrics", metricsURL(msrv))
+	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "promoter", ID: *id, Address: srv.URL(), PID: os.Getpid(), Metrics: metricsURL(msrv)}); err != nil {
 		_ = srv.Close()
 		return err
 	}

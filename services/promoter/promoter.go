@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurelog/tenure/pkg/transport"
@@ -95,6 +96,9 @@ type Config struct {
 	// RetryMax bounds the backoff between failed promotion attempts
 	// (default 2s); attempts start at 50ms and double, with jitter.
 	RetryMax time.Duration
+	// Metrics, when set, receives the promoter's series (metrics.go); nil:
+	// they are kept but not exported.
+	Metrics prometheus.Registerer
 }
 
 func (c *Config) defaults() error {
@@ -142,9 +146,10 @@ func (c *Config) defaults() error {
 // Promoter runs promotions. Create it with New, serve Handlers(), and call
 // Run to campaign and watch; Promote works only while elected.
 type Promoter struct {
-	cfg   Config
-	log   *slog.Logger
-	lease tenurev1connect.LeaseServiceClient
+	cfg     Config
+	log     *slog.Logger
+	lease   tenurev1connect.LeaseServiceClient
+	metrics *promoterMetrics
 
 	clientsMu sync.Mutex
 	clients   map[string]tenurev1connect.ReplicaServiceClient // by address, or replicaKey
@@ -200,8 +205,14 @@ func New(cfg Config) (*Promoter, error) {
 		ranges:       map[string]*rangeState{},
 		inflight:     map[string]bool{},
 		probes:       map[string]*probeState{},
+		metrics:      newPromoterMetrics(),
 	}
 	p.leaseBatch = p.newLeaseBatchers()
+	if cfg.Metrics != nil {
+		if err := p.registerMetrics(cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("promoter: register metrics: %w", err)
+		}
+	}
 	return p, nil
 }
 

@@ -75,6 +75,10 @@ type Options struct {
 	// "commit:write"; the syncer or a follower's inline sync, at
 	// "commit:sync"), which tests use to stage a slow disk.
 	CrashAt func(point string) error
+	// WALSyncSeconds, when set, observes how long each WAL sync's
+	// fdatasyncs took, in seconds (etcd_disk_wal_fsync_duration_seconds'
+	// counterpart). Called on the commit path: it must not block.
+	WALSyncSeconds interface{ Observe(float64) }
 }
 
 // Crash points, the arguments Options.CrashAt receives.
@@ -100,6 +104,8 @@ type Store struct {
 	jfs        journal.FS
 	log        *slog.Logger
 	crashAt    func(string) error
+	// walSyncSeconds is Options.WALSyncSeconds.
+	walSyncSeconds interface{ Observe(float64) }
 
 	// life is held shared by every operation that touches db directly and
 	// exclusively by Close, so nothing uses db after it is closed.
@@ -225,17 +231,18 @@ func Open(dir string, opts Options) (*Store, error) {
 		jfs = journal.OSFS{}
 	}
 	s := &Store{
-		badgerDir:  filepath.Join(dir, "badger"),
-		journalDir: filepath.Join(dir, "journal"),
-		jfs:        jfs,
-		log:        log,
-		crashAt:    opts.CrashAt,
-		ranges:     map[string]*Range{},
-		dirty:      map[*Range]struct{}{},
-		unsynced:   map[*Range]syncEnd{},
-		done:       make(chan struct{}),
-		sealed:     map[string]bool{},
-		syncFiles:  map[string]*os.File{},
+		badgerDir:      filepath.Join(dir, "badger"),
+		journalDir:     filepath.Join(dir, "journal"),
+		jfs:            jfs,
+		log:            log,
+		crashAt:        opts.CrashAt,
+		walSyncSeconds: opts.WALSyncSeconds,
+		ranges:         map[string]*Range{},
+		dirty:          map[*Range]struct{}{},
+		unsynced:       map[*Range]syncEnd{},
+		done:           make(chan struct{}),
+		sealed:         map[string]bool{},
+		syncFiles:      map[string]*os.File{},
 	}
 	s.work = sync.NewCond(&s.qmu)
 	s.space = sync.NewCond(&s.qmu)
