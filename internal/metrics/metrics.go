@@ -78,6 +78,11 @@ func Serve(addr string, reg *prometheus.Registry, log *slog.Logger) (*Server, er
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
+	return ServeListener(ln, reg, log), nil
+}
+
+// ServeListener serves reg's metrics at /metrics on ln until Close.
+func ServeListener(ln net.Listener, reg *prometheus.Registry, log *slog.Logger) *Server {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		// A collector that fails (a store closing under the scrape) costs
@@ -91,10 +96,10 @@ func Serve(addr string, reg *prometheus.Registry, log *slog.Logger) (*Server, er
 	s := &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics: serve", "addr", addr, "err", err)
+			log.Error("metrics: serve", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
-	return s, nil
+	return s
 }
 
 // URL is the metrics URL: http://host:port/metrics, a wildcard host shown
