@@ -19,7 +19,9 @@ type RPC struct {
 	duration *prometheus.HistogramVec
 }
 
-// NewRPC registers the RPC series on reg.
+// NewRPC registers the RPC series on reg. Servers sharing a registry (tenure
+// dev's lease service and promoter, one process) share the series: the
+// procedure label tells them apart.
 func NewRPC(reg prometheus.Registerer) (*RPC, error) {
 	r := &RPC{
 		handled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "rpc", Name: "server_handled_total",
@@ -27,10 +29,19 @@ func NewRPC(reg prometheus.Registerer) (*RPC, error) {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: "rpc", Name: "server_duration_seconds",
 			Help: "Time from an RPC's arrival to its answer (a stream: to its end), by procedure.", Buckets: LatencyBuckets}, []string{"procedure"}),
 	}
-	for _, c := range []prometheus.Collector{r.handled, r.duration} {
-		if err := reg.Register(c); err != nil {
+	if err := reg.Register(r.handled); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
 			return nil, err
 		}
+		r.handled = are.ExistingCollector.(*prometheus.CounterVec)
+	}
+	if err := reg.Register(r.duration); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return nil, err
+		}
+		r.duration = are.ExistingCollector.(*prometheus.HistogramVec)
 	}
 	return r, nil
 }

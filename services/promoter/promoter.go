@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -150,6 +151,8 @@ type Promoter struct {
 	log     *slog.Logger
 	lease   tenurev1connect.LeaseServiceClient
 	metrics *promoterMetrics
+	// rpc counts and times the PromoterService calls (Config.Metrics).
+	rpc *metrics.RPC
 
 	clientsMu sync.Mutex
 	clients   map[string]tenurev1connect.ReplicaServiceClient // by address, or replicaKey
@@ -210,6 +213,10 @@ func New(cfg Config) (*Promoter, error) {
 	p.leaseBatch = p.newLeaseBatchers()
 	if cfg.Metrics != nil {
 		if err := p.registerMetrics(cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("promoter: register metrics: %w", err)
+		}
+		var err error
+		if p.rpc, err = metrics.NewRPC(cfg.Metrics); err != nil {
 			return nil, fmt.Errorf("promoter: register metrics: %w", err)
 		}
 	}
