@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenurelog/tenure/internal/metrics"
+	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -198,8 +199,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			if out {
 				under++
 			}
-			// A quorum of voters is a majority (wire.Quorum).
-			if inSync < voters/2+1 {
+			// The commit needs a quorum of voters, the leader among them.
+			if inSync < wire.Quorum(voters) {
 				underQuorum++
 			}
 		}
