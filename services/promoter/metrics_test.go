@@ -155,5 +155,12 @@ func TestMetricsFollowAFailover(t *testing.T) {
 	c.start(c.byID[first])
 	waitSeries(t, next, url(next), `tenure_replica_under_replicated_ranges`, 0, 20*time.Second)
 	waitSeries(t, first, url(first), `tenure_replica_ranges{role="follower"}`, 1, 20*time.Second)
-	t.Logf("leader %s at epoch %d, then %s at epoch %d; under-replication rose and fell", first, e1, next, e2)
+
+	// Both followers die: the leader is left without a quorum in sync, so
+	// appends wait (Kafka's UnderMinIsr).
+	want(t, next, scrape(t, url(next)), `tenure_replica_under_quorum_ranges`, 0)
+	c.stop(c.byID[first])
+	c.stop(c.byID[other])
+	waitSeries(t, next, url(next), `tenure_replica_under_quorum_ranges`, 1, 8*time.Second)
+	t.Logf("leader %s at epoch %d, then %s at epoch %d; under-replication rose and fell, then under-quorum rose", first, e1, next, e2)
 }
