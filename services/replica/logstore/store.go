@@ -231,19 +231,19 @@ func Open(dir string, opts Options) (*Store, error) {
 		jfs = journal.OSFS{}
 	}
 	s := &Store{
-		badgerDir:      filepath.Join(dir, "badger"),
-		journalDir:     filepath.Join(dir, "journal"),
-		jfs:            jfs,
-		log:            log,
-		crashAt:        opts.CrashAt,
-		walSyncSeconds: opts.WALSyncSeconds,
-		ranges:         map[string]*Range{},
-		dirty:          map[*Range]struct{}{},
-		unsynced:       map[*Range]syncEnd{},
-		done:           make(chan struct{}),
-		sealed:         map[string]bool{},
-		syncFiles:      map[string]*os.File{},
+		badgerDir:  filepath.Join(dir, "badger"),
+		journalDir: filepath.Join(dir, "journal"),
+		jfs:        jfs,
+		log:        log,
+		crashAt:    opts.CrashAt,
+		ranges:     map[string]*Range{},
+		dirty:      map[*Range]struct{}{},
+		unsynced:   map[*Range]syncEnd{},
+		done:       make(chan struct{}),
+		sealed:     map[string]bool{},
+		syncFiles:  map[string]*os.File{},
 	}
+	s.walSyncSeconds = opts.WALSyncSeconds
 	s.work = sync.NewCond(&s.qmu)
 	s.space = sync.NewCond(&s.qmu)
 	s.syncWork = sync.NewCond(&s.qmu)
