@@ -56,14 +56,14 @@ type devCluster struct {
 	replicas    []*devReplica
 	promoter    *promoter.Promoter
 	promoterSrv *transport.Server
-	// metrics serves the lease service's and the promoter's series (one
-	// process, one registry); each replica serves its own.
-	metrics *metrics.Server
-	stopRun context.CancelFunc
-	runDone chan struct{}
+	stopRun     context.CancelFunc
+	runDone     chan struct{}
 	// announce, when set (--json), receives a ready line for every process
 	// as it comes up, replicas again after a restart.
 	announce func(readyLine)
+	// metrics serves the lease service's and the promoter's series (one
+	// process, one registry); each replica serves its own.
+	metrics *metrics.Server
 
 	// Clients, built the way every tenure client is.
 	http           *http.Client
