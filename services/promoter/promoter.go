@@ -147,12 +147,14 @@ func (c *Config) defaults() error {
 // Promoter runs promotions. Create it with New, serve Handlers(), and call
 // Run to campaign and watch; Promote works only while elected.
 type Promoter struct {
-	cfg     Config
-	log     *slog.Logger
-	lease   tenurev1connect.LeaseServiceClient
+	cfg   Config
+	log   *slog.Logger
+	lease tenurev1connect.LeaseServiceClient
+	// metrics are the promotion series (metrics.go), kept whether or not
+	// Config.Metrics exports them; rpc counts and times the
+	// PromoterService calls (only with Config.Metrics).
 	metrics *promoterMetrics
-	// rpc counts and times the PromoterService calls (Config.Metrics).
-	rpc *metrics.RPC
+	rpc     *metrics.RPC
 
 	clientsMu sync.Mutex
 	clients   map[string]tenurev1connect.ReplicaServiceClient // by address, or replicaKey

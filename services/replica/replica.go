@@ -116,9 +116,11 @@ const (
 // Replica serves one process's hosted ranges. It implements
 // tenurev1connect.LogServiceHandler and tenurev1connect.ReplicaServiceHandler.
 type Replica struct {
-	cfg     Config
-	log     *slog.Logger
-	store   *logstore.Store
+	cfg   Config
+	log   *slog.Logger
+	store *logstore.Store
+	// metrics are the event series (metrics.go), kept whether or not
+	// Config.Metrics exports them.
 	metrics *replicaMetrics
 
 	// ctx is cancelled by Close (cause errClosed); every leader and fetch
