@@ -34,6 +34,15 @@ func want(t *testing.T, who string, s metrics.Samples, series string, v float64)
 	}
 }
 
+// atLeast fails unless series is at least v in s: counts a loaded machine
+// may raise with a retry (a promotion's second attempt, an append sent again).
+func atLeast(t *testing.T, who string, s metrics.Samples, series string, v float64) {
+	t.Helper()
+	if got, ok := s.Get(series); !ok || got < v {
+		t.Errorf("%s: %s = %v (exported %v), want at least %v", who, series, got, ok, v)
+	}
+}
+
 // waitSeries scrapes url until series has value v (bounded).
 func waitSeries(t *testing.T, who, url, series string, v float64, within time.Duration) {
 	t.Helper()
@@ -84,7 +93,7 @@ func TestMetricsFollowAFailover(t *testing.T) {
 	want(t, first, s, `tenure_replica_range_log_end_offset{range="orders"}`, float64(last.offset+1))
 	want(t, first, s, `tenure_replica_range_high_water_mark{range="orders"}`, float64(last.offset+1))
 	want(t, first, s, `tenure_replica_range_fenced_epoch{range="orders"}`, float64(e1))
-	want(t, first, s, `tenure_replica_append_commit_duration_seconds_count`, 5)
+	atLeast(t, first, s, `tenure_replica_append_commit_duration_seconds_count`, 5)
 	if n, _ := s.Get(`tenure_replica_wal_fsync_duration_seconds_count`); n < 1 {
 		t.Errorf("%s: no WAL fsync observed (count %v)", first, n)
 	}
@@ -115,7 +124,7 @@ func TestMetricsFollowAFailover(t *testing.T) {
 	want(t, "promoter", ps, `tenure_promoter_unsafe_promotions_total`, 0)
 	want(t, "promoter", ps, `tenure_promoter_promotions_total{outcome="promoted",reason="initial_leader"}`, 1)
 	for _, step := range []string{"grant", "fence", "plan", "truncate", "adopt"} {
-		want(t, "promoter", ps, fmt.Sprintf(`tenure_promoter_promotion_step_duration_seconds_count{step=%q}`, step), 1)
+		atLeast(t, "promoter", ps, fmt.Sprintf(`tenure_promoter_promotion_step_duration_seconds_count{step=%q}`, step), 1)
 	}
 
 	// The leader dies: its successor leads with one follower gone, which
@@ -133,7 +142,13 @@ func TestMetricsFollowAFailover(t *testing.T) {
 		t.Errorf("%s: lag of the dead %s = %vs, want at least the 3s it has not fetched", next, first, lag)
 	}
 	ps = scrape(t, psrv.URL())
-	want(t, "promoter", ps, `tenure_promoter_promotions_total{outcome="promoted",reason="leader_unreachable"}`, 1)
+	// The probes find the dead leader refusing connections at once; on a
+	// loaded machine its lease may expire first.
+	unreachable, _ := ps.Get(`tenure_promoter_promotions_total{outcome="promoted",reason="leader_unreachable"}`)
+	expired, _ := ps.Get(`tenure_promoter_promotions_total{outcome="promoted",reason="lease_expired"}`)
+	if unreachable+expired != 1 {
+		t.Errorf("promoter: promotions after the kill: %v for leader_unreachable, %v for lease_expired; want 1 in all", unreachable, expired)
+	}
 	want(t, "promoter", ps, `tenure_promoter_promotion_duration_seconds_count{outcome="promoted"}`, 2)
 
 	// A fence at the superseded epoch is refused, and counted.
