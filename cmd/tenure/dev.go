@@ -62,8 +62,11 @@ the last line for an id is the current process.
 
 Ports: with --base-port 7000 (the default) the lease service listens on
 7000, the replicas on 7101-7103 and the promoter on 7200, the services'
-own defaults, so tenurectl needs no flags. If one is taken, free ports are
-used and printed. --base-port 0 always picks free ports.
+own defaults, so tenurectl needs no flags. Prometheus metrics are served
+at http://127.0.0.1:7250/metrics (the lease service and the promoter, which
+run in this process) and 7251-7253 (the replicas): each process's line and
+ready line ("metrics") name its URL. If one is taken, free ports are used
+and printed. --base-port 0 always picks free ports.
 
 Flags (env TENURE_<FLAG> as fallback):
 `
@@ -75,7 +78,7 @@ func runDev(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", "", "directory for etcd, the replicas' data and every log; kept on exit (default: a temp dir, removed on exit)")
 	keep := fs.Bool("keep", false, "keep the cluster running after the story, for tenurectl, until Ctrl-C")
-	basePort := fs.Int("base-port", 7000, "lease port; replicas on base+101.., promoter on base+200 (0: free ports)")
+	basePort := fs.Int("base-port", 7000, "lease port; replicas on base+101.., promoter on base+200, metrics on base+250.. (0: free ports)")
 	rangeID := fs.String("range", "demo", "id of the range the story creates")
 	records := fs.Int("records", 5, "records appended before and again after the failover (1-1000)")
 	asJSON := fs.Bool("json", false, "print one JSON ready line per process on stdout (see above); the story goes to stderr")

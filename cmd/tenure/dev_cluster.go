@@ -16,6 +16,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/pkg/embedetcd"
 	"github.com/tenurelog/tenure/pkg/telemetry"
 	"github.com/tenurelog/tenure/pkg/transport"
@@ -60,6 +61,9 @@ type devCluster struct {
 	// announce, when set (--json), receives a ready line for every process
 	// as it comes up, replicas again after a restart.
 	announce func(readyLine)
+	// metrics serves the lease service's and the promoter's series (one
+	// process, one registry); each replica serves its own.
+	metrics *metrics.Server
 
 	// Clients, built the way every tenure client is.
 	http           *http.Client
@@ -68,15 +72,15 @@ type devCluster struct {
 }
 
 // ready announces a process that serves, if anyone listens (announce).
-func (c *devCluster) ready(service, id, address string, pid int) {
+func (c *devCluster) ready(service, id, address string, pid int, metricsURL string) {
 	if c.announce != nil {
-		c.announce(readyLine{Ready: true, Service: service, ID: id, Address: address, PID: pid})
+		c.announce(readyLine{Ready: true, Service: service, ID: id, Address: address, PID: pid, Metrics: metricsURL})
 	}
 }
 
 // readyReplica announces replica r's running process.
 func (c *devCluster) readyReplica(r *devReplica) {
-	c.ready("replica", r.id, r.url(), r.cmd.Process.Pid)
+	c.ready("replica", r.id, r.url(), r.cmd.Process.Pid, r.metricsURL())
 }
 
 func (c *devCluster) leaseURL() string    { return c.leaseSrv.URL() }
@@ -95,24 +99,34 @@ func (c *devCluster) replica(id string) *devReplica {
 type devPorts struct {
 	lease, promoter net.Listener
 	replicas        []string // host:port; the children bind them
+	// metrics serves this process's metrics (the lease service's and the
+	// promoter's); replicaMetrics are the replicas' metrics listeners
+	// (host:port, bound by the children).
+	metrics        net.Listener
+	replicaMetrics []string
 }
 
 // reservePorts binds the lease and promoter listeners and picks the
 // replicas' ports: base, base+200 and base+101.. (the services' own default
-// ports for base 7000, so tenurectl's defaults reach them), or free ports
+// ports for base 7000, so tenurectl's defaults reach them), and the metrics
+// ports, base+250 for this process's and base+251.. for the replicas' (below
+// base+300, which --base-port's bound keeps within 65535), or free ports
 // when base is 0 or one of those is taken. A replica port is only checked
 // free here and bound by the child moments later; another process taking it
 // in between makes that child fail to start, which start reports.
 func reservePorts(base int) (devPorts, string, error) {
 	if base > 0 {
 		p, err := bindPorts(func(i int) string {
-			switch i {
-			case 0:
+			n := len(devReplicaIDs)
+			switch {
+			case i == 0:
 				return fmt.Sprintf("127.0.0.1:%d", base)
-			case 1:
+			case i == 1:
 				return fmt.Sprintf("127.0.0.1:%d", base+200)
+			case i < 2+n:
+				return fmt.Sprintf("127.0.0.1:%d", base+100+i-1)
 			}
-			return fmt.Sprintf("127.0.0.1:%d", base+100+i-1)
+			return fmt.Sprintf("127.0.0.1:%d", base+250+i-(2+n))
 		})
 		if err == nil {
 			return p, "", nil
@@ -125,11 +139,13 @@ func reservePorts(base int) (devPorts, string, error) {
 	return p, "", err
 }
 
-// bindPorts binds 2+len(devReplicaIDs) listeners at addr(i), holding them all
-// so free ports differ, then releases the replicas'.
+// bindPorts binds 3+2*len(devReplicaIDs) listeners at addr(i), holding
+// them all so free ports differ, then releases the replicas': lease,
+// promoter, the replicas, this process's metrics, the replicas' metrics.
 func bindPorts(addr func(i int) string) (devPorts, error) {
 	var lns []net.Listener
-	for i := range 2 + len(devReplicaIDs) {
+	n := len(devReplicaIDs)
+	for i := range 3 + 2*n {
 		ln, err := net.Listen("tcp", addr(i))
 		if err != nil {
 			for _, l := range lns {
@@ -139,9 +155,13 @@ func bindPorts(addr func(i int) string) (devPorts, error) {
 		}
 		lns = append(lns, ln)
 	}
-	p := devPorts{lease: lns[0], promoter: lns[1]}
-	for _, ln := range lns[2:] {
+	p := devPorts{lease: lns[0], promoter: lns[1], metrics: lns[2+n]}
+	for _, ln := range lns[2 : 2+n] {
 		p.replicas = append(p.replicas, ln.Addr().String())
+		ln.Close()
+	}
+	for _, ln := range lns[3+n:] {
+		p.replicaMetrics = append(p.replicaMetrics, ln.Addr().String())
 		ln.Close()
 	}
 	return p, nil
@@ -176,23 +196,25 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	fmt.Fprintf(out, "  %-12s %-26s embedded, data in %s\n", "etcd", c.etcd.Endpoints()[0], c.etcd.Dir())
-	c.ready("etcd", "", c.etcd.Endpoints()[0], os.Getpid())
+	c.ready("etcd", "", c.etcd.Endpoints()[0], os.Getpid(), "")
 
+	reg := metrics.NewRegistry("dev")
+	c.metrics, c.ports.metrics = metrics.ServeListener(ports.metrics, reg, c.log), nil
 	lctx, cancel := context.WithTimeout(ctx, leaseStartTimeout)
-	c.leaseSvc, err = lease.New(lctx, c.etcdClient, lease.WithLogger(c.log.With("service", "lease")))
+	c.leaseSvc, err = lease.New(lctx, c.etcdClient, lease.WithLogger(c.log.With("service", "lease")), lease.WithMetrics(reg))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("lease service: %w", err)
 	}
 	c.leaseSrv, c.ports.lease = transport.ServeListener(ports.lease, c.leaseSvc.Registration()), nil
 	c.leaseClient = tenurev1connect.NewLeaseServiceClient(c.http, c.leaseURL(), transport.ClientOptions()...)
-	fmt.Fprintf(out, "  %-12s %-26s in this process\n", "lease", c.leaseURL())
-	c.ready("lease", "", c.leaseURL(), os.Getpid())
+	fmt.Fprintf(out, "  %-12s %-26s in this process, metrics %s\n", "lease", c.leaseURL(), c.metrics.URL())
+	c.ready("lease", "", c.leaseURL(), os.Getpid(), c.metrics.URL())
 
 	// The replicas start in parallel: each opens Badger, which is most of
 	// the start-up time.
 	for i, id := range devReplicaIDs {
-		c.replicas = append(c.replicas, newDevReplica(id, ports.replicas[i], c.dir, c.leaseURL(), c.certs))
+		c.replicas = append(c.replicas, newDevReplica(id, ports.replicas[i], ports.replicaMetrics[i], c.dir, c.leaseURL(), c.certs))
 	}
 	errs := make([]error, len(c.replicas))
 	var wg sync.WaitGroup
@@ -204,13 +226,13 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 		return err
 	}
 	for _, r := range c.replicas {
-		fmt.Fprintf(out, "  %-12s %-26s pid %d, log %s\n", "replica "+r.id, r.url(), r.cmd.Process.Pid, r.logPath)
+		fmt.Fprintf(out, "  %-12s %-26s pid %d, log %s, metrics %s\n", "replica "+r.id, r.url(), r.cmd.Process.Pid, r.logPath, r.metricsURL())
 		c.readyReplica(r)
 	}
 
 	c.promoter, err = promoter.New(promoter.Config{
 		ID: "dev-promoter", Etcd: c.etcdClient, LeaseURL: c.leaseURL(), HTTPClient: c.http,
-		Logger: c.log.With("service", "promoter"), RefreshInterval: 500 * time.Millisecond,
+		Logger: c.log.With("service", "promoter"), RefreshInterval: 500 * time.Millisecond, Metrics: reg,
 	})
 	if err != nil {
 		return err
@@ -226,8 +248,8 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 	if err := waitUntil(ctx, devElectionTimeout, "the promoter to win its election", c.promoter.Elected); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "  %-12s %-26s in this process, elected\n", "promoter", c.promoterURL())
-	c.ready("promoter", "dev-promoter", c.promoterURL(), os.Getpid())
+	fmt.Fprintf(out, "  %-12s %-26s in this process, elected, metrics %s\n", "promoter", c.promoterURL(), c.metrics.URL())
+	c.ready("promoter", "dev-promoter", c.promoterURL(), os.Getpid(), c.metrics.URL())
 	fmt.Fprintf(out, "  %-12s %s\n", "logs", filepath.Join(c.dir, "*.log"))
 	fmt.Fprintf(out, "  up in %v\n", time.Since(started).Round(time.Millisecond))
 	return nil
@@ -257,6 +279,13 @@ func (c *devCluster) startReplica(ctx context.Context, r *devReplica) error {
 		}
 		r.listen = ln.Addr().String()
 		ln.Close()
+		// The port lost may have been the metrics one: a new one too.
+		mln, lerr := net.Listen("tcp", "127.0.0.1:0")
+		if lerr != nil {
+			return errors.Join(err, lerr)
+		}
+		r.metricsListen = mln.Addr().String()
+		mln.Close()
 		c.log.Info("replica lost its port to another process; retrying on a new one", "replica", r.id, "listen", r.listen)
 	}
 }
@@ -266,7 +295,7 @@ func (c *devCluster) startReplica(ctx context.Context, r *devReplica) error {
 // replicas (SIGTERM, then SIGKILL; always reaped), the lease service, etcd,
 // and last the data directory if it is a temp dir.
 func (c *devCluster) close() {
-	for _, ln := range []net.Listener{c.ports.lease, c.ports.promoter} {
+	for _, ln := range []net.Listener{c.ports.lease, c.ports.promoter, c.ports.metrics} {
 		if ln != nil {
 			ln.Close()
 		}
@@ -294,6 +323,9 @@ func (c *devCluster) close() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = c.leaseSrv.Shutdown(ctx)
 		cancel()
+	}
+	if c.metrics != nil {
+		c.metrics.Close()
 	}
 	if c.etcdClient != nil {
 		c.etcdClient.Close()

@@ -40,11 +40,13 @@ const devReplicaReadyTimeout = 20 * time.Second
 // crash (SIGKILL: no shutdown code runs, its lease session is left to
 // expire, its sockets are reset by the kernel).
 type devReplica struct {
-	id       string
-	listen   string // host:port, fixed for the cluster's life so membership stays true
-	dataDir  string
-	logPath  string
-	leaseURL string
+	id     string
+	listen string // host:port, fixed for the cluster's life so membership stays true
+	// metricsListen is its --metrics-listen host:port, fixed like listen.
+	metricsListen string
+	dataDir       string
+	logPath       string
+	leaseURL      string
 	// certs is the cluster's certificate directory ("" for cleartext).
 	certs string
 
@@ -59,12 +61,15 @@ type devReplica struct {
 
 func (r *devReplica) url() string { return transport.Scheme() + "://" + r.listen }
 
-func newDevReplica(id, listen, root, leaseURL, certs string) *devReplica {
-	return &devReplica{id: id, listen: listen, dataDir: filepath.Join(root, id), logPath: filepath.Join(root, id+".log"), leaseURL: leaseURL, certs: certs}
+// metricsURL is where the replica serves its metrics.
+func (r *devReplica) metricsURL() string { return "http://" + r.metricsListen + "/metrics" }
+
+func newDevReplica(id, listen, metricsListen, root, leaseURL, certs string) *devReplica {
+	return &devReplica{id: id, listen: listen, metricsListen: metricsListen, dataDir: filepath.Join(root, id), logPath: filepath.Join(root, id+".log"), leaseURL: leaseURL, certs: certs}
 }
 
 func (r *devReplica) args() []string {
-	args := []string{"replica", "--id", r.id, "--listen", r.listen, "--data-dir", r.dataDir, "--lease", r.leaseURL,
+	args := []string{"replica", "--id", r.id, "--listen", r.listen, "--metrics-listen", r.metricsListen, "--data-dir", r.dataDir, "--lease", r.leaseURL,
 		// The lease TTL only matters for a leader that hangs without
 		// dying (a killed one refuses connections and is promoted away at
 		// once); 4s keeps the followers' sessions alive through the

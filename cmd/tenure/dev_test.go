@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenurelog/tenure/internal/metrics"
 )
 
 // The tenure binary, built once for every test that runs it: tenure dev
@@ -248,6 +251,7 @@ func TestDevKeepInterrupt(t *testing.T) {
 	bin := buildTenure(t)
 	d := startDev(t, bin, "--keep", "--records", "1")
 	d.waitLine(t, "The cluster keeps running", 60*time.Second)
+	checkDevMetrics(t, d.output())
 	if err := d.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -285,6 +289,9 @@ func checkDevReadyLines(t *testing.T, d *devRun, restarted string) {
 			t.Errorf("stdout line %q is not a ready line (%v)", line, err)
 			continue
 		}
+		if l.Service != "etcd" && !strings.HasPrefix(l.Metrics, "http://127.0.0.1:") {
+			t.Errorf("ready line %q names no metrics URL", line)
+		}
 		key := l.Service
 		if l.Service == "replica" {
 			key += " " + l.ID
@@ -319,5 +326,55 @@ func checkDevReadyLines(t *testing.T, d *devRun, restarted string) {
 		if m := regexp.MustCompile(`replica processes now: .*`).FindString(d.output()); !strings.Contains(m, now) {
 			t.Errorf("the story's pids after the restart (%q) lack %q", m, now)
 		}
+	}
+}
+
+// checkDevMetrics scrapes every metrics URL tenure dev printed: one for
+// its own process (the lease service and the promoter) and one per
+// replica, and checks they describe the cluster after the story: one
+// leader, an elected promoter that promoted, no range without a leader.
+func checkDevMetrics(t *testing.T, out string) {
+	t.Helper()
+	urls := map[string]bool{}
+	for _, m := range regexp.MustCompile(`metrics (http://127\.0\.0\.1:\d+/metrics)`).FindAllStringSubmatch(out, -1) {
+		urls[m[1]] = true
+	}
+	if len(urls) != 1+len(devReplicaIDs) {
+		t.Fatalf("output names metrics URLs %v, want %d (dev's and each replica's):\n%s", urls, 1+len(devReplicaIDs), out)
+	}
+	var leaders, promotions float64
+	elected := 0
+	for u := range urls {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := metrics.Scrape(ctx, http.DefaultClient, u)
+		cancel()
+		if err != nil {
+			t.Errorf("scrape %s: %v", u, err)
+			continue
+		}
+		leaders += s.Sum(`tenure_replica_ranges{role="leader"}`)
+		if v, _ := s.Get("tenure_promoter_elected"); v == 1 {
+			elected++
+			promotions = s.Sum("tenure_promoter_promotions_total")
+			if v, ok := s.Get("tenure_promoter_ranges_without_leader"); !ok || v != 0 {
+				t.Errorf("%s: tenure_promoter_ranges_without_leader = %v (exported %v), want 0", u, v, ok)
+			}
+			// The lease service and the promoter share dev's registry,
+			// and so the RPC series: the story called both.
+			for _, svc := range []string{"LeaseService", "PromoterService"} {
+				n := 0.0
+				for k, v := range s {
+					if strings.HasPrefix(k, "tenure_rpc_server_handled_total{") && strings.Contains(k, "/tenure.v1."+svc+"/") {
+						n += v
+					}
+				}
+				if n == 0 {
+					t.Errorf("%s: no %s RPCs counted", u, svc)
+				}
+			}
+		}
+	}
+	if leaders != 1 || elected != 1 || promotions < 2 {
+		t.Errorf("metrics: %v replicas lead, %d promoters elected, %v promotions; want 1, 1 and at least 2 (first leader, failover)", leaders, elected, promotions)
 	}
 }

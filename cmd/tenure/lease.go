@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurelog/tenure/internal/flagusage"
+	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/services/lease"
 )
@@ -32,9 +33,10 @@ func runLease(ctx context.Context, args []string) error {
 	requestTimeout := fs.Duration("request-timeout", lease.DefaultRequestTimeout, "bound on the etcd work of one request; an etcd slower than this answers Unavailable")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
+	metricsListen := metricsListenFlag(fs)
 	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure lease [flags]\n\nRuns the lease service. Per range it keeps in etcd the current epoch (granted\nby compare-and-swap, strictly increasing), the lease of that epoch (bound to a\nholder session with a TTL) and the membership, and streams lease events.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
+		fmt.Fprintf(fs.Output(), "Usage: tenure lease [flags]\n\nRuns the lease service. Per range it keeps in etcd the current epoch (granted\nby compare-and-swap, strictly increasing), the lease of that epoch (bound to a\nholder session with a TTL) and the membership, and streams lease events.\n%s%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, metricsHelp, tlsHelp)
 		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -62,19 +64,27 @@ func runLease(ctx context.Context, args []string) error {
 	defer cli.Close()
 
 	sctx, cancel := context.WithTimeout(ctx, leaseStartTimeout)
+	reg := metrics.NewRegistry("lease")
 	svc, err := lease.New(sctx, cli,
 		lease.WithPrefix(*prefix), lease.WithDefaultTTL(*defaultTTL),
-		lease.WithRequestTimeout(*requestTimeout), lease.WithLogger(log))
+		lease.WithRequestTimeout(*requestTimeout), lease.WithLogger(log), lease.WithMetrics(reg))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("start against etcd %s: %w", *etcd, err)
 	}
-	srv, err := transport.Serve(*listen, svc.Registration())
+	msrv, err := serveMetrics(*metricsListen, reg, log)
 	if err != nil {
+		svc.Close()
 		return err
 	}
-	log.Info("lease service serving", "addr", srv.URL(), "etcd", *etcd, "prefix", *prefix, "default_ttl", *defaultTTL)
-	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "lease", Address: srv.URL(), PID: os.Getpid()}); err != nil {
+	defer closeMetrics(msrv)
+	srv, err := transport.Serve(*listen, svc.Registration())
+	if err != nil {
+		svc.Close()
+		return err
+	}
+	log.Info("lease service serving", "addr", srv.URL(), "etcd", *etcd, "prefix", *prefix, "default_ttl", *defaultTTL, "metrics", metricsURL(msrv))
+	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "lease", Address: srv.URL(), PID: os.Getpid(), Metrics: metricsURL(msrv)}); err != nil {
 		svc.Close()
 		_ = srv.Close()
 		return err

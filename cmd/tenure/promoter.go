@@ -13,6 +13,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/tenurelog/tenure/internal/flagusage"
+	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/services/promoter"
 )
@@ -38,9 +39,10 @@ func runPromoter(ctx context.Context, args []string) error {
 	keepTransitions := fs.Int("keep-transitions", 100, "transition records kept per range in etcd, the newest (those of the newest N epochs; at least 20, which unsafe promotions read)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
+	metricsListen := metricsListenFlag(fs)
 	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
+		fmt.Fprintf(fs.Output(), "Usage: tenure promoter [flags]\n\nRuns a promoter. Promoters campaign in an etcd election; only the elected one\nwatches leases, probes replicas and promotes.\n%s%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, metricsHelp, tlsHelp)
 		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -82,8 +84,9 @@ func runPromoter(ctx context.Context, args []string) error {
 		ln.Close()
 		return err
 	}
+	reg := metrics.NewRegistry("promoter")
 	p, err := promoter.New(promoter.Config{
-		ID: *id, URL: url, Etcd: cli, Prefix: *prefix, LeaseURL: lURLs[0], LeaseURLs: lURLs[1:], Logger: log,
+		ID: *id, URL: url, Etcd: cli, Prefix: *prefix, LeaseURL: lURLs[0], LeaseURLs: lURLs[1:], Logger: log, Metrics: reg,
 		ProbeInterval: *probe, ProbeMisses: *misses, StatusInterval: *status, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
 		KeepTransitions: *keepTransitions,
 	})
@@ -91,9 +94,15 @@ func runPromoter(ctx context.Context, args []string) error {
 		_ = ln.Close()
 		return err
 	}
+	msrv, err := serveMetrics(*metricsListen, reg, log)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer closeMetrics(msrv)
 	srv := transport.ServeListener(ln, p.Handlers()...)
-	log.Info("promoter serving", "id", *id, "addr", srv.URL(), "advertise", url, "etcd", *etcd, "lease", *leaseURL)
-	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "promoter", ID: *id, Address: srv.URL(), PID: os.Getpid()}); err != nil {
+	log.Info("promoter serving", "id", *id, "addr", srv.URL(), "advertise", url, "etcd", *etcd, "lease", *leaseURL, "metrics", metricsURL(msrv))
+	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "promoter", ID: *id, Address: srv.URL(), PID: os.Getpid(), Metrics: metricsURL(msrv)}); err != nil {
 		_ = srv.Close()
 		return err
 	}

@@ -23,13 +23,17 @@ import (
 //
 // service is lease, replica, promoter (or, from tenure dev --json, etcd);
 // id is the server's id (none for the lease service and etcd); address is
-// the URL it serves on; pid the process that serves it.
+// the URL it serves on; pid the process that serves it; metrics its
+// Prometheus metrics URL, when it serves them.
 type readyLine struct {
 	Ready   bool   `json:"ready"`
 	Service string `json:"service"`
 	ID      string `json:"id,omitempty"`
 	Address string `json:"address"`
 	PID     int    `json:"pid"`
+	// Metrics is the server's Prometheus metrics URL (--metrics-listen),
+	// absent when it serves none.
+	Metrics string `json:"metrics,omitempty"`
 }
 
 // readyHelp is the servers' --help paragraph about the ready line.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/pkg/leaseclient"
+	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
 	"github.com/tenurelog/tenure/services/lease"
@@ -38,9 +39,10 @@ func runReplica(ctx context.Context, args []string) error {
 	fetchWait := fs.Duration("fetch-wait", time.Second, fmt.Sprintf("how long a follower lets its leader hold a fetch with nothing new (at most %dms)", wire.MaxFetchWaitMillis))
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
+	metricsListen := metricsListenFlag(fs)
 	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure replica --id ID [flags]\n\nRuns a replica. It hosts a range from the first Fence that names it (the\npromoter brings replicas into ranges), stores the range's log in Badger, and\nleads or follows it as Adopt says: a leader assigns offsets and acknowledges\nappends once a quorum holds them durably; a follower fetches from its leader.\nA restarted replica reloads every range; a follower resumes fetching, a leader\nwaits to be fenced and adopted again.\n%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, tlsHelp)
+		fmt.Fprintf(fs.Output(), "Usage: tenure replica --id ID [flags]\n\nRuns a replica. It hosts a range from the first Fence that names it (the\npromoter brings replicas into ranges), stores the range's log in Badger, and\nleads or follows it as Adopt says: a leader assigns offsets and acknowledges\nappends once a quorum holds them durably; a follower fetches from its leader.\nA restarted replica reloads every range; a follower resumes fetching, a leader\nwaits to be fenced and adopted again.\n%s%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, metricsHelp, tlsHelp)
 		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -76,7 +78,8 @@ func runReplica(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait}
+	reg := metrics.NewRegistry("replica")
+	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait, Metrics: reg}
 	var keeper *lease.Keeper
 	if *leaseURL != "" {
 		lURLs, err := serviceURLs("lease", *leaseURL)
@@ -104,8 +107,17 @@ func runReplica(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log.Info("replica serving", "id", *id, "addr", srv.URL(), "advertise", r.Address(), "data_dir", *dataDir, "lease", *leaseURL)
-	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "replica", ID: *id, Address: srv.URL(), PID: os.Getpid()}); err != nil {
+	msrv, err := serveMetrics(*metricsListen, reg, log)
+	if err != nil {
+		_ = srv.Close()
+		if cerr := r.Close(); cerr != nil {
+			log.Error("replica: close", "err", cerr)
+		}
+		return err
+	}
+	defer closeMetrics(msrv)
+	log.Info("replica serving", "id", *id, "addr", srv.URL(), "advertise", r.Address(), "data_dir", *dataDir, "lease", *leaseURL, "metrics", metricsURL(msrv))
+	if err := announceReady(os.Stdout, *readyFile, readyLine{Ready: true, Service: "replica", ID: *id, Address: srv.URL(), PID: os.Getpid(), Metrics: metricsURL(msrv)}); err != nil {
 		_ = srv.Close()
 		if cerr := r.Close(); cerr != nil {
 			log.Error("replica: close", "err", cerr)

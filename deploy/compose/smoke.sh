@@ -8,9 +8,12 @@
 # follow and catch up, and finds the promotion's trace in Jaeger by the trace
 # id of its transition record, then loads that trace's page in Jaeger's real
 # UI in headless chromium (jaeger-ui-check.sh: the page must draw the promote
-# and fence spans; screenshot in bin/jaeger-trace.png). The stack is ALWAYS
-# torn down with its volumes, also on failure or interruption. Every wait is
-# bounded.
+# and fence spans; screenshot in bin/jaeger-trace.png). Along the way it
+# scrapes every service's Prometheus metrics (http://<service>:9090/metrics):
+# under-replicated ranges are 0 before the kill, 1 once the new leader has
+# waited for the dead one, 0 again after it rejoined; the promotions are
+# counted. The stack is ALWAYS torn down with its volumes, also on failure or
+# interruption. Every wait is bounded.
 #
 # Needs: the images (`make images`) and the static smoke client
 # (bin/static/smoke, `make compose-smoke` builds both).
@@ -95,6 +98,19 @@ log "producing $RECORDS records"
 smoke produce --range "$RANGE" --count "$RECORDS" --tag before --timeout 120s >"$work/acked"
 log "acknowledged: $(wc -l <"$work/acked") records"
 
+# metrics_urls [EXCEPT]: every tenure service's metrics URL on the network
+# (TENURE_METRICS_LISTEN 0.0.0.0:9090 in the compose file), but EXCEPT's.
+metrics_urls() {
+	local s out=()
+	for s in lease-1 lease-2 replica-1 replica-2 replica-3 replica-4 promoter-1 promoter-2; do
+		[ "$s" = "${1:-}" ] || out+=("http://$s:9090/metrics")
+	done
+	local IFS=,
+	echo "${out[*]}"
+}
+log "metrics: every service serves them; one range led, none under-replicated"
+smoke metrics --urls "$(metrics_urls)" --leaders 1 --under-replicated 0 --promoted-min 1 --timeout 60s
+
 container=$(compose ps -q "$leader")
 [ -n "$container" ] || { log "no container for service $leader"; exit 1; }
 log "docker kill $leader (${container:0:12})"
@@ -104,6 +120,8 @@ docker kill "$container" >/dev/null
 out=$(smoke leader --range "$RANGE" --min-epoch $((epoch + 1)) --not "$leader" --timeout 90s)
 read -r leader2 epoch2 <<<"$out"
 log "promoted: $leader2 at epoch $epoch2, serving $((SECONDS - kill_at))s after the kill"
+log "metrics: the new leader's range is under-replicated (its follower $leader is gone), and the promotion counted"
+smoke metrics --urls "$(metrics_urls "$leader")" --leaders 1 --under-replicated 1 --promoted-min 2 --timeout 60s
 
 trace_id=$(smoke transition --range "$RANGE" --epoch "$epoch2" --timeout 60s)
 log "transition record of epoch $epoch2: trace id '${trace_id}'"
@@ -118,6 +136,8 @@ smoke verify --range "$RANGE" --timeout 60s <"$work/acked"
 log "restarting $leader (its container and volume survive the kill)"
 compose start "$leader" >/dev/null
 smoke rejoin --range "$RANGE" --replica "https://$leader:7100" --epoch "$epoch2" --timeout 90s
+log "metrics: $leader follows again, so the range is no longer under-replicated"
+smoke metrics --urls "$(metrics_urls)" --leaders 1 --under-replicated 0 --timeout 60s
 
 log "a stranger without a certificate cannot truncate: Truncate on $leader"
 smoke refused --range "$RANGE" --replica "https://$leader:7100" --timeout 30s

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -81,6 +83,10 @@ type Service struct {
 
 	closeOnce sync.Once
 	closing   chan struct{}
+
+	// metrics receives the RPC series (WithMetrics); nil: none.
+	metrics prometheus.Registerer
+	rpc     *metrics.RPC
 }
 
 var _ tenurev1connect.LeaseServiceHandler = (*Service)(nil)
@@ -110,6 +116,10 @@ func WithRequestTimeout(d time.Duration) Option { return func(s *Service) { s.re
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.log = l } }
 
+// WithMetrics registers the service's series on reg: every RPC counted by
+// procedure and code, and timed (internal/metrics.RPC). Default: none.
+func WithMetrics(reg prometheus.Registerer) Option { return func(s *Service) { s.metrics = reg } }
+
 // New returns a Service on cli. It asks etcd once for its minimum lease TTL
 // (bounded by ctx) and checks the default TTL against it, so a misconfigured
 // default fails at start rather than on every OpenSession.
@@ -132,6 +142,12 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Service, e
 	}
 	if s.requestTimeout <= 0 {
 		return nil, fmt.Errorf("lease: request timeout %v must be positive", s.requestTimeout)
+	}
+	if s.metrics != nil {
+		var err error
+		if s.rpc, err = metrics.NewRPC(s.metrics); err != nil {
+			return nil, fmt.Errorf("lease: register metrics: %w", err)
+		}
 	}
 	if s.defaultTTL%time.Second != 0 || checkTTL(s.defaultTTL.Milliseconds()) != nil {
 		return nil, fmt.Errorf("lease: default TTL %v: want whole seconds, at least 1s and at most %v (etcd counts TTLs in seconds)", s.defaultTTL, MaxSessionTTL)
@@ -165,7 +181,11 @@ func (s *Service) probeMinTTL(ctx context.Context) (int64, error) {
 // Registration is the service's entry for transport.Serve, built with
 // transport.HandlerOptions (read limit, uncompressed responses, interceptors).
 func (s *Service) Registration() transport.Registration {
-	path, h := tenurev1connect.NewLeaseServiceHandler(s, transport.HandlerOptions()...)
+	var extra []connect.HandlerOption
+	if s.rpc != nil {
+		extra = append(extra, connect.WithInterceptors(s.rpc))
+	}
+	path, h := tenurev1connect.NewLeaseServiceHandler(s, transport.HandlerOptions(extra...)...)
 	return transport.Registration{Name: tenurev1connect.LeaseServiceName, Path: path, Handler: h}
 }
 

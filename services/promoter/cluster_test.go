@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/internal/testgate"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
@@ -42,6 +44,8 @@ type testReplica struct {
 	keeper          *lease.Keeper
 	r               *replica.Replica
 	srv             *transport.Server
+	// metrics serves the replica's series while it runs (cluster.metrics).
+	metrics *metrics.Server
 }
 
 type cluster struct {
@@ -63,6 +67,9 @@ type cluster struct {
 	// keeperLease, when set, is the lease client the replicas' keepers use
 	// (default lease.Client): several lease instances (lease_failover_test).
 	keeperLease tenurev1connect.LeaseServiceClient
+	// metrics, when set, serves each replica's metrics on a loopback port
+	// (testReplica.metrics), a fresh registry per start, as a process's.
+	metrics bool
 }
 
 // newCluster starts etcd, the lease service and n replicas (r1..rn).
@@ -76,7 +83,13 @@ func newClusterWait(t testing.TB, n int, fetchWait time.Duration) *cluster {
 
 func newClusterOf(t testing.TB, n int, fetchWait time.Duration, older bool) *cluster {
 	t.Helper()
-	c := &cluster{fetchWait: fetchWait, older: older, t: t, lease: leasetest.Start(t), byID: map[string]*testReplica{}, log: testLogger(), http: transport.NewHTTPClient()}
+	return startCluster(t, &cluster{fetchWait: fetchWait, older: older}, n)
+}
+
+// startCluster starts c's etcd, lease service and n replicas.
+func startCluster(t testing.TB, c *cluster, n int) *cluster {
+	t.Helper()
+	c.t, c.lease, c.byID, c.log, c.http = t, leasetest.Start(t), map[string]*testReplica{}, testLogger(), transport.NewHTTPClient()
 	for i := 1; i <= n; i++ {
 		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", gate: testgate.New()}
 		c.replicas = append(c.replicas, tr)
@@ -108,10 +121,20 @@ func (c *cluster) start(tr *testReplica) {
 	// The old listener's port may take a moment to be reusable.
 	for attempt := 0; attempt < 50; attempt++ {
 		cfg := replica.Config{ID: tr.id, DataDir: tr.dir, Logger: c.log, Lease: k, HTTPClient: tr.gate, FetchWait: c.fetchWait}
+		var reg *prometheus.Registry
+		if c.metrics {
+			reg = metrics.NewRegistry("replica")
+			cfg.Metrics = reg
+		}
 		if c.older {
 			r, srv, err = startOlder(cfg, tr.listen)
 		} else {
 			r, srv, err = replica.Start(cfg, tr.listen)
+		}
+		if err == nil && reg != nil {
+			if tr.metrics, err = metrics.Serve("127.0.0.1:0", reg, c.log); err != nil {
+				c.t.Fatalf("metrics of %s: %v", tr.id, err)
+			}
 		}
 		if err == nil || !strings.Contains(err.Error(), "address already in use") {
 			break
@@ -132,6 +155,10 @@ func (c *cluster) stop(tr *testReplica) {
 	}
 	tr.srv.Close()
 	tr.r.Close()
+	if tr.metrics != nil {
+		tr.metrics.Close()
+		tr.metrics = nil
+	}
 	// Abandon the keeper without releasing: a killed process releases nothing.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -14,7 +14,11 @@ import (
 
 // Handlers returns the PromoterService registration to serve.
 func (p *Promoter) Handlers() []transport.Registration {
-	path, h := tenurev1connect.NewPromoterServiceHandler(handler{p}, transport.HandlerOptions()...)
+	var extra []connect.HandlerOption
+	if p.rpc != nil {
+		extra = append(extra, connect.WithInterceptors(p.rpc))
+	}
+	path, h := tenurev1connect.NewPromoterServiceHandler(handler{p}, transport.HandlerOptions(extra...)...)
 	return []transport.Registration{{Name: tenurev1connect.PromoterServiceName, Path: path, Handler: h}}
 }
 

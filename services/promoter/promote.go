@@ -69,6 +69,7 @@ type promoteOpts struct {
 func (m *promotion) step(name string) {
 	now := time.Now()
 	m.tr.Timings = append(m.tr.Timings, &tenurev1.StepTiming{Step: name, DurationUs: now.Sub(m.last).Microseconds()})
+	m.p.metrics.step(name, now.Sub(m.last))
 	m.last = now
 	if h := m.p.testHookStep; h != nil {
 		h(name)
@@ -119,6 +120,7 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		m.tr.TraceId = sc.TraceID().String()
 	}
+	defer func() { p.metrics.promotion(opts, observedEpoch, err, start) }()
 
 	// 1. Epoch: E = previous + 1 by compare-and-swap in the lease service.
 	//

@@ -20,9 +20,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurelog/tenure/pkg/leaseclient"
+	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -107,6 +109,9 @@ type Config struct {
 	// KeepTransitions remain, the newest; fewer when epochs were granted
 	// without a transition (a promotion that failed after its grant).
 	KeepTransitions int
+	// Metrics, when set, receives the promoter's series (metrics.go); nil:
+	// they are kept but not exported.
+	Metrics prometheus.Registerer
 }
 
 func (c *Config) defaults() error {
@@ -163,6 +168,11 @@ type Promoter struct {
 	cfg   Config
 	log   *slog.Logger
 	lease tenurev1connect.LeaseServiceClient
+	// metrics are the promotion series (metrics.go), kept whether or not
+	// Config.Metrics exports them; rpc counts and times the
+	// PromoterService calls (only with Config.Metrics).
+	metrics *promoterMetrics
+	rpc     *metrics.RPC
 
 	clientsMu sync.Mutex
 	clients   map[string]tenurev1connect.ReplicaServiceClient // by address, or replicaKey
@@ -222,8 +232,18 @@ func New(cfg Config) (*Promoter, error) {
 		ranges:       map[string]*rangeState{},
 		inflight:     map[string]bool{},
 		probes:       map[string]*probeState{},
+		metrics:      newPromoterMetrics(),
 	}
 	p.leaseBatch = p.newLeaseBatchers()
+	if cfg.Metrics != nil {
+		if err := p.registerMetrics(cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("promoter: register metrics: %w", err)
+		}
+		var err error
+		if p.rpc, err = metrics.NewRPC(cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("promoter: register metrics: %w", err)
+		}
+	}
 	return p, nil
 }
 

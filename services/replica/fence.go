@@ -54,6 +54,7 @@ func (s *Replica) fence(ctx context.Context, m *tenurev1.FenceRequest) (*tenurev
 	// Invariant 4: a replica fenced at E never accepts a command from an
 	// epoch below E. The promotion at the lower epoch must be abandoned.
 	if e < cur {
+		s.metrics.fenceRefusals.Inc()
 		return nil, preconditionf("range %q: fence at epoch %d refused: already fenced at epoch %d", h.id, e, cur)
 	}
 	// Far above the current fence, the epoch must be one the lease service
@@ -241,6 +242,7 @@ func (s *Replica) adopt(m *tenurev1.AdoptRequest) (*tenurev1.AdoptResponse, erro
 	if err != nil {
 		return nil, err
 	}
+	s.metrics.leaderChanges.Inc()
 	return h.adoptAnswerLocked(), nil
 }
 

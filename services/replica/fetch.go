@@ -165,7 +165,7 @@ func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev
 	now := time.Now()
 	if d := checkFetch(hist, logEnd, m.GetLastFetchedEpoch(), m.GetFetchOffset()); d != nil {
 		// Not counted: this follower's offset includes bytes we lack.
-		l.record(m.GetReplicaId(), 0, false, now)
+		l.record(m.GetReplicaId(), 0, false, logEnd, now)
 		return &tenurev1.FetchResponse{Epoch: l.epoch, HighWaterMark: hwm, LogEnd: logEnd, Diverging: d}, fetchRecords, false, nil
 	}
 	var recs []*tenurev1.Record
@@ -181,7 +181,7 @@ func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev
 			return nil, fetchNothing, false, &storeError{fmt.Errorf("range %q: read from %d for %s: %w", h.id, off, m.GetReplicaId(), err)}
 		}
 	}
-	sent, moved := l.record(m.GetReplicaId(), m.GetFetchOffset(), true, now)
+	sent, moved := l.record(m.GetReplicaId(), m.GetFetchOffset(), true, logEnd, now)
 	switch {
 	case len(recs) > 0:
 		news = fetchRecords

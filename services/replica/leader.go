@@ -94,6 +94,14 @@ type progress struct {
 	// waiting for the follower's next fetch (status).
 	inHand   int
 	answered time.Time
+	// caughtUp is when a fetch last reached the log end the leader had at
+	// the follower's previous fetch (at first: when the leadership began);
+	// leaderEnd is the log end at its latest fetch. Kafka's lastCaughtUpTime:
+	// under steady appends a follower never holds the leader's current end,
+	// but it does reach what the leader had one fetch ago (metrics.go's lag
+	// in seconds and under-replication).
+	caughtUp  time.Time
+	leaderEnd uint64
 }
 
 // newLeader builds the leadership of an epoch already journaled. The caller
@@ -118,7 +126,7 @@ func (h *hosted) newLeader(je journaledEpoch, replicas []*tenurev1.Replica) *lea
 	for _, r := range replicas {
 		l.incarnations[r.GetId()] = r.GetIncarnation()
 		if r.GetId() != h.s.cfg.ID {
-			l.progress[r.GetId()] = &progress{answered: now, learner: r.GetLearner()}
+			l.progress[r.GetId()] = &progress{answered: now, caughtUp: now, learner: r.GetLearner()}
 			l.peers[r.GetId()] = tenurev1connect.NewReplicaServiceClient(h.s.httpClient(), r.GetAddress(), transport.ClientOptions(transport.ForReplica(r.GetId()))...)
 		}
 	}
@@ -310,8 +318,9 @@ func (l *leader) committed(end uint64) (uint64, error) {
 // one (not the maximum: a follower that reports less now holds less); a
 // diverged follower counts for nothing until it has truncated and fetched
 // again. It returns the HWM last sent and whether a checked offset moved
-// (the caller then raises the HWM: advance).
-func (l *leader) record(id string, offset uint64, checked bool, now time.Time) (sentHWM uint64, moved bool) {
+// (the caller then raises the HWM: advance). logEnd is the leader's log end
+// answered to this fetch.
+func (l *leader) record(id string, offset uint64, checked bool, logEnd uint64, now time.Time) (sentHWM uint64, moved bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.progress[id]
@@ -323,6 +332,10 @@ func (l *leader) record(id string, offset uint64, checked bool, now time.Time) (
 	}
 	moved = p.checked != checked || p.offset != offset
 	p.offset, p.checked, p.lastFetch = offset, checked, now
+	if checked && offset >= p.leaderEnd {
+		p.caughtUp = now
+	}
+	p.leaderEnd = logEnd
 	return p.sentHWM, moved && checked
 }
 

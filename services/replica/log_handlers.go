@@ -46,6 +46,7 @@ func (s *Replica) append(ctx context.Context, m *tenurev1.AppendRequest) (*tenur
 	if err != nil {
 		return nil, err
 	}
+	began := time.Now()
 	l, base, dup, err := h.appendLocal(m.GetRecords(), prod)
 	if err != nil {
 		return nil, err
@@ -57,6 +58,7 @@ func (s *Replica) append(ctx context.Context, m *tenurev1.AppendRequest) (*tenur
 	if err != nil {
 		return nil, err
 	}
+	s.metrics.appendCommit.Observe(time.Since(began).Seconds())
 	epoch := l.epoch
 	if dup {
 		// The ack names the epoch that wrote the records, as the first

@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
@@ -102,6 +103,9 @@ type Config struct {
 	// AppendTimeout bounds how long an append waits to commit before it
 	// fails with DeadlineExceeded (outcome unknown); default 10s.
 	AppendTimeout time.Duration
+	// Metrics, when set, receives the replica's series (metrics.go); nil:
+	// they are kept but not exported.
+	Metrics prometheus.Registerer
 }
 
 const (
@@ -115,6 +119,9 @@ type Replica struct {
 	cfg   Config
 	log   *slog.Logger
 	store *logstore.Store
+	// metrics are the event series (metrics.go), kept whether or not
+	// Config.Metrics exports them.
+	metrics *replicaMetrics
 
 	// ctx is cancelled by Close (cause errClosed); every leader and fetch
 	// loop runs under a context derived from it.
@@ -183,12 +190,23 @@ func New(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
+	m := newReplicaMetrics()
+	if cfg.StoreOptions.WALSyncSeconds == nil {
+		cfg.StoreOptions.WALSyncSeconds = m.walSync
+	}
 	store, err := logstore.Open(cfg.DataDir, cfg.StoreOptions)
 	if err != nil {
 		return nil, fmt.Errorf("replica: open store in %s: %w", cfg.DataDir, err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &Replica{cfg: cfg, log: log, store: store, incarnation: inc, started: time.Now(), ctx: ctx, cancel: cancel, ranges: map[string]*hosted{}, lost: map[string]*tenurev1.LostRange{}}
+	s := &Replica{cfg: cfg, log: log, store: store, metrics: m, incarnation: inc, started: time.Now(), ctx: ctx, cancel: cancel, ranges: map[string]*hosted{}, lost: map[string]*tenurev1.LostRange{}}
+	if cfg.Metrics != nil {
+		if err := s.registerMetrics(cfg.Metrics); err != nil {
+			cancel(errClosed)
+			_ = store.Close()
+			return nil, fmt.Errorf("replica: register metrics: %w", err)
+		}
+	}
 	ids := store.RangeIDs()
 	slices.Sort(ids)
 	for _, id := range ids {

@@ -12,6 +12,8 @@
 //	smoke trace      --jaeger URL --trace-id ID --span NAME[=MIN],...  (the trace is in Jaeger with those spans)
 //	smoke rejoin     --lease URL --range R --replica URL --epoch E (a restarted replica follows at E and has caught up)
 //	smoke refused    --range R --replica URL                      (a Truncate without a client certificate is Unauthenticated and changes nothing)
+//	smoke metrics    --urls URL,... [--under-replicated N] [--leaders N] [--promoted-min N]
+//	                 (every URL serves Prometheus metrics; summed over them, the series have those values)
 //
 // With SMOKE_TLS_CA, SMOKE_TLS_CERT and SMOKE_TLS_KEY set (smoke.sh mounts
 // the stack's certificates and passes the operator's, which can also append
@@ -36,6 +38,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/pkg/auth"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
@@ -51,6 +54,7 @@ var steps = map[string]func(ctx context.Context, args []string) error{
 	"trace":      traceStep,
 	"rejoin":     rejoin,
 	"refused":    refused,
+	"metrics":    metricsStep,
 }
 
 func main() {
@@ -554,4 +558,52 @@ func refused(_ context.Context, args []string) error {
 	fmt.Printf("refused: Truncate without a certificate on %s answered %v; log end %d, HWM %d, fenced epoch %d unchanged\n",
 		*url, code, after.GetLogEnd(), after.GetHighWaterMark(), after.GetFencedEpoch())
 	return nil
+}
+
+// metricsStep scrapes every --urls (plaintext: the metrics listeners take
+// no certificate) and checks, summed over them, the series named by the
+// flags that are set (-1: not checked), retrying until they hold: how many
+// ranges are under-replicated (tenure_replica_under_replicated_ranges), how
+// many replicas lead (tenure_replica_ranges{role="leader"}), and at least
+// how many promotions succeeded (tenure_promoter_promotions_total with
+// outcome "promoted"). Each URL must answer with tenure_build_info.
+func metricsStep(_ context.Context, args []string) error {
+	o := newOpts("metrics")
+	urls := o.fs.String("urls", "", "comma-separated metrics URLs (required)")
+	under := o.fs.Int("under-replicated", -1, "want this many under-replicated ranges in all")
+	leaders := o.fs.Int("leaders", -1, "want this many ranges led in all")
+	promoted := o.fs.Int("promoted-min", -1, "want at least this many successful promotions in all")
+	ctx, cancel, err := o.parse(args)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if *urls == "" {
+		return errors.New("--urls is required")
+	}
+	plain := &http.Client{Timeout: 5 * time.Second}
+	return retry(ctx, "metrics", func(ctx context.Context) error {
+		var u, l, p float64
+		for _, url := range strings.Split(*urls, ",") {
+			s, err := metrics.Scrape(ctx, plain, url)
+			if err != nil {
+				return err
+			}
+			if s.Sum("tenure_build_info") != 1 {
+				return fmt.Errorf("%s: no tenure_build_info", url)
+			}
+			u += s.Sum("tenure_replica_under_replicated_ranges")
+			l += s.Sum(`tenure_replica_ranges{role="leader"}`)
+			for k, v := range s {
+				if strings.HasPrefix(k, "tenure_promoter_promotions_total{") && strings.Contains(k, `outcome="promoted"`) {
+					p += v
+				}
+			}
+		}
+		if (*under >= 0 && u != float64(*under)) || (*leaders >= 0 && l != float64(*leaders)) || (*promoted >= 0 && p < float64(*promoted)) {
+			return fmt.Errorf("under-replicated %v (want %d), leaders %v (want %d), promoted %v (want at least %d; -1: any)", u, *under, l, *leaders, p, *promoted)
+		}
+		fmt.Printf("metrics of %d services: under-replicated ranges %v, ranges led %v, promotions %v\n", len(strings.Split(*urls, ",")), u, l, p)
+		return nil
+	})
 }

@@ -75,6 +75,10 @@ type Options struct {
 	// "commit:write"; the syncer or a follower's inline sync, at
 	// "commit:sync"), which tests use to stage a slow disk.
 	CrashAt func(point string) error
+	// WALSyncSeconds, when set, observes how long each WAL sync's
+	// fdatasyncs took, in seconds (etcd_disk_wal_fsync_duration_seconds'
+	// counterpart). Called on the commit path: it must not block.
+	WALSyncSeconds interface{ Observe(float64) }
 }
 
 // Crash points, the arguments Options.CrashAt receives.
@@ -100,6 +104,8 @@ type Store struct {
 	jfs        journal.FS
 	log        *slog.Logger
 	crashAt    func(string) error
+	// walSyncSeconds is Options.WALSyncSeconds.
+	walSyncSeconds interface{ Observe(float64) }
 
 	// life is held shared by every operation that touches db directly and
 	// exclusively by Close, so nothing uses db after it is closed.
@@ -237,6 +243,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		sealed:     map[string]bool{},
 		syncFiles:  map[string]*os.File{},
 	}
+	s.walSyncSeconds = opts.WALSyncSeconds
 	s.work = sync.NewCond(&s.qmu)
 	s.space = sync.NewCond(&s.qmu)
 	s.syncWork = sync.NewCond(&s.qmu)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -527,6 +528,7 @@ func (s *Store) syncWAL() error {
 	if failed != nil {
 		return failed
 	}
+	began := time.Now()
 	for _, p := range todo {
 		if err := unix.Fdatasync(int(p.f.f.Fd())); err != nil {
 			err = fmt.Errorf("logstore: fdatasync %s: %w", p.f.f.Name(), err)
@@ -535,6 +537,9 @@ func (s *Store) syncWAL() error {
 			w.mu.Unlock()
 			return err
 		}
+	}
+	if o := s.walSyncSeconds; o != nil && len(todo) > 0 {
+		o.Observe(time.Since(began).Seconds())
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
