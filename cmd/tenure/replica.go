@@ -12,8 +12,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/tenurelog/tenure/internal/flagusage"
-	"github.com/tenurelog/tenure/pkg/leaseclient"
 	"github.com/tenurelog/tenure/internal/metrics"
+	"github.com/tenurelog/tenure/pkg/leaseclient"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
 	"github.com/tenurelog/tenure/services/lease"
