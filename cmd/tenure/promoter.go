@@ -37,6 +37,10 @@ func runPromoter(ctx context.Context, args []string) error {
 	fenceTimeout := fs.Duration("fence-timeout", time.Second, "how long a promotion waits for fence answers; replicas not answering by then do not count")
 	parallel := fs.Int("max-parallel", 1024, "at most this many promotions run at once; their calls to each replica and the lease service are batched, at most 2 batches in flight per replica and kind, 8 to the lease service")
 	keepTransitions := fs.Int("keep-transitions", 100, "transition records kept per range in etcd, the newest (those of the newest N epochs; at least 20, which unsafe promotions read)")
+	catchUp := fs.Duration("handover-catch-up", 5*time.Second, "how long a planned handover (tenurectl promote --to) waits, before fencing anything, for its target to hold every committed record; then it is refused and nothing changes")
+	rebalance := fs.Bool("rebalance", true, "move leadership back to each range's preferred replica once it is healthy and caught up after a failover (planned handovers, a few per interval; like Kafka's auto.leader.rebalance.enable); --rebalance=false turns it off")
+	rebalanceInterval := fs.Duration("rebalance-interval", 30*time.Second, "how often the elected promoter looks for ranges led elsewhere than their preferred replica; a range whose leader changed within the last interval is left alone")
+	rebalanceMax := fs.Int("rebalance-max", 8, "at most this many ranges are moved back per rebalance interval, one after the other")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
 	metricsListen := metricsListenFlag(fs)
@@ -89,6 +93,7 @@ func runPromoter(ctx context.Context, args []string) error {
 		ID: *id, URL: url, Etcd: cli, Prefix: *prefix, LeaseURL: lURLs[0], LeaseURLs: lURLs[1:], Logger: log, Metrics: reg,
 		ProbeInterval: *probe, ProbeMisses: *misses, StatusInterval: *status, FenceTimeout: *fenceTimeout, MaxParallel: *parallel,
 		KeepTransitions: *keepTransitions,
+		HandoverCatchUp: *catchUp, NoRebalance: !*rebalance, RebalanceInterval: *rebalanceInterval, RebalanceMax: *rebalanceMax,
 	})
 	if err != nil {
 		_ = ln.Close()

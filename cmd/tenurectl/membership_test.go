@@ -77,9 +77,9 @@ func testMembership(t *testing.T, c *testCluster) {
 	if code != exitUsage || !strings.Contains(stderr, "--add ID=URL are both required") {
 		t.Errorf("replace-replica without --add: status %d, stderr:\n%s", code, stderr)
 	}
-	code, _, stderr = c.ctl("", "promote", "grow", "--to", "r1")
-	if code != exitUsage || !strings.Contains(stderr, "--to goes with --unsafe-accept-data-loss") {
-		t.Errorf("promote --to without --unsafe-accept-data-loss: status %d, stderr:\n%s", code, stderr)
+	code, _, stderr = c.ctl("", "promote", "grow", "--to", "r1", "--preferred", "r2")
+	if code != exitUsage || !strings.Contains(stderr, "--to r1 and --preferred r2 disagree") {
+		t.Errorf("promote --to r1 --preferred r2: status %d, stderr:\n%s", code, stderr)
 	}
 }
 

@@ -14,34 +14,45 @@ import (
 )
 
 const promoteHelp = `
-Ask the elected promoter to promote the range now: a planned handover. It
-grants the next epoch, fences every replica (the current leader too) and
-reads their logs in the same round trip, picks the most complete log (ties
-go to --preferred), truncates diverged replicas, adopts the new leader and
-records the transition. The report is printed with the promotion's trace id.
+Ask the elected promoter to promote the range now. It grants the next epoch,
+fences every replica (the current leader too) and reads their logs in the
+same round trip, picks the leader, truncates diverged replicas, adopts the
+new leader and records the transition. The report is printed with the
+promotion's trace id.
 
-The current leader may well be chosen again: --preferred only breaks ties
-among equally complete replicas, it never outranks a more complete log.
-When --preferred already leads the range with a live lease, nothing is done
-(and that is said); --force promotes anyway, at a new epoch.
+--to ID (or --preferred ID) is a planned handover: it ends with ID leading,
+or fails saying why. The promoter first waits (its --handover-catch-up,
+5s by default) until the leader reports ID fetching and holding every
+committed record; then it fences the other replicas, so the leader can no
+longer commit past ID, then the leader and ID, and promotes ID. Appends
+the old leader had accepted but not acknowledged may be cut (their clients
+saw no acknowledgement and retry); no acknowledged record is ever lost.
+It is refused, with nothing changed, when ID is not a voter, does not
+answer, or is not caught up in time. If the fence finds ID short after all,
+the most complete log leads (the transition's handover_refused says why)
+and the promoter tries again, at most 3 promotions in all. Without --to
+the most complete log leads. When ID already leads the range with a live
+lease, nothing is done (and that is said); --force promotes anyway, at a
+new epoch.
 
 --unsafe-accept-data-loss is for a range whose quorum is gone for good (the
 disks of a majority are lost). It fences whatever answers and leads from the
 most complete surviving log without a quorum: records acknowledged beyond
 that log are lost. The report names the offsets that may have been
 acknowledged and are not on the new leader ([possibly lost from, highest HWM
-seen)). The promoter never does this on its own. --to prefers a replica
-among the most complete survivors.
+seen)). The promoter never does this on its own. With it, --to only
+prefers a replica among the most complete survivors: nothing waits for a
+catch-up when a quorum is gone.
 `
 
 func runPromote(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "promote", "RANGE [--preferred ID [--force]] [--reason TEXT] [--unsafe-accept-data-loss [--to ID]]", promoteHelp)
+	fs := newFlags(e, "promote", "RANGE [--to ID [--force]] [--reason TEXT] [--unsafe-accept-data-loss [--to ID]]", promoteHelp)
 	o := addClusterFlags(e, fs)
-	preferred := fs.String("preferred", "", "replica to prefer among equally complete candidates")
+	preferred := fs.String("preferred", "", "the same as --to")
 	reason := fs.String("reason", "", `why, recorded in the transition (default "operator request")`)
 	unsafe := fs.Bool("unsafe-accept-data-loss", false, "promote without a quorum, from the most complete surviving log: acknowledged records beyond it are LOST")
-	to := fs.String("to", "", "with --unsafe-accept-data-loss: the replica to prefer among the most complete survivors")
-	force := fs.Bool("force", false, "promote even when --preferred already leads the range (a new epoch for the same leader)")
+	to := fs.String("to", "", "planned handover: the replica to lead, once it holds every committed record (refused, naming why, when it cannot); with --unsafe-accept-data-loss only preferred among the most complete survivors")
+	force := fs.Bool("force", false, "promote even when --to already leads the range (a new epoch for the same leader)")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -50,9 +61,6 @@ func runPromote(ctx context.Context, e *env, args []string) error {
 		return usagef("want exactly one RANGE, got %d arguments", len(positional))
 	}
 	if *to != "" {
-		if !*unsafe {
-			return usagef("--to goes with --unsafe-accept-data-loss; a planned handover takes --preferred")
-		}
 		if *preferred != "" && *preferred != *to {
 			return usagef("--to %s and --preferred %s disagree", *to, *preferred)
 		}
@@ -133,6 +141,9 @@ func writeTransition(w io.Writer, tr *tenurev1.Transition) {
 	}
 	fmt.Fprintf(w, "range %s: epoch %d -> %d, leader %s (%s)\n", tr.GetRangeId(), tr.GetPreviousEpoch(), tr.GetEpoch(), tr.GetLeaderId(), tr.GetLeaderAddress())
 	fmt.Fprintf(w, "reason:          %s\n", tr.GetReason())
+	if to := tr.GetHandoverTo(); to != "" && tr.GetHandoverRefused() != "" {
+		fmt.Fprintf(w, "handover to %s did not land: %s\n", to, tr.GetHandoverRefused())
+	}
 	if s := tr.GetMembershipStep(); s != "" {
 		fmt.Fprintf(w, "membership step: %s\n", s)
 	}

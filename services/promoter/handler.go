@@ -51,9 +51,19 @@ func (h handler) Promote(ctx context.Context, req *connect.Request[tenurev1.Prom
 	case reason == "":
 		reason = "operator request"
 	}
-	tr, err := h.p.promoteNow(ctx, req.Msg.GetRangeId(), promoteOpts{
-		preferred: req.Msg.GetPreferredReplicaId(), reason: reason, unsafe: unsafe, waitRecord: true,
-	})
+	opts := promoteOpts{preferred: req.Msg.GetPreferredReplicaId(), reason: reason, unsafe: unsafe, waitRecord: true}
+	var tr *tenurev1.Transition
+	var err error
+	if opts.preferred != "" && !unsafe {
+		// A named replica is where the operator wants leadership: a
+		// planned handover lands there or says why not (handover.go). An
+		// unsafe promotion only prefers it among the most complete
+		// survivors: with a quorum gone, nothing may wait for a catch-up.
+		opts.target = opts.preferred
+		tr, err = h.p.handover(ctx, req.Msg.GetRangeId(), opts)
+	} else {
+		tr, err = h.p.promoteNow(ctx, req.Msg.GetRangeId(), opts)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -52,6 +52,11 @@ type Answer struct {
 	// (FenceResponse.incarnation; empty from a replica older than
 	// incarnations).
 	Incarnation string
+	// WasLeader: the replica was leading when this fence reached it
+	// (FenceResponse.previous_role). Only a planned handover reads it
+	// (handoverCandidate): the fenced leader's HWM is the last word on
+	// what was acknowledged at its epoch.
+	WasLeader bool
 }
 
 // Input is everything a promotion decides on.
@@ -91,6 +96,14 @@ type Input struct {
 	// Preferred optionally names a replica to lead among equally complete
 	// candidates ("" for none). It never outranks a more complete log.
 	Preferred string
+	// HandoverTo names the replica a planned handover moves leadership to
+	// ("" for none). It leads even when another fenced log is longer, but
+	// only when that is sure to lose no acknowledged record
+	// (handoverCandidate): the longer log's extra tail is then records
+	// nobody was told are committed, and it is cut. Otherwise the most
+	// complete log leads as always and Plan.HandoverRefused says why.
+	// Ignored by an unsafe promotion.
+	HandoverTo string
 	// RangeID, when set, spreads leaderships among equally complete
 	// candidates that are not preferred (tieRank); unset, the lowest id
 	// leads among them.
@@ -138,6 +151,9 @@ type Plan struct {
 	// been acknowledged and are not on the new leader. It equals
 	// HighestHWMSeen unless an unsafe promotion's candidate ends below it.
 	PossiblyLostFrom uint64
+	// HandoverRefused says why Input.HandoverTo does not lead; empty when it
+	// does or none was asked for.
+	HandoverRefused string
 	// Fenced is one entry per member of Input.Replicas, fenced or not, in
 	// that order, for the transition record and the candidate-choice span.
 	// Error says why a replica was not fenced or, for a fenced one, why its
@@ -199,6 +215,8 @@ type replicaState struct {
 	incarnation string
 	// fenced: the replica answered the fence at E (Unimplemented counts).
 	fenced bool
+	// wasLeader: it was leading when fenced (Answer.WasLeader).
+	wasLeader bool
 	// known: its history can be used to reconcile it by epoch.
 	known bool
 	// Invariant: hwm <= logEnd.
@@ -291,6 +309,14 @@ func Decide(in Input) (Plan, error) {
 	// catches the case where it is not.
 	cand := chooseCandidate(known, in.Preferred, in.RangeID)
 	highest := max(in.HighestHWMSeen, bound)
+	var handoverRefused string
+	if t := in.HandoverTo; t != "" && t != cand.id && !in.Unsafe {
+		if target, why := handoverCandidate(states, cand, t, bound); why != "" {
+			handoverRefused = why
+		} else {
+			cand = target
+		}
+	}
 
 	// Step 4. The candidate is the most complete log, so it must hold every
 	// committed record; if it ends below the bound some replica's HWM
@@ -309,7 +335,7 @@ func Decide(in Input) (Plan, error) {
 
 	// Step 5, reconcile while fenced.
 	plan := Plan{Candidate: cand.id, CommittedBound: bound, Fenced: summary,
-		HighestHWMSeen: highest, PossiblyLostFrom: min(cand.logEnd, highest)}
+		HighestHWMSeen: highest, PossiblyLostFrom: min(cand.logEnd, highest), HandoverRefused: handoverRefused}
 	exclude := func(i int, why string) {
 		plan.Excluded = append(plan.Excluded, states[i].id)
 		summary[i].Error = why
@@ -380,6 +406,81 @@ func Decide(in Input) (Plan, error) {
 			"truncation below a committed record: %s", strings.Join(losses, "; ")))
 	}
 	return plan, nil
+}
+
+// handoverCandidate returns target's state when a planned handover may make
+// it lead although best, the most complete fenced log, is longer; otherwise
+// why not (and best leads).
+//
+// Leading from a shorter log cuts best's tail beyond it, so that is allowed
+// only when the tail is sure to hold no acknowledged record, and the fenced
+// leader knows exactly what was acknowledged. One leader acts at an epoch;
+// it acknowledges a record only once its HWM has passed it, and its fence
+// stopped it raising its HWM, so the HWM it answered bounds every
+// acknowledgement made at its epoch. Every record acknowledged at an earlier
+// epoch is in its log below its own epoch start: the promotion that made it
+// leader chose it as the most complete log, holding all of them. No later
+// epoch acknowledged anything: such a record would sit on a quorum of
+// voters, hence on a fenced one (quorums intersect), whose last epoch would
+// then beat best's. So with l the fenced replica that was leading at best's
+// last epoch, every acknowledged offset is below max(l's HWM, l's epoch
+// start), and a target whose log is a prefix of l's reaching that far holds
+// every acknowledged record.
+//
+// Without l's answer (the leader is dead or did not answer in time) the
+// bound is not known, only the quorum's HWMs, which can lag the leader's
+// acknowledgements; then only the most complete log is safe, as always.
+func handoverCandidate(states []replicaState, best replicaState, target string, bound uint64) (replicaState, string) {
+	var t, l *replicaState
+	for i := range states {
+		s := &states[i]
+		if s.id == target {
+			t = s
+		}
+		// Only a counted, known answer: a learner never led, and another
+		// incarnation's word is not the member's.
+		if s.counted && s.known && s.wasLeader && s.lastEpoch == best.lastEpoch && s.lastEpoch > 0 {
+			l = s
+		}
+	}
+	switch {
+	case t == nil || t.kind != voter:
+		return replicaState{}, fmt.Sprintf("%s is not a voter of the range", target)
+	case !t.fenced:
+		return replicaState{}, fmt.Sprintf("%s was not fenced (%s)", target, t.reason)
+	case !t.counted || !t.known:
+		return replicaState{}, fmt.Sprintf("%s does not count (%s)", target, t.reason)
+	case l == nil:
+		return replicaState{}, fmt.Sprintf("no replica answered the fence as the leader at epoch %d, the only one that knows what was acknowledged; %s (log end %d) leads as the most complete log",
+			best.lastEpoch, best.id, best.logEnd)
+	}
+	start := l.history[len(l.history)-1].Start
+	// need is the end of what may have been acknowledged; bound (the
+	// largest counted HWM) is at most l's HWM in a correct cluster, and is
+	// taken too so that the plan's own bound check never fires for it.
+	need := max(l.hwm, start, bound)
+	// A prefix of l's log: nothing of t's is cut to follow l, so nothing of
+	// l's below t's end differs from t's.
+	if d := reconcileTarget(*l, *t); d < t.logEnd {
+		return replicaState{}, fmt.Sprintf("%s diverges from the leader %s at %d, below its log end %d", target, l.id, d, t.logEnd)
+	}
+	if t.logEnd < need {
+		return replicaState{}, fmt.Sprintf("%s ends at %d, below %d, where the records leader %s may have acknowledged end (HWM %d, epoch %d from %d): it lacks %d of them",
+			target, t.logEnd, need, l.id, l.hwm, l.lastEpoch, start, need-t.logEnd)
+	}
+	// Every other replica is reconciled with t without a cut below its own
+	// HWM (invariant 3). It follows from the above in a correct cluster;
+	// checked, so that a refusal here keeps the promotion going with best
+	// rather than failing it with DataLoss after the fence.
+	for _, s := range states {
+		if s.id == t.id || !s.fenced || !s.known || s.mismatch || s.kind == oldVoter {
+			continue
+		}
+		if d := reconcileTarget(*t, s); d < s.hwm {
+			return replicaState{}, fmt.Sprintf("following %s would cut %s to %d, below its HWM %d", target, s.id, d, s.hwm)
+		}
+	}
+	return *t, ""
 }
 
 // committedBound is the largest HWM among fenced replicas.
@@ -577,7 +678,7 @@ func readAnswer(a Answer, epoch uint64) (replicaState, error) {
 	if a.HWM > a.LogEnd {
 		return s, planErrorf(connect.CodeInvalidArgument, "replica %s reports HWM %d above its log end %d", a.ReplicaID, a.HWM, a.LogEnd)
 	}
-	s.fenced, s.logEnd, s.hwm = true, a.LogEnd, a.HWM
+	s.fenced, s.logEnd, s.hwm, s.wasLeader = true, a.LogEnd, a.HWM, a.WasLeader
 	if a.Unimplemented {
 		s.reason = "history unknown: the replica does not report it (older version)"
 		return s, nil

@@ -54,6 +54,9 @@ type promotion struct {
 type promoteOpts struct {
 	// preferred names the replica to lead among equally complete ones.
 	preferred string
+	// target names the replica a planned handover moves leadership to
+	// (handover.go); it is also preferred. "" for none.
+	target string
 	// reason lands in the transition record.
 	reason string
 	// unsafe promotes without a quorum (PromoteRequest.unsafe_accept_data_loss).
@@ -135,6 +138,7 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 	// first, as it needs its current epoch.
 	var rng *tenurev1.RangeInfo
 	var previous, epoch uint64
+	var ho *handover
 	if observedEpoch >= 0 && preferred == "" {
 		previous = uint64(observedEpoch)
 		if epoch, rng, err = m.grant(ctx, previous); err != nil {
@@ -164,6 +168,14 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 		if err := m.members(rng, &preferred, named); err != nil {
 			return nil, err
 		}
+		if opts.target != "" {
+			// A planned handover waits for its target to catch up before
+			// anything is granted: a refusal here changes nothing.
+			if ho, err = m.prepareHandover(ctx, rng); err != nil {
+				return nil, err
+			}
+			m.step("catch-up")
+		}
 		previous = rng.GetEpoch()
 		if epoch, _, err = m.grant(ctx, previous); err != nil {
 			return nil, err
@@ -183,6 +195,11 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 	if named || previous == 0 {
 		waitFor = preferred
 	}
+	if ho != nil {
+		// A planned handover fences the others first, so that the
+		// leader's HWM cannot run ahead of the target (handover.go).
+		m.fenceOthers(ctx, epoch, ho)
+	}
 	answers := m.fenceAll(ctx, epoch, waitFor)
 	m.step("fence")
 	if h := p.testHookAfterFence; h != nil {
@@ -192,7 +209,7 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 	// 3-5. The decision is a pure function of the answers.
 	in := Input{Epoch: epoch, Preferred: preferred, RangeID: rangeID, Answers: answers,
 		Replicas: m.voters, Learners: m.learners, OldVoters: m.oldVoters, Incarnations: m.incarnations,
-		Unsafe: opts.unsafe}
+		Unsafe: opts.unsafe, HandoverTo: opts.target}
 	if opts.unsafe {
 		// The bound of what may have been acknowledged: the fenced HWMs
 		// (Decide takes those itself) and every bound an earlier
@@ -459,6 +476,7 @@ func (m *promotion) fence1(ctx context.Context, r *tenurev1.Replica, epoch uint6
 		return a
 	}
 	a.LogEnd, a.HWM, a.Incarnation = msg.GetLogEnd(), msg.GetHighWaterMark(), msg.GetIncarnation()
+	a.WasLeader = msg.GetPreviousRole() == tenurev1.Role_ROLE_LEADER
 	a.History = journal.FromWire(msg.GetHistory())
 	var last uint64
 	if n := len(a.History); n > 0 {
@@ -497,6 +515,7 @@ func (m *promotion) decide(ctx context.Context, in Input) (Plan, error) {
 	m.tr.HighestHwmSeen, m.tr.PossiblyLostFrom = plan.HighestHWMSeen, plan.PossiblyLostFrom
 	m.tr.LeaderId = plan.Candidate
 	m.tr.LeaderAddress = m.byID[plan.Candidate].GetAddress()
+	m.tr.HandoverTo, m.tr.HandoverRefused = in.HandoverTo, plan.HandoverRefused
 	span.SetAttributes(attribute.String("tenure.candidate", plan.Candidate), attribute.Int64("tenure.committed_bound", int64(plan.CommittedBound)))
 	return plan, nil
 }

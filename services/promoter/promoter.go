@@ -112,6 +112,22 @@ type Config struct {
 	// Metrics, when set, receives the promoter's series (metrics.go); nil:
 	// they are kept but not exported.
 	Metrics prometheus.Registerer
+	// HandoverCatchUp bounds how long a planned handover waits, before it
+	// fences anything, for its target to hold every committed record
+	// (default 5s); then it is refused and nothing changed (handover.go).
+	HandoverCatchUp time.Duration
+	// NoRebalance turns leader rebalancing off (rebalance.go). It is on by
+	// default, like Kafka's auto.leader.rebalance.enable.
+	NoRebalance bool
+	// RebalanceInterval is how often the elected promoter looks for ranges
+	// led elsewhere than their preferred replica (default 30s). A range
+	// whose leader changed within the last interval is left alone.
+	RebalanceInterval time.Duration
+	// RebalanceMax bounds the handovers one rebalance round runs (default
+	// 8), one after the other: each is a planned handover's gap for its
+	// range, and a mass failover's thousand ranges move back over rounds,
+	// not in one storm of promotions.
+	RebalanceMax int
 }
 
 func (c *Config) defaults() error {
@@ -147,6 +163,11 @@ func (c *Config) defaults() error {
 	setDur(&c.SessionTTL, 5*time.Second)
 	setDur(&c.RefreshInterval, 2*time.Second)
 	setDur(&c.RetryMax, 2*time.Second)
+	setDur(&c.HandoverCatchUp, 5*time.Second)
+	setDur(&c.RebalanceInterval, 30*time.Second)
+	if c.RebalanceMax <= 0 {
+		c.RebalanceMax = 8
+	}
 	if c.ProbeMisses <= 0 {
 		c.ProbeMisses = 3
 	}

@@ -40,6 +40,9 @@ type rangeState struct {
 	// the range's generation (sent with reconciling fences).
 	change     *tenurev1.MembershipChange
 	generation uint64
+	// preferred is the range's preferred replica, as last read: where the
+	// rebalancer moves its leadership back to (rebalance.go).
+	preferred string
 }
 
 func (rs *rangeState) status(id string) *tenurev1.RangePromotionState {
@@ -111,8 +114,9 @@ func (p *Promoter) campaign(ctx context.Context) error {
 	p.mu.Lock()
 	p.elected, p.leaderID, p.leaderURL = true, p.cfg.ID, p.cfg.URL
 	p.mu.Unlock()
-	done := make(chan struct{}, 4)
-	for _, loop := range []func(context.Context){p.keepSession, p.refreshLoop, p.watchLoop, p.probeLoop} {
+	loops := []func(context.Context){p.keepSession, p.refreshLoop, p.watchLoop, p.probeLoop, p.rebalanceLoop}
+	done := make(chan struct{}, len(loops))
+	for _, loop := range loops {
 		go func() { loop(loopCtx); done <- struct{}{} }()
 	}
 	select {
@@ -124,7 +128,7 @@ func (p *Promoter) campaign(ctx context.Context) error {
 	p.elected = false
 	p.mu.Unlock()
 	stop()
-	for range 4 {
+	for range loops {
 		<-done
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -391,7 +395,7 @@ func (p *Promoter) observe(ctx context.Context, r *tenurev1.RangeInfo) {
 		rs = &rangeState{state: "healthy"}
 		p.ranges[r.GetRangeId()] = rs
 	}
-	rs.replicas, rs.change, rs.generation = r.GetReplicas(), r.GetChange(), r.GetGeneration()
+	rs.replicas, rs.change, rs.generation, rs.preferred = r.GetReplicas(), r.GetChange(), r.GetGeneration(), r.GetPreferredReplicaId()
 	// Epochs only move forward: an older view (a slow refresh racing a
 	// promotion we just finished) must not roll our state back.
 	if r.GetEpoch() > rs.epoch {

@@ -26,7 +26,13 @@ type PromoteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The range.
 	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
-	// Optional replica to prefer among equally complete candidates.
+	// The replica to lead: a planned handover (tenurectl promote --to). The
+	// promoter waits, within its handover bound, for it to hold every
+	// committed record, then promotes it; when it cannot (not a member, not
+	// answering, not caught up in time) the request fails with
+	// FailedPrecondition and a HandoverRefused detail. With
+	// unsafe_accept_data_loss it only breaks ties among the most complete
+	// survivors. Empty: the most complete log leads.
 	PreferredReplicaId string `protobuf:"bytes,2,opt,name=preferred_replica_id,json=preferredReplicaId,proto3" json:"preferred_replica_id,omitempty"`
 	// Why (shown in the transition record), e.g. "operator: planned handover".
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -464,8 +470,14 @@ type Transition struct {
 	// The membership step this promotion carried out, if any, e.g.
 	// "add-learner r4".
 	MembershipStep string `protobuf:"bytes,18,opt,name=membership_step,json=membershipStep,proto3" json:"membership_step,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The replica a planned handover asked to lead (PromoteRequest's
+	// preferred_replica_id, or the rebalancer's preferred replica).
+	HandoverTo string `protobuf:"bytes,19,opt,name=handover_to,json=handoverTo,proto3" json:"handover_to,omitempty"`
+	// Why handover_to does not lead after this promotion; empty when it does.
+	// The most complete log led instead, and nothing acknowledged was lost.
+	HandoverRefused string `protobuf:"bytes,20,opt,name=handover_refused,json=handoverRefused,proto3" json:"handover_refused,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Transition) Reset() {
@@ -624,6 +636,112 @@ func (x *Transition) GetMembershipStep() string {
 	return ""
 }
 
+func (x *Transition) GetHandoverTo() string {
+	if x != nil {
+		return x.HandoverTo
+	}
+	return ""
+}
+
+func (x *Transition) GetHandoverRefused() string {
+	if x != nil {
+		return x.HandoverRefused
+	}
+	return ""
+}
+
+// HandoverRefused is the detail of a planned handover's FailedPrecondition:
+// why the replica asked for does not lead the range, and who does.
+type HandoverRefused struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The replica asked to lead.
+	TargetId string `protobuf:"bytes,2,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
+	// Why it does not, in words naming the replicas and offsets involved.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The replica leading the range now, and its epoch.
+	LeaderId string `protobuf:"bytes,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	Epoch    uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Whether promotions ran before the refusal (epochs were spent, the
+	// leader stayed). False: nothing was fenced, nothing changed.
+	Promoted      bool `protobuf:"varint,6,opt,name=promoted,proto3" json:"promoted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandoverRefused) Reset() {
+	*x = HandoverRefused{}
+	mi := &file_tenure_v1_promoter_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandoverRefused) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandoverRefused) ProtoMessage() {}
+
+func (x *HandoverRefused) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_promoter_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandoverRefused.ProtoReflect.Descriptor instead.
+func (*HandoverRefused) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *HandoverRefused) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *HandoverRefused) GetTargetId() string {
+	if x != nil {
+		return x.TargetId
+	}
+	return ""
+}
+
+func (x *HandoverRefused) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *HandoverRefused) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *HandoverRefused) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *HandoverRefused) GetPromoted() bool {
+	if x != nil {
+		return x.Promoted
+	}
+	return false
+}
+
 // ChangeReplicasRequest is one membership change.
 type ChangeReplicasRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -644,7 +762,7 @@ type ChangeReplicasRequest struct {
 
 func (x *ChangeReplicasRequest) Reset() {
 	*x = ChangeReplicasRequest{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[6]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +774,7 @@ func (x *ChangeReplicasRequest) String() string {
 func (*ChangeReplicasRequest) ProtoMessage() {}
 
 func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[6]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +787,7 @@ func (x *ChangeReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{6}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ChangeReplicasRequest) GetRangeId() string {
@@ -728,7 +846,7 @@ type ChangeReplicasResponse struct {
 
 func (x *ChangeReplicasResponse) Reset() {
 	*x = ChangeReplicasResponse{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[7]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +858,7 @@ func (x *ChangeReplicasResponse) String() string {
 func (*ChangeReplicasResponse) ProtoMessage() {}
 
 func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[7]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +871,7 @@ func (x *ChangeReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReplicasResponse.ProtoReflect.Descriptor instead.
 func (*ChangeReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{7}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ChangeReplicasResponse) GetPhase() string {
@@ -809,7 +927,7 @@ type PromoterServiceDeleteRangeRequest struct {
 
 func (x *PromoterServiceDeleteRangeRequest) Reset() {
 	*x = PromoterServiceDeleteRangeRequest{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[8]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +939,7 @@ func (x *PromoterServiceDeleteRangeRequest) String() string {
 func (*PromoterServiceDeleteRangeRequest) ProtoMessage() {}
 
 func (x *PromoterServiceDeleteRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[8]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +952,7 @@ func (x *PromoterServiceDeleteRangeRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use PromoterServiceDeleteRangeRequest.ProtoReflect.Descriptor instead.
 func (*PromoterServiceDeleteRangeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{8}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PromoterServiceDeleteRangeRequest) GetRangeId() string {
@@ -861,7 +979,7 @@ type PromoterServiceDeleteRangeResponse struct {
 
 func (x *PromoterServiceDeleteRangeResponse) Reset() {
 	*x = PromoterServiceDeleteRangeResponse{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[9]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +991,7 @@ func (x *PromoterServiceDeleteRangeResponse) String() string {
 func (*PromoterServiceDeleteRangeResponse) ProtoMessage() {}
 
 func (x *PromoterServiceDeleteRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[9]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +1004,7 @@ func (x *PromoterServiceDeleteRangeResponse) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use PromoterServiceDeleteRangeResponse.ProtoReflect.Descriptor instead.
 func (*PromoterServiceDeleteRangeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{9}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PromoterServiceDeleteRangeResponse) GetExisted() bool {
@@ -923,7 +1041,7 @@ type ListTransitionsRequest struct {
 
 func (x *ListTransitionsRequest) Reset() {
 	*x = ListTransitionsRequest{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[10]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1053,7 @@ func (x *ListTransitionsRequest) String() string {
 func (*ListTransitionsRequest) ProtoMessage() {}
 
 func (x *ListTransitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[10]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1066,7 @@ func (x *ListTransitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTransitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListTransitionsRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{10}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListTransitionsRequest) GetRangeId() string {
@@ -976,7 +1094,7 @@ type ListTransitionsResponse struct {
 
 func (x *ListTransitionsResponse) Reset() {
 	*x = ListTransitionsResponse{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[11]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1106,7 @@ func (x *ListTransitionsResponse) String() string {
 func (*ListTransitionsResponse) ProtoMessage() {}
 
 func (x *ListTransitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[11]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1119,7 @@ func (x *ListTransitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTransitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListTransitionsResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{11}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListTransitionsResponse) GetTransitions() []*Transition {
@@ -1020,7 +1138,7 @@ type PromoterServiceGetStatusRequest struct {
 
 func (x *PromoterServiceGetStatusRequest) Reset() {
 	*x = PromoterServiceGetStatusRequest{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[12]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1150,7 @@ func (x *PromoterServiceGetStatusRequest) String() string {
 func (*PromoterServiceGetStatusRequest) ProtoMessage() {}
 
 func (x *PromoterServiceGetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[12]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1163,7 @@ func (x *PromoterServiceGetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoterServiceGetStatusRequest.ProtoReflect.Descriptor instead.
 func (*PromoterServiceGetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{12}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{13}
 }
 
 // RangePromotionState is the promoter's view of one range.
@@ -1077,7 +1195,7 @@ type RangePromotionState struct {
 
 func (x *RangePromotionState) Reset() {
 	*x = RangePromotionState{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[13]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1207,7 @@ func (x *RangePromotionState) String() string {
 func (*RangePromotionState) ProtoMessage() {}
 
 func (x *RangePromotionState) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[13]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1220,7 @@ func (x *RangePromotionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangePromotionState.ProtoReflect.Descriptor instead.
 func (*RangePromotionState) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{13}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RangePromotionState) GetRangeId() string {
@@ -1178,7 +1296,7 @@ type PromoterServiceGetStatusResponse struct {
 
 func (x *PromoterServiceGetStatusResponse) Reset() {
 	*x = PromoterServiceGetStatusResponse{}
-	mi := &file_tenure_v1_promoter_proto_msgTypes[14]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1308,7 @@ func (x *PromoterServiceGetStatusResponse) String() string {
 func (*PromoterServiceGetStatusResponse) ProtoMessage() {}
 
 func (x *PromoterServiceGetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_promoter_proto_msgTypes[14]
+	mi := &file_tenure_v1_promoter_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1321,7 @@ func (x *PromoterServiceGetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoterServiceGetStatusResponse.ProtoReflect.Descriptor instead.
 func (*PromoterServiceGetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{14}
+	return file_tenure_v1_promoter_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PromoterServiceGetStatusResponse) GetPromoterId() string {
@@ -1276,7 +1394,7 @@ const file_tenure_v1_promoter_proto_rawDesc = "" +
 	"StepTiming\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x1f\n" +
 	"\vduration_us\x18\x02 \x01(\x03R\n" +
-	"durationUs\"\xa7\x05\n" +
+	"durationUs\"\xf3\x05\n" +
 	"\n" +
 	"Transition\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
@@ -1299,7 +1417,17 @@ const file_tenure_v1_promoter_proto_rawDesc = "" +
 	"\x06unsafe\x18\x0f \x01(\bR\x06unsafe\x12(\n" +
 	"\x10highest_hwm_seen\x18\x10 \x01(\x04R\x0ehighestHwmSeen\x12,\n" +
 	"\x12possibly_lost_from\x18\x11 \x01(\x04R\x10possiblyLostFrom\x12'\n" +
-	"\x0fmembership_step\x18\x12 \x01(\tR\x0emembershipStep\"\xd5\x01\n" +
+	"\x0fmembership_step\x18\x12 \x01(\tR\x0emembershipStep\x12\x1f\n" +
+	"\vhandover_to\x18\x13 \x01(\tR\n" +
+	"handoverTo\x12)\n" +
+	"\x10handover_refused\x18\x14 \x01(\tR\x0fhandoverRefused\"\xb0\x01\n" +
+	"\x0fHandoverRefused\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x1b\n" +
+	"\ttarget_id\x18\x02 \x01(\tR\btargetId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1b\n" +
+	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x1a\n" +
+	"\bpromoted\x18\x06 \x01(\bR\bpromoted\"\xd5\x01\n" +
 	"\x15ChangeReplicasRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12$\n" +
 	"\x03add\x18\x02 \x01(\v2\x12.tenure.v1.ReplicaR\x03add\x12*\n" +
@@ -1363,7 +1491,7 @@ func file_tenure_v1_promoter_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_promoter_proto_rawDescData
 }
 
-var file_tenure_v1_promoter_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_tenure_v1_promoter_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_tenure_v1_promoter_proto_goTypes = []any{
 	(*PromoteRequest)(nil),                     // 0: tenure.v1.PromoteRequest
 	(*PromoteResponse)(nil),                    // 1: tenure.v1.PromoteResponse
@@ -1371,38 +1499,39 @@ var file_tenure_v1_promoter_proto_goTypes = []any{
 	(*Truncation)(nil),                         // 3: tenure.v1.Truncation
 	(*StepTiming)(nil),                         // 4: tenure.v1.StepTiming
 	(*Transition)(nil),                         // 5: tenure.v1.Transition
-	(*ChangeReplicasRequest)(nil),              // 6: tenure.v1.ChangeReplicasRequest
-	(*ChangeReplicasResponse)(nil),             // 7: tenure.v1.ChangeReplicasResponse
-	(*PromoterServiceDeleteRangeRequest)(nil),  // 8: tenure.v1.PromoterServiceDeleteRangeRequest
-	(*PromoterServiceDeleteRangeResponse)(nil), // 9: tenure.v1.PromoterServiceDeleteRangeResponse
-	(*ListTransitionsRequest)(nil),             // 10: tenure.v1.ListTransitionsRequest
-	(*ListTransitionsResponse)(nil),            // 11: tenure.v1.ListTransitionsResponse
-	(*PromoterServiceGetStatusRequest)(nil),    // 12: tenure.v1.PromoterServiceGetStatusRequest
-	(*RangePromotionState)(nil),                // 13: tenure.v1.RangePromotionState
-	(*PromoterServiceGetStatusResponse)(nil),   // 14: tenure.v1.PromoterServiceGetStatusResponse
-	(*Replica)(nil),                            // 15: tenure.v1.Replica
-	(*RangeInfo)(nil),                          // 16: tenure.v1.RangeInfo
+	(*HandoverRefused)(nil),                    // 6: tenure.v1.HandoverRefused
+	(*ChangeReplicasRequest)(nil),              // 7: tenure.v1.ChangeReplicasRequest
+	(*ChangeReplicasResponse)(nil),             // 8: tenure.v1.ChangeReplicasResponse
+	(*PromoterServiceDeleteRangeRequest)(nil),  // 9: tenure.v1.PromoterServiceDeleteRangeRequest
+	(*PromoterServiceDeleteRangeResponse)(nil), // 10: tenure.v1.PromoterServiceDeleteRangeResponse
+	(*ListTransitionsRequest)(nil),             // 11: tenure.v1.ListTransitionsRequest
+	(*ListTransitionsResponse)(nil),            // 12: tenure.v1.ListTransitionsResponse
+	(*PromoterServiceGetStatusRequest)(nil),    // 13: tenure.v1.PromoterServiceGetStatusRequest
+	(*RangePromotionState)(nil),                // 14: tenure.v1.RangePromotionState
+	(*PromoterServiceGetStatusResponse)(nil),   // 15: tenure.v1.PromoterServiceGetStatusResponse
+	(*Replica)(nil),                            // 16: tenure.v1.Replica
+	(*RangeInfo)(nil),                          // 17: tenure.v1.RangeInfo
 }
 var file_tenure_v1_promoter_proto_depIdxs = []int32{
 	5,  // 0: tenure.v1.PromoteResponse.transition:type_name -> tenure.v1.Transition
 	2,  // 1: tenure.v1.Transition.replicas:type_name -> tenure.v1.FencedReplica
 	3,  // 2: tenure.v1.Transition.truncations:type_name -> tenure.v1.Truncation
 	4,  // 3: tenure.v1.Transition.timings:type_name -> tenure.v1.StepTiming
-	15, // 4: tenure.v1.ChangeReplicasRequest.add:type_name -> tenure.v1.Replica
-	16, // 5: tenure.v1.ChangeReplicasResponse.range:type_name -> tenure.v1.RangeInfo
+	16, // 4: tenure.v1.ChangeReplicasRequest.add:type_name -> tenure.v1.Replica
+	17, // 5: tenure.v1.ChangeReplicasResponse.range:type_name -> tenure.v1.RangeInfo
 	5,  // 6: tenure.v1.ChangeReplicasResponse.transition:type_name -> tenure.v1.Transition
 	5,  // 7: tenure.v1.ListTransitionsResponse.transitions:type_name -> tenure.v1.Transition
-	13, // 8: tenure.v1.PromoterServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangePromotionState
+	14, // 8: tenure.v1.PromoterServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangePromotionState
 	0,  // 9: tenure.v1.PromoterService.Promote:input_type -> tenure.v1.PromoteRequest
-	10, // 10: tenure.v1.PromoterService.ListTransitions:input_type -> tenure.v1.ListTransitionsRequest
-	12, // 11: tenure.v1.PromoterService.GetStatus:input_type -> tenure.v1.PromoterServiceGetStatusRequest
-	6,  // 12: tenure.v1.PromoterService.ChangeReplicas:input_type -> tenure.v1.ChangeReplicasRequest
-	8,  // 13: tenure.v1.PromoterService.DeleteRange:input_type -> tenure.v1.PromoterServiceDeleteRangeRequest
+	11, // 10: tenure.v1.PromoterService.ListTransitions:input_type -> tenure.v1.ListTransitionsRequest
+	13, // 11: tenure.v1.PromoterService.GetStatus:input_type -> tenure.v1.PromoterServiceGetStatusRequest
+	7,  // 12: tenure.v1.PromoterService.ChangeReplicas:input_type -> tenure.v1.ChangeReplicasRequest
+	9,  // 13: tenure.v1.PromoterService.DeleteRange:input_type -> tenure.v1.PromoterServiceDeleteRangeRequest
 	1,  // 14: tenure.v1.PromoterService.Promote:output_type -> tenure.v1.PromoteResponse
-	11, // 15: tenure.v1.PromoterService.ListTransitions:output_type -> tenure.v1.ListTransitionsResponse
-	14, // 16: tenure.v1.PromoterService.GetStatus:output_type -> tenure.v1.PromoterServiceGetStatusResponse
-	7,  // 17: tenure.v1.PromoterService.ChangeReplicas:output_type -> tenure.v1.ChangeReplicasResponse
-	9,  // 18: tenure.v1.PromoterService.DeleteRange:output_type -> tenure.v1.PromoterServiceDeleteRangeResponse
+	12, // 15: tenure.v1.PromoterService.ListTransitions:output_type -> tenure.v1.ListTransitionsResponse
+	15, // 16: tenure.v1.PromoterService.GetStatus:output_type -> tenure.v1.PromoterServiceGetStatusResponse
+	8,  // 17: tenure.v1.PromoterService.ChangeReplicas:output_type -> tenure.v1.ChangeReplicasResponse
+	10, // 18: tenure.v1.PromoterService.DeleteRange:output_type -> tenure.v1.PromoterServiceDeleteRangeResponse
 	14, // [14:19] is the sub-list for method output_type
 	9,  // [9:14] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
@@ -1423,7 +1552,7 @@ func file_tenure_v1_promoter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_promoter_proto_rawDesc), len(file_tenure_v1_promoter_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,102 @@
+package promoter
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// failOverPreferred kills the preferred replica r1 while it leads r, waits
+// for a survivor to lead, restarts r1 and waits for it to follow again. It
+// returns the survivor leading and its epoch.
+func failOverPreferred(t *testing.T, c *cluster) (string, uint64) {
+	t.Helper()
+	leader, e1 := c.leader("r", 1, 20*time.Second)
+	if leader != "r1" {
+		t.Fatalf("the first leader of r, preferred r1, is %s", leader)
+	}
+	if _, err := c.appendOne("r", "before", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.stop(c.byID["r1"])
+	survivor, e2 := c.leader("r", e1+1, 20*time.Second)
+	if _, err := c.appendOne("r", "during", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.start(c.byID["r1"])
+	waitFor(t, "the restarted r1 to follow", 20*time.Second, func() bool {
+		st := c.status("r1", "r")
+		return st.GetRole() == tenurev1.Role_ROLE_FOLLOWER && st.GetEpoch() >= e2
+	})
+	return survivor, e2
+}
+
+// After a failover moved r's leadership off its preferred replica r1 and r1
+// came back, the rebalancer moves leadership back to r1 with a planned
+// handover, and no acknowledged record is lost.
+func TestRebalanceMovesLeadershipBack(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	p := c.newPromoter("p1", true, func(cfg *Config) {
+		cfg.NoRebalance, cfg.RebalanceInterval = false, 300*time.Millisecond
+	})
+	survivor, e2 := failOverPreferred(t, c)
+	var acks []acked
+	for i := range 20 {
+		a, err := c.appendOne("r", "after-"+string(rune('a'+i)), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, a)
+	}
+	// Bounded: the range is left alone for one interval after its
+	// failover, then a round every interval finds r1 caught up.
+	got, e3 := "", uint64(0)
+	waitFor(t, "r1 to lead r again", 15*time.Second, func() bool {
+		got, e3 = c.leaderNow("r")
+		return got == "r1" && e3 > e2
+	})
+	// The record is written after the adoption the replicas show.
+	var trs []*tenurev1.Transition
+	waitFor(t, "the transition record of epoch "+strconv.FormatUint(e3, 10), 10*time.Second, func() bool {
+		var err error
+		trs, err = p.transitions(context.Background(), "r", 1)
+		return err == nil && len(trs) == 1 && trs[0].GetEpoch() == e3
+	})
+	if tr := trs[0]; tr.GetLeaderId() != "r1" || !strings.HasPrefix(tr.GetReason(), "rebalance:") || tr.GetHandoverTo() != "r1" {
+		t.Fatalf("transition of epoch %d = leader %s, reason %q, handover to %q; want a rebalance to r1", e3, tr.GetLeaderId(), tr.GetReason(), tr.GetHandoverTo())
+	}
+	t.Logf("rebalanced r from %s (epoch %d) back to r1 at epoch %d", survivor, e2, e3)
+	c.checkAcked("r", acks)
+}
+
+// With rebalancing off, leadership stays where the failover put it.
+func TestRebalanceOffLeavesLeadership(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	c.newPromoter("p1", true, func(cfg *Config) {
+		cfg.NoRebalance, cfg.RebalanceInterval = true, 100*time.Millisecond
+	})
+	survivor, e2 := failOverPreferred(t, c)
+	// Ten intervals, far more than the enabled test needs.
+	time.Sleep(time.Second)
+	if got, e := c.leaderNow("r"); got != survivor || e != e2 {
+		t.Fatalf("with rebalancing off, %s leads r at epoch %d; want %s still at %d", got, e, survivor, e2)
+	}
+}
+
+// leaderNow is the replica leading rangeID right now and its epoch, or ""
+// when none answers as leader.
+func (c *cluster) leaderNow(rangeID string) (string, uint64) {
+	for _, tr := range c.replicas {
+		st := c.status(tr.id, rangeID)
+		if st.GetRole() == tenurev1.Role_ROLE_LEADER && st.GetEpoch() == st.GetFencedEpoch() {
+			return tr.id, st.GetEpoch()
+		}
+	}
+	return "", 0
+}
