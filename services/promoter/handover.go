@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
@@ -120,7 +123,15 @@ func (p *Promoter) handover(ctx context.Context, rangeID string, opts promoteOpt
 // when there is no live leader to hand over from: the plan then takes the
 // most complete log, and if that is not the target, the next attempt hands
 // over from the leader just made. A refusal here changed nothing.
-func (m *promotion) prepareHandover(ctx context.Context, rng *tenurev1.RangeInfo) (*handover, error) {
+func (m *promotion) prepareHandover(ctx context.Context, rng *tenurev1.RangeInfo) (_ *handover, err error) {
+	ctx, span := tracer.Start(ctx, "handover-catch-up", trace.WithAttributes(attribute.String("tenure.replica", m.opts.target)))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	p, target := m.p, m.opts.target
 	leaderID := p.knownLeader(rng)
 	if leaderID == "" || leaderID == target {

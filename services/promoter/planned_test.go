@@ -86,7 +86,7 @@ func TestPlannedPromoteWhileAppending(t *testing.T) {
 	if len(acks) == 0 {
 		t.Fatal("no append was acknowledged")
 	}
-	t.Logf("planned handover %s -> %s at epoch %d (took %v); %d appends acknowledged around it", leader, tr.GetLeaderId(), tr.GetEpoch(), time.Duration(tr.GetDurationUs())*time.Microsecond, len(acks))
+	t.Logf("planned handover %s -> %s at epoch %d (took %v, steps %v); %d appends acknowledged around it", leader, tr.GetLeaderId(), tr.GetEpoch(), time.Duration(tr.GetDurationUs())*time.Microsecond, tr.GetTimings(), len(acks))
 	// The replicas say so too, not only the transition: the target leads
 	// at the epoch the handover made, or a later one only if nobody else
 	// promoted meanwhile (the test's promoter runs no other promotion).

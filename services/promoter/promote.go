@@ -174,7 +174,11 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 			if ho, err = m.prepareHandover(ctx, rng); err != nil {
 				return nil, err
 			}
-			m.step("catch-up")
+			// The promotion starts now: the wait (its own span) kept
+			// the range served, and a promotion's duration and steps
+			// are the time it was not.
+			start = time.Now()
+			m.last, m.tr.StartedUnixMs = start, start.UnixMilli()
 		}
 		previous = rng.GetEpoch()
 		if epoch, _, err = m.grant(ctx, previous); err != nil {
