@@ -37,15 +37,15 @@ func TestDecideProtocolRuns(t *testing.T) {
 					rt.Fatal(err)
 				}
 			})
-			t.Logf("%d runs, %d steps, %d promotions: %d plans, %d without quorum; %d truncations planned, %d unreconciled adoptions, %d fetch-time cuts; %d records acknowledged; up to epoch %d; %d membership steps, %d wiped disks, %d answers excluded",
+			t.Logf("%d runs, %d steps, %d promotions: %d plans, %d without quorum; %d truncations planned, %d unreconciled adoptions, %d fetch-time cuts; %d records acknowledged; up to epoch %d; %d membership steps, %d wiped disks, %d answers excluded; %d handovers led from a shorter log",
 				stats.runs, stats.steps, stats.promotions, stats.plans, stats.unavailable,
 				stats.truncations, stats.unreconciled, stats.fetchCuts, stats.committed, stats.maxEpoch,
-				stats.memberSteps, stats.wipes, stats.excluded)
+				stats.memberSteps, stats.wipes, stats.excluded, stats.handovers)
 			// A checker that never exercised the interesting paths proves
 			// little: the runs must reach truncations, commits, membership
 			// steps and wiped disks whose answers were excluded.
 			if stats.truncations == 0 || stats.committed == 0 || stats.unreconciled == 0 || stats.fetchCuts == 0 ||
-				stats.memberSteps == 0 || stats.wipes == 0 || stats.excluded == 0 {
+				stats.memberSteps == 0 || stats.wipes == 0 || stats.excluded == 0 || stats.handovers == 0 {
 				t.Errorf("runs never exercised a path: %+v", stats)
 			}
 		})

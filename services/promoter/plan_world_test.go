@@ -113,6 +113,9 @@ type worldStats struct {
 	truncations, unreconciled, fetchCuts        int
 	committed                                   int
 	memberSteps, wipes, excluded                int
+	// handovers counts plans whose candidate is the handover target where
+	// the same answers without the handover chose another replica.
+	handovers int
 	maxEpoch                                    uint64
 }
 
@@ -402,6 +405,12 @@ func (w *world) promote(t *rapid.T, reach []bool) error {
 	if p := rapid.IntRange(0, len(in.Replicas)).Draw(t, "preferred"); p < len(in.Replicas) {
 		in.Preferred = in.Replicas[p]
 	}
+	// A planned handover to a random member, about half the time: the
+	// planner may then lead from a shorter log than the most complete, and
+	// every check below (no acknowledged record lost) must still hold.
+	if h := rapid.IntRange(0, 2*len(in.Replicas)).Draw(t, "handover-to"); h < len(in.Replicas) {
+		in.HandoverTo = in.Replicas[h]
+	}
 	omitRefused := rapid.Bool().Draw(t, "omit-refused")
 	kinds := make([]int, len(w.rs))
 	for i, r := range w.rs {
@@ -416,10 +425,11 @@ func (w *world) promote(t *rapid.T, reach []bool) error {
 		}
 		// e is the newest epoch, so every reached replica accepts it.
 		r.fenced = e
+		wasLeader := r.role == leader
 		if r.role == leader {
 			r.role = stopped
 		}
-		a := promoter.Answer{ReplicaID: r.id, LogEnd: r.logEnd(), HWM: r.hwm, Incarnation: fmt.Sprint(r.inc)}
+		a := promoter.Answer{ReplicaID: r.id, LogEnd: r.logEnd(), HWM: r.hwm, Incarnation: fmt.Sprint(r.inc), WasLeader: wasLeader}
 		if w.mixed {
 			// Draws shrink toward 0: known is the simplest answer. Each
 			// unknown kind comes out about 7% of the time.
@@ -453,6 +463,13 @@ func (w *world) promote(t *rapid.T, reach []bool) error {
 		return violationf("bad-plan", "a plan at epoch %d without a quorum of known, fenced voters of the member's incarnation", e)
 	}
 	w.stats.plans++
+	if in.HandoverTo != "" && plan.Candidate == in.HandoverTo {
+		without := in
+		without.HandoverTo = ""
+		if base, err := promoter.Decide(without); err == nil && base.Candidate != plan.Candidate {
+			w.stats.handovers++
+		}
+	}
 	return w.apply(e, reach, kinds, plan)
 }
 
