@@ -20,7 +20,8 @@ import (
 // leader change do. The promotion is the ordinary one (DESIGN.md
 // "Promotion") with three additions:
 //
-//  1. Before anything is granted or fenced, wait (within
+//  1. Before anything is granted or fenced, and before the range is marked
+//     in flight (so the reconcile loop and failovers still act), wait (within
 //     Config.HandoverCatchUp) until the leader reports the target fetching
 //     and holding every committed record. A target that is down, not a
 //     follower or too far behind is refused here, and nothing changed.
@@ -95,11 +96,21 @@ func refusal(rangeID, target, leader string, epoch uint64, promoted bool, format
 // (at most handoverAttempts) until the target leads, or a refusal naming
 // why and who leads. A refusal before the first promotion changed nothing.
 func (p *Promoter) handover(ctx context.Context, rangeID string, opts promoteOpts) (*tenurev1.Transition, error) {
+	if !p.Elected() {
+		return nil, p.notElectedError()
+	}
 	var tr *tenurev1.Transition
 	for attempt := 1; attempt <= handoverAttempts; attempt++ {
 		var err error
 		prev := tr
-		tr, err = p.promoteNow(ctx, rangeID, opts)
+		// The catch-up wait runs before the promotion takes the range's
+		// in-flight mark: held through it, the mark kept the reconcile
+		// loop from bringing in the very target being waited for (and
+		// would drop a failover's trigger if the leader died meanwhile).
+		opts.handover, err = p.awaitTarget(ctx, rangeID, opts.target)
+		if err == nil {
+			tr, err = p.promoteNow(ctx, rangeID, opts)
+		}
 		if err != nil && prev != nil && connect.CodeOf(err) == connect.CodeFailedPrecondition {
 			// Refused before this attempt changed anything, but an
 			// earlier one did promote (and kept its leader).
@@ -117,14 +128,17 @@ func (p *Promoter) handover(ctx context.Context, rangeID string, opts promoteOpt
 		handoverAttempts, tr.GetLeaderId(), tr.GetEpoch(), tr.GetHandoverRefused())
 }
 
-// prepareHandover is step 1: it waits, within Config.HandoverCatchUp, for
-// the target to hold every committed record, and returns the handover to
-// carry out. It returns nil (an ordinary promotion, preferring the target)
-// when there is no live leader to hand over from: the plan then takes the
-// most complete log, and if that is not the target, the next attempt hands
-// over from the leader just made. A refusal here changed nothing.
-func (m *promotion) prepareHandover(ctx context.Context, rng *tenurev1.RangeInfo) (_ *handover, err error) {
-	ctx, span := tracer.Start(ctx, "handover-catch-up", trace.WithAttributes(attribute.String("tenure.replica", m.opts.target)))
+// awaitTarget is step 1: it waits, within Config.HandoverCatchUp, for the
+// target to hold every committed record, and returns the handover to carry
+// out. It returns nil (an ordinary promotion, preferring the target) when
+// there is no live leader to hand over from: the plan then takes the most
+// complete log, and if that is not the target, the next attempt hands over
+// from the leader just made. It returns nil too for a target that is no
+// voter, which the promotion refuses (InvalidArgument) before it grants
+// anything. A refusal here changed nothing.
+func (p *Promoter) awaitTarget(ctx context.Context, rangeID, target string) (_ *handover, err error) {
+	ctx, span := tracer.Start(ctx, "handover-catch-up", trace.WithAttributes(
+		attribute.String("tenure.range", rangeID), attribute.String("tenure.replica", target)))
 	defer func() {
 		if err != nil {
 			span.RecordError(err)
@@ -132,24 +146,25 @@ func (m *promotion) prepareHandover(ctx context.Context, rng *tenurev1.RangeInfo
 		}
 		span.End()
 	}()
-	p, target := m.p, m.opts.target
-	leaderID := p.knownLeader(rng)
-	if leaderID == "" || leaderID == target {
-		// No leader known, or the target leads already (a forced
-		// promotion): nothing to hand over from.
-		return nil, nil
+	rng, err := p.getRange(ctx, rangeID)
+	if err != nil {
+		return nil, err
 	}
-	h := &handover{leader: m.byID[leaderID], target: m.byID[target], epoch: rng.GetEpoch()}
-	if h.leader == nil || h.target == nil {
+	leaderID := p.knownLeader(rng)
+	h := &handover{leader: member(rng, leaderID), target: member(rng, target), epoch: rng.GetEpoch()}
+	if leaderID == "" || leaderID == target || h.leader == nil || h.target == nil || h.target.GetLearner() || rng.GetEpoch() == 0 {
+		// No leader known, the target leads already (a forced
+		// promotion), or a target that cannot lead: nothing to hand
+		// over from, or nothing to hand over to.
 		return nil, nil
 	}
 	refuse := func(format string, args ...any) error {
-		return refusal(m.rangeID, target, leaderID, h.epoch, false, format, args...)
+		return refusal(rangeID, target, leaderID, h.epoch, false, format, args...)
 	}
 	// The target itself must answer: a dead target is refused at once,
 	// not after the catch-up wait.
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
-	st, err := p.replicaFor(h.target).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: m.rangeID}))
+	st, err := p.replicaFor(h.target).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: rangeID}))
 	cancel()
 	if err != nil {
 		return nil, refuse("%s does not answer: %v", target, err)
@@ -160,10 +175,10 @@ func (m *promotion) prepareHandover(ctx context.Context, rng *tenurev1.RangeInfo
 	if s := st.Msg.GetRanges()[0]; s.GetHalted() != "" {
 		return nil, refuse("%s stopped serving the range: %s", target, s.GetHalted())
 	}
-	if _, _, err := p.leaderProgress(ctx, m.rangeID, h); err != nil {
+	if _, _, err := p.leaderProgress(ctx, rangeID, h); err != nil {
 		// The leader does not answer or does not lead: no live leader to
 		// hand over from. An ordinary promotion decides.
-		p.log.InfoContext(ctx, "planned handover: no live leader to hand over from; promoting the most complete log", "range", m.rangeID, "target", target, "err", err)
+		p.log.InfoContext(ctx, "planned handover: no live leader to hand over from; promoting the most complete log", "range", rangeID, "target", target, "err", err)
 		return nil, nil
 	}
 	deadline := time.Now().Add(p.cfg.HandoverCatchUp)
@@ -172,9 +187,9 @@ func (m *promotion) prepareHandover(ctx context.Context, rng *tenurev1.RangeInfo
 		// is below records of earlier epochs that may have been
 		// acknowledged, and handoverCandidate would ask the target for
 		// its whole log.
-		committed, why, err := p.leaderCommitted(ctx, m.rangeID, h.leader, h.epoch)
+		committed, why, err := p.leaderCommitted(ctx, rangeID, h.leader, h.epoch)
 		if err == nil && committed {
-			why, err = p.caughtUp(ctx, m.rangeID, h, 0)
+			why, err = p.caughtUp(ctx, rangeID, h, 0)
 			if err == nil && why == "" {
 				return h, nil
 			}

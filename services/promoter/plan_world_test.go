@@ -116,7 +116,7 @@ type worldStats struct {
 	// handovers counts plans whose candidate is the handover target where
 	// the same answers without the handover chose another replica.
 	handovers int
-	maxEpoch                                    uint64
+	maxEpoch  uint64
 }
 
 type world struct {

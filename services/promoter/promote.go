@@ -55,8 +55,11 @@ type promoteOpts struct {
 	// preferred names the replica to lead among equally complete ones.
 	preferred string
 	// target names the replica a planned handover moves leadership to
-	// (handover.go); it is also preferred. "" for none.
-	target string
+	// (handover.go); it is also preferred. "" for none. handover is its
+	// leader and target once caught up (awaitTarget); nil when there was
+	// no live leader to hand over from.
+	target   string
+	handover *handover
 	// reason lands in the transition record.
 	reason string
 	// unsafe promotes without a quorum (PromoteRequest.unsafe_accept_data_loss).
@@ -138,7 +141,6 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 	// first, as it needs its current epoch.
 	var rng *tenurev1.RangeInfo
 	var previous, epoch uint64
-	var ho *handover
 	if observedEpoch >= 0 && preferred == "" {
 		previous = uint64(observedEpoch)
 		if epoch, rng, err = m.grant(ctx, previous); err != nil {
@@ -168,18 +170,6 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 		if err := m.members(rng, &preferred, named); err != nil {
 			return nil, err
 		}
-		if opts.target != "" {
-			// A planned handover waits for its target to catch up before
-			// anything is granted: a refusal here changes nothing.
-			if ho, err = m.prepareHandover(ctx, rng); err != nil {
-				return nil, err
-			}
-			// The promotion starts now: the wait (its own span) kept
-			// the range served, and a promotion's duration and steps
-			// are the time it was not.
-			start = time.Now()
-			m.last, m.tr.StartedUnixMs = start, start.UnixMilli()
-		}
 		previous = rng.GetEpoch()
 		if epoch, _, err = m.grant(ctx, previous); err != nil {
 			return nil, err
@@ -199,9 +189,11 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 	if named || previous == 0 {
 		waitFor = preferred
 	}
-	if ho != nil {
+	if ho := opts.handover; ho != nil && ho.epoch == previous {
 		// A planned handover fences the others first, so that the
 		// leader's HWM cannot run ahead of the target (handover.go).
+		// Only from the epoch its catch-up was measured at: at another,
+		// the leader it watched is gone, and the plan decides alone.
 		m.fenceOthers(ctx, epoch, ho)
 	}
 	answers := m.fenceAll(ctx, epoch, waitFor)
