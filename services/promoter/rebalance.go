@@ -17,6 +17,12 @@ import (
 // planned handover (handover.go): no acknowledged record is lost, and each
 // move costs its range a planned handover's gap.
 
+// rebalanceBackoff is how many intervals the rebalancer leaves a range
+// alone after a move of it failed: a handover that was refused or landed
+// elsewhere may have spent epochs, and trying every round would spend them
+// every round for as long as the cause lasts.
+const rebalanceBackoff = 10
+
 // rebalanceLoop runs rebalance rounds while this promoter is elected (it
 // is one of campaign's loops), unless Config.NoRebalance.
 func (p *Promoter) rebalanceLoop(ctx context.Context) {
@@ -59,6 +65,8 @@ func (p *Promoter) rebalanceCandidates(now time.Time) []rebalanceCandidate {
 			continue
 		case now.Sub(rs.changed) < p.cfg.RebalanceInterval:
 			continue
+		case now.Sub(rs.rebalanceFailed) < rebalanceBackoff*p.cfg.RebalanceInterval:
+			continue
 		}
 		if ps := p.probes[pref.GetAddress()]; ps != nil && (ps.refused || ps.misses > 0) {
 			continue
@@ -84,9 +92,11 @@ func (p *Promoter) rebalanceCandidates(now time.Time) []rebalanceCandidate {
 // looks again), so a round never spends a handover's catch-up bound on a
 // replica that is still far behind.
 func (p *Promoter) rebalance(ctx context.Context) {
-	moved := 0
+	// tried counts handovers started, failed ones too: RebalanceMax bounds
+	// a round's work (and the epochs it may spend), not only its successes.
+	tried := 0
 	for _, c := range p.rebalanceCandidates(time.Now()) {
-		if moved >= p.cfg.RebalanceMax || ctx.Err() != nil || !p.Elected() {
+		if tried >= p.cfg.RebalanceMax || ctx.Err() != nil || !p.Elected() {
 			return
 		}
 		if why, err := p.caughtUp(ctx, c.rangeID, c.h, 0); err != nil || why != "" {
@@ -96,16 +106,22 @@ func (p *Promoter) rebalance(ctx context.Context) {
 			p.log.DebugContext(ctx, "rebalance: preferred replica not caught up; not moving", "range", c.rangeID, "preferred", c.preferred, "why", why)
 			continue
 		}
+		tried++
 		start := time.Now()
 		tr, err := p.handover(ctx, c.rangeID, promoteOpts{
 			preferred: c.preferred, target: c.preferred, waitRecord: true,
 			reason: "rebalance: preferred replica " + c.preferred + " is healthy and caught up",
 		})
 		if err != nil {
-			p.log.WarnContext(ctx, "rebalance: leadership not moved", "range", c.rangeID, "from", c.h.leader.GetId(), "to", c.preferred, "err", err)
+			p.mu.Lock()
+			if rs := p.ranges[c.rangeID]; rs != nil {
+				rs.rebalanceFailed = time.Now()
+			}
+			p.mu.Unlock()
+			p.log.WarnContext(ctx, "rebalance: leadership not moved; leaving the range alone for a while", "range", c.rangeID,
+				"from", c.h.leader.GetId(), "to", c.preferred, "retry_in", rebalanceBackoff*p.cfg.RebalanceInterval, "err", err)
 			continue
 		}
-		moved++
 		p.log.InfoContext(ctx, "rebalanced: leadership moved back to the preferred replica", "range", c.rangeID,
 			"from", c.h.leader.GetId(), "to", tr.GetLeaderId(), "epoch", tr.GetEpoch(), "took", time.Since(start), "trace_id", tr.GetTraceId())
 	}

@@ -100,3 +100,61 @@ func (c *cluster) leaderNow(rangeID string) (string, uint64) {
 	}
 	return "", 0
 }
+
+// One rebalance round moves at most RebalanceMax ranges, and the next
+// round moves the next ones: a returning replica takes its leaderships
+// back a few at a time.
+func TestRebalanceRoundMovesAtMostMax(t *testing.T) {
+	c := newCluster(t, 3)
+	ids := []string{"a", "b", "c"}
+	for _, id := range ids {
+		c.createRange(id, "r1")
+	}
+	// The loop is off: the test runs the rounds itself.
+	p := c.newPromoter("p1", true, func(cfg *Config) {
+		cfg.NoRebalance, cfg.RebalanceInterval, cfg.RebalanceMax = true, 100*time.Millisecond, 1
+	})
+	for _, id := range ids {
+		if l, _ := c.leader(id, 1, 20*time.Second); l != "r1" {
+			t.Fatalf("the first leader of %s, preferred r1, is %s", id, l)
+		}
+	}
+	c.stop(c.byID["r1"])
+	for _, id := range ids {
+		c.leader(id, 2, 20*time.Second)
+	}
+	c.start(c.byID["r1"])
+	ledByR1 := func() int {
+		n := 0
+		for _, id := range ids {
+			if l, _ := c.leaderNow(id); l == "r1" {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "the restarted r1 to follow every range", 20*time.Second, func() bool {
+		for _, id := range ids {
+			if st := c.status("r1", id); st.GetRole() != tenurev1.Role_ROLE_FOLLOWER || st.GetEpoch() < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	if n := ledByR1(); n != 0 {
+		t.Fatalf("r1 leads %d ranges before any rebalance round", n)
+	}
+	for round := 1; round <= len(ids); round++ {
+		// Bounded: the ranges must look settled (no leader change within
+		// an interval, r1 answering probes) for a round to pick them.
+		moved := false
+		for attempt := 0; attempt < 50 && !moved; attempt++ {
+			time.Sleep(100 * time.Millisecond)
+			p.rebalance(context.Background())
+			moved = ledByR1() >= round
+		}
+		if n := ledByR1(); n != round {
+			t.Fatalf("after round %d (at most 1 move each) r1 leads %d ranges, want %d", round, n, round)
+		}
+	}
+}

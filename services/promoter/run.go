@@ -43,6 +43,9 @@ type rangeState struct {
 	// preferred is the range's preferred replica, as last read: where the
 	// rebalancer moves its leadership back to (rebalance.go).
 	preferred string
+	// rebalanceFailed is when the rebalancer's last move of the range
+	// failed; it waits rebalanceBackoff intervals before the next try.
+	rebalanceFailed time.Time
 }
 
 func (rs *rangeState) status(id string) *tenurev1.RangePromotionState {
