@@ -52,11 +52,13 @@ type Answer struct {
 	// (FenceResponse.incarnation; empty from a replica older than
 	// incarnations).
 	Incarnation string
-	// WasLeader: the replica was leading when this fence reached it
-	// (FenceResponse.previous_role). Only a planned handover reads it
-	// (handoverCandidate): the fenced leader's HWM is the last word on
-	// what was acknowledged at its epoch.
-	WasLeader bool
+	// ActingLeader: the replica was acting as leader when this fence
+	// stopped it (FenceResponse.acting_leader): adopted, not restarted or
+	// halted since. Only then is its HWM the last word on what its epoch
+	// acknowledged; a restarted leader's persisted HWM may lag it, and
+	// previous_role still says LEADER. Only a planned handover reads it
+	// (handoverCandidate).
+	ActingLeader bool
 }
 
 // Input is everything a promotion decides on.
@@ -215,8 +217,8 @@ type replicaState struct {
 	incarnation string
 	// fenced: the replica answered the fence at E (Unimplemented counts).
 	fenced bool
-	// wasLeader: it was leading when fenced (Answer.WasLeader).
-	wasLeader bool
+	// actingLeader: it was acting as leader when fenced (Answer.ActingLeader).
+	actingLeader bool
 	// known: its history can be used to reconcile it by epoch.
 	known bool
 	// Invariant: hwm <= logEnd.
@@ -414,7 +416,9 @@ func Decide(in Input) (Plan, error) {
 //
 // Leading from a shorter log cuts best's tail beyond it, so that is allowed
 // only when the tail is sure to hold no acknowledged record, and the fenced
-// leader knows exactly what was acknowledged. One leader acts at an epoch;
+// leader knows exactly what was acknowledged, if it was still acting as
+// leader (not restarted since its adoption, whose persisted HWM may lag
+// what it acknowledged). One leader acts at an epoch;
 // it acknowledges a record only once its HWM has passed it, and its fence
 // stopped it raising its HWM, so the HWM it answered bounds every
 // acknowledgement made at its epoch. Every record acknowledged at an earlier
@@ -422,10 +426,10 @@ func Decide(in Input) (Plan, error) {
 // leader chose it as the most complete log, holding all of them. No later
 // epoch acknowledged anything: such a record would sit on a quorum of
 // voters, hence on a fenced one (quorums intersect), whose last epoch would
-// then beat best's. So with l the fenced replica that was leading at best's
-// last epoch, every acknowledged offset is below max(l's HWM, l's epoch
-// start), and a target whose log is a prefix of l's reaching that far holds
-// every acknowledged record.
+// then beat best's. So with l the fenced replica that was acting as leader
+// at best's last epoch, every acknowledged offset is below max(l's HWM, l's
+// epoch start), and a target whose log is a prefix of l's reaching that far
+// holds every acknowledged record.
 //
 // Without l's answer (the leader is dead or did not answer in time) the
 // bound is not known, only the quorum's HWMs, which can lag the leader's
@@ -439,7 +443,7 @@ func handoverCandidate(states []replicaState, best replicaState, target string, 
 		}
 		// Only a counted, known answer: a learner never led, and another
 		// incarnation's word is not the member's.
-		if s.counted && s.known && s.wasLeader && s.lastEpoch == best.lastEpoch && s.lastEpoch > 0 {
+		if s.counted && s.known && s.actingLeader && s.lastEpoch == best.lastEpoch && s.lastEpoch > 0 {
 			l = s
 		}
 	}
@@ -451,7 +455,7 @@ func handoverCandidate(states []replicaState, best replicaState, target string, 
 	case !t.counted || !t.known:
 		return replicaState{}, fmt.Sprintf("%s does not count (%s)", target, t.reason)
 	case l == nil:
-		return replicaState{}, fmt.Sprintf("no replica answered the fence as the leader at epoch %d, the only one that knows what was acknowledged; %s (log end %d) leads as the most complete log",
+		return replicaState{}, fmt.Sprintf("no replica answered the fence as the acting leader at epoch %d, the only one that knows what was acknowledged (one restarted since its adoption may have acknowledged beyond its persisted HWM); %s (log end %d) leads as the most complete log",
 			best.lastEpoch, best.id, best.logEnd)
 	}
 	start := l.history[len(l.history)-1].Start
@@ -678,7 +682,7 @@ func readAnswer(a Answer, epoch uint64) (replicaState, error) {
 	if a.HWM > a.LogEnd {
 		return s, planErrorf(connect.CodeInvalidArgument, "replica %s reports HWM %d above its log end %d", a.ReplicaID, a.HWM, a.LogEnd)
 	}
-	s.fenced, s.logEnd, s.hwm, s.wasLeader = true, a.LogEnd, a.HWM, a.WasLeader
+	s.fenced, s.logEnd, s.hwm, s.actingLeader = true, a.LogEnd, a.HWM, a.ActingLeader
 	if a.Unimplemented {
 		s.reason = "history unknown: the replica does not report it (older version)"
 		return s, nil

@@ -12,7 +12,7 @@ import (
 // leading is the answer of the replica that was leading when fenced.
 func leading(id string, logEnd, hwm uint64, h []journal.EpochStart) promoter.Answer {
 	a := fenced(id, logEnd, hwm, h)
-	a.WasLeader = true
+	a.ActingLeader = true
 	return a
 }
 
@@ -47,14 +47,23 @@ func TestDecideHandover(t *testing.T) {
 			in: promoter.Input{Replicas: ids(3), Epoch: 3, HandoverTo: "r2", Answers: []promoter.Answer{
 				refused("r1"), fenced("r2", 10, 8, hist(1, 0, 2, 5)), fenced("r3", 11, 8, hist(1, 0, 2, 5)),
 			}},
-			want: "r3", refused: "no replica answered the fence as the leader",
+			want: "r3", refused: "no replica answered the fence as the acting leader",
+		},
+		{
+			// Its HWM is the one last persisted: it may have acknowledged
+			// records 10 and 11 (which r3 holds) before it restarted.
+			name: "a leader that restarted since its adoption does not vouch",
+			in: promoter.Input{Replicas: ids(3), Epoch: 3, HandoverTo: "r2", Answers: []promoter.Answer{
+				fenced("r1", 12, 8, hist(1, 0, 2, 5)), fenced("r2", 10, 8, hist(1, 0, 2, 5)), fenced("r3", 12, 8, hist(1, 0, 2, 5)),
+			}},
+			want: "r1", refused: "no replica answered the fence as the acting leader at epoch 2",
 		},
 		{
 			name: "a leader of an older epoch than the most complete log does not vouch",
 			in: promoter.Input{Replicas: ids(3), Epoch: 4, HandoverTo: "r2", Answers: []promoter.Answer{
 				leading("r1", 20, 8, hist(1, 0)), fenced("r2", 10, 8, hist(1, 0, 3, 8)), fenced("r3", 11, 8, hist(1, 0, 3, 8)),
 			}},
-			want: "r3", refused: "no replica answered the fence as the leader at epoch 3",
+			want: "r3", refused: "no replica answered the fence as the acting leader at epoch 3",
 		},
 		{
 			name: "epoch start not committed: the target needs every record before it",

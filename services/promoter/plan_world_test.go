@@ -425,11 +425,11 @@ func (w *world) promote(t *rapid.T, reach []bool) error {
 		}
 		// e is the newest epoch, so every reached replica accepts it.
 		r.fenced = e
-		wasLeader := r.role == leader
+		actingLeader := r.role == leader
 		if r.role == leader {
 			r.role = stopped
 		}
-		a := promoter.Answer{ReplicaID: r.id, LogEnd: r.logEnd(), HWM: r.hwm, Incarnation: fmt.Sprint(r.inc), WasLeader: wasLeader}
+		a := promoter.Answer{ReplicaID: r.id, LogEnd: r.logEnd(), HWM: r.hwm, Incarnation: fmt.Sprint(r.inc), ActingLeader: actingLeader}
 		if w.mixed {
 			// Draws shrink toward 0: known is the simplest answer. Each
 			// unknown kind comes out about 7% of the time.

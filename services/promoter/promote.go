@@ -472,7 +472,7 @@ func (m *promotion) fence1(ctx context.Context, r *tenurev1.Replica, epoch uint6
 		return a
 	}
 	a.LogEnd, a.HWM, a.Incarnation = msg.GetLogEnd(), msg.GetHighWaterMark(), msg.GetIncarnation()
-	a.WasLeader = msg.GetPreviousRole() == tenurev1.Role_ROLE_LEADER
+	a.ActingLeader = msg.GetActingLeader()
 	a.History = journal.FromWire(msg.GetHistory())
 	var last uint64
 	if n := len(a.History); n > 0 {
