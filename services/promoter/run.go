@@ -140,8 +140,10 @@ func (p *Promoter) campaign(ctx context.Context) error {
 	return nil
 }
 
-// Promote runs a promotion of rangeID now (planned handover or operator
-// request). Only the elected promoter promotes.
+// Promote runs a promotion of rangeID now. Only the elected promoter
+// promotes. preferred only breaks ties among equally complete logs: an
+// operator's PromoteRequest naming a replica is a planned handover instead,
+// which lands there or is refused (handover.go).
 func (p *Promoter) Promote(ctx context.Context, rangeID, preferred, reason string) (*tenurev1.Transition, error) {
 	return p.promoteNow(ctx, rangeID, promoteOpts{preferred: preferred, reason: reason, waitRecord: true})
 }
