@@ -100,6 +100,9 @@ func (p *Promoter) handover(ctx context.Context, rangeID string, opts promoteOpt
 		return nil, p.notElectedError()
 	}
 	var tr *tenurev1.Transition
+	// busyUntil bounds the waits for another promotion of the range (a
+	// failover that moved it during the catch-up wait) to end.
+	busyUntil := time.Now().Add(p.cfg.HandoverCatchUp)
 	for attempt := 1; attempt <= handoverAttempts; attempt++ {
 		var err error
 		prev := tr
@@ -110,6 +113,16 @@ func (p *Promoter) handover(ctx context.Context, rangeID string, opts promoteOpt
 		opts.handover, err = p.awaitTarget(ctx, rangeID, opts.target)
 		if err == nil {
 			tr, err = p.promoteNow(ctx, rangeID, opts)
+		}
+		if errors.Is(err, errRunning) && time.Now().Before(busyUntil) {
+			// Not an attempt: nothing was done. Measure again once the
+			// other promotion ended, from the leader it made.
+			tr = prev
+			attempt--
+			if !sleep(ctx, 20*time.Millisecond) {
+				return nil, ctx.Err()
+			}
+			continue
 		}
 		if err != nil && prev != nil && connect.CodeOf(err) == connect.CodeFailedPrecondition {
 			// Refused before this attempt changed anything, but an
@@ -197,6 +210,14 @@ func (p *Promoter) awaitTarget(ctx context.Context, rangeID, target string) (_ *
 		if err != nil {
 			why = err.Error()
 		}
+		if p.epochMoved(rangeID, h.epoch) {
+			// Another promotion (a failover of a leader that died or
+			// restarted meanwhile) moved the range on: the leader watched
+			// is gone. An ordinary promotion decides, preferring the
+			// target, and the next attempt hands over from its leader.
+			p.log.InfoContext(ctx, "planned handover: the range moved past the epoch waited at; promoting the most complete log", "range", rangeID, "target", target, "epoch", h.epoch)
+			return nil, nil
+		}
 		if time.Now().After(deadline) {
 			return nil, refuse("not caught up within %v: %s", p.cfg.HandoverCatchUp, why)
 		}
@@ -204,6 +225,16 @@ func (p *Promoter) awaitTarget(ctx context.Context, rangeID, target string) (_ *
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// epochMoved reports whether this promoter saw rangeID move past epoch
+// (its own state, kept by the lease watch and the refresh): no RPC, so the
+// catch-up poll can ask every round.
+func (p *Promoter) epochMoved(rangeID string, epoch uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rs := p.ranges[rangeID]
+	return rs != nil && rs.epoch > epoch
 }
 
 // fenceOthers is step 2: it fences every replica but the leader and the

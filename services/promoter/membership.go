@@ -636,6 +636,10 @@ func (p *Promoter) promoteNow(ctx context.Context, rangeID string, opts promoteO
 	return tr, err
 }
 
+// errRunning marks the refusal of a promotion because one of the same
+// range is running (its text is what clients retry on: "already running").
+var errRunning = errors.New("already running")
+
 // beginWaiting marks rangeID in flight; with wait, it waits up to busyWait
 // for a promotion already running to end (a membership step must not fail
 // for an automatic promotion that happens to run), else it refuses at once.
@@ -643,7 +647,7 @@ func (p *Promoter) beginWaiting(ctx context.Context, rangeID string, wait bool) 
 	deadline := time.Now().Add(busyWait)
 	for !p.begin(rangeID) {
 		if !wait || time.Now().After(deadline) {
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("a promotion of range %s is already running; retry shortly", rangeID))
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("a promotion of range %s is %w; retry shortly", rangeID, errRunning))
 		}
 		if !sleep(ctx, 20*time.Millisecond) {
 			return ctx.Err()

@@ -252,3 +252,61 @@ func TestPromoteToTheLeaderDoesNothingUnlessForced(t *testing.T) {
 		t.Fatalf("Promote(preferred %s, force) = leader %s at %d, want %s at %d", leader, got.GetLeaderId(), got.GetEpoch(), leader, e1+1)
 	}
 }
+
+// A leader that dies while a planned handover waits for its target does
+// not strand the handover: the failover runs (the wait holds no in-flight
+// mark), the wait sees the range move on, and the handover lands on the
+// target from the new leader once the target catches up.
+func TestPlannedHandoverSurvivesLeaderDeath(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	p := c.newPromoter("p1", true, func(cfg *Config) { cfg.HandoverCatchUp = 8 * time.Second })
+	leader, e1 := c.leader("r", 1, 20*time.Second)
+	waitFor(t, "the promoter to be elected", 10*time.Second, p.Elected)
+	target := "r2"
+	if leader == target {
+		target = "r3"
+	}
+	// The target falls behind: partitioned from the leader while appends
+	// are acknowledged by the other two.
+	c.byID[target].gate.Close()
+	for i := range 5 {
+		if _, err := c.appendOne("r", fmt.Sprintf("behind-%d", i), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type result struct {
+		tr  *tenurev1.Transition
+		err error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resp, err := handler{p}.Promote(ctx, connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r", PreferredReplicaId: target}))
+		if err != nil {
+			done <- result{nil, err}
+			return
+		}
+		done <- result{resp.Msg.GetTransition(), nil}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	c.stop(c.byID[leader])
+	c.byID[target].gate.Open()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("Promote(to %s) with leader %s killed during the wait: %v", target, leader, r.err)
+		}
+		if r.tr.GetLeaderId() != target || r.tr.GetEpoch() <= e1+1 {
+			t.Fatalf("Promote(to %s) = leader %s at epoch %d; want %s above the failover's epoch %d", target, r.tr.GetLeaderId(), r.tr.GetEpoch(), target, e1+1)
+		}
+		t.Logf("handover to %s landed at epoch %d, %v after it was asked, across %s's death", target, r.tr.GetEpoch(), time.Since(start), leader)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Promote did not return")
+	}
+	if got, _ := c.leader("r", e1+2, 10*time.Second); got != target {
+		t.Fatalf("%s leads after the handover, want %s", got, target)
+	}
+}
