@@ -86,10 +86,14 @@ func newClusterOf(t testing.TB, n int, fetchWait time.Duration, older bool) *clu
 	return startCluster(t, &cluster{fetchWait: fetchWait, older: older}, n)
 }
 
-// startCluster starts c's etcd, lease service and n replicas.
+// startCluster starts n replicas, and c's etcd and lease service unless
+// c.lease is one the test made.
 func startCluster(t testing.TB, c *cluster, n int) *cluster {
 	t.Helper()
-	c.t, c.lease, c.byID, c.log, c.http = t, leasetest.Start(t), map[string]*testReplica{}, testLogger(), transport.NewHTTPClient()
+	if c.lease == nil {
+		c.lease = leasetest.Start(t)
+	}
+	c.t, c.byID, c.log, c.http = t, map[string]*testReplica{}, testLogger(), transport.NewHTTPClient()
 	for i := 1; i <= n; i++ {
 		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", gate: testgate.New()}
 		c.replicas = append(c.replicas, tr)
@@ -282,10 +286,18 @@ func (c *cluster) readAll(rangeID string) map[uint64]*tenurev1.Record {
 	id, _ := c.leader(rangeID, 1, 10*time.Second)
 	out := map[uint64]*tenurev1.Record{}
 	var from uint64
+	// A new leader serves reads only once its epoch-start record is
+	// committed, a fetch round after its adoption: FailedPrecondition until
+	// then, which is retried (bounded: 10 s).
+	notYet := time.Now().Add(10 * time.Second)
 	for range 10_000 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		resp, err := c.log_(c.byID[id].srv.URL()).Read(ctx, connect.NewRequest(&tenurev1.ReadRequest{RangeId: rangeID, Offset: from}))
 		cancel()
+		if connect.CodeOf(err) == connect.CodeFailedPrecondition && time.Now().Before(notYet) {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			c.t.Fatalf("Read(%s, %d) from %s: %v", rangeID, from, id, err)
 		}

@@ -9,7 +9,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/tenurelog/tenure/internal/testgate"
 	"github.com/tenurelog/tenure/pkg/leaseclient"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
@@ -36,19 +35,7 @@ func TestLeaseInstanceDiesDuringAppends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{fetchWait: 200 * time.Millisecond, t: t, lease: lease1, keeperLease: kc,
-		byID: map[string]*testReplica{}, log: testLogger(), http: transport.NewHTTPClient()}
-	for i := 1; i <= 3; i++ {
-		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", gate: testgate.New()}
-		c.replicas = append(c.replicas, tr)
-		c.byID[tr.id] = tr
-		c.start(tr)
-	}
-	t.Cleanup(func() {
-		for _, tr := range c.replicas {
-			c.stop(tr)
-		}
-	})
+	c := startCluster(t, &cluster{fetchWait: 200 * time.Millisecond, lease: lease1, keeperLease: kc}, 3)
 	const rangeID = "lease-failover"
 	c.createRange(rangeID, "r1")
 	c.newPromoter("p1", true, func(cfg *Config) { cfg.LeaseURLs = urls[1:] })

@@ -10,7 +10,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/tenurelog/tenure/internal/testgate"
 	"github.com/tenurelog/tenure/pkg/embedetcd"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
@@ -123,19 +122,7 @@ func startPausableLease(t *testing.T) (*leasetest.Env, *pausable) {
 // newClusterOn is newCluster on a lease service the test made.
 func newClusterOn(t *testing.T, n int, env *leasetest.Env) *cluster {
 	t.Helper()
-	c := &cluster{fetchWait: 200 * time.Millisecond, t: t, lease: env, byID: map[string]*testReplica{}, log: testLogger(), http: transport.NewHTTPClient()}
-	for i := 1; i <= n; i++ {
-		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", gate: testgate.New()}
-		c.replicas = append(c.replicas, tr)
-		c.byID[tr.id] = tr
-		c.start(tr)
-	}
-	t.Cleanup(func() {
-		for _, tr := range c.replicas {
-			c.stop(tr)
-		}
-	})
-	return c
+	return startCluster(t, &cluster{fetchWait: 200 * time.Millisecond, lease: env}, n)
 }
 
 // wedgeTTL is every session's TTL in the wedge test: the replicas' keepers
