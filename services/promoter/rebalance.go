@@ -3,6 +3,7 @@ package promoter
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -74,15 +75,7 @@ func (p *Promoter) rebalanceCandidates(now time.Time) []rebalanceCandidate {
 		out = append(out, rebalanceCandidate{rangeID: id, preferred: rs.preferred,
 			h: &handover{leader: leader, target: pref, epoch: rs.epoch}})
 	}
-	slices.SortFunc(out, func(a, b rebalanceCandidate) int {
-		switch {
-		case a.rangeID < b.rangeID:
-			return -1
-		case a.rangeID > b.rangeID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b rebalanceCandidate) int { return strings.Compare(a.rangeID, b.rangeID) })
 	return out
 }
 

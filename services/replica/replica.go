@@ -45,6 +45,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -366,15 +367,7 @@ func (s *Replica) hostedRanges() ([]*hosted, error) {
 	for _, h := range s.ranges {
 		out = append(out, h)
 	}
-	slices.SortFunc(out, func(a, b *hosted) int {
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b *hosted) int { return strings.Compare(a.id, b.id) })
 	return out, nil
 }
 
