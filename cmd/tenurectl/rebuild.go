@@ -40,6 +40,17 @@ Progress is printed as each phase ends; with --json, one JSON object
 (ChangeReplicasResponse) per phase, one per line.
 `
 
+// runRangeRebuild is remove then add of the same replica, through the
+// promoter's ChangeReplicas (which refuses one call naming the same id to
+// add and to remove). Why the emptied copy never counts as a voter: between
+// the steps the replica is no member, so a fence cannot host the range on
+// it (the replica asks the lease service first); after the add it is a
+// learner, which no promotion counts, until its catch-up. A promotion at an
+// epoch older than the removal's, which still lists it as a voter, could
+// fence the emptied copy, but cannot reach a quorum: the removal's own
+// promotion fenced a quorum of the old voters other than this replica (its
+// halted copy answered none) at a higher epoch, and they refuse the older
+// one, leaving fewer than a quorum to it with the emptied copy.
 func runRangeRebuild(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "range rebuild", "RANGE --replica ID[=URL] [--force] [--catch-up-lag N] [--catch-up-timeout D]", rangeRebuildHelp)
 	o := addClusterFlags(e, fs)
