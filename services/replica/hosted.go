@@ -41,6 +41,9 @@ type hosted struct {
 	// store failure). A halted range serves nothing but Fence and reads of
 	// its state until the replica restarts: continuing would build on a log
 	// that disagrees with a committed record, or on state that did not persist.
+	// A quarantined range (its stored data failed its checks at startup:
+	// halted wraps logstore.ErrQuarantined) refuses Fence too, and only
+	// DropRange ends it (quarantine).
 	halted error
 	// cuts counts the truncations fetch loops made (status).
 	cuts fetchTruncations
