@@ -140,6 +140,27 @@ func testRebuild(t *testing.T, c *testCluster) {
 		}
 	}
 
+	// A rebuild that stopped after its removal (here: the removal run by
+	// hand) resumes with the add; the range no longer lists the address.
+	c.mustCtl("", "range", "remove-replica", "mend-ok", "r3")
+	code, _, stderr = c.ctl("", "range", "rebuild", "mend-ok", "--replica", "r3")
+	if code != exitFail || !strings.Contains(stderr, "--replica r3=URL") {
+		t.Fatalf("rebuild of a removed replica without its URL: status %d, stderr:\n%s", code, stderr)
+	}
+	var resumed string
+	waitFor(t, "the resumed rebuild to be accepted", 30*time.Second, func() bool {
+		code, stdout, stderr := c.ctl("", "range", "rebuild", "mend-ok", "--replica", "r3=http://"+r3.listen, "--catch-up-lag", "0")
+		if code != exitOK && !strings.Contains(stderr, "epoch-start record") {
+			t.Fatalf("resumed range rebuild: status %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		resumed = stdout
+		return code == exitOK
+	})
+	if strings.Contains(resumed, "remove:") {
+		t.Errorf("the resumed rebuild removed again:\n%s", resumed)
+	}
+	wantLines(t, "resumed range rebuild", resumed, "add-learner: add-learner r3: epoch", "promote-learner: promote-learner r3: epoch", "members:")
+
 	code, _, stderr = c.ctl("", "range", "rebuild", "--help")
 	if code != exitOK || !strings.Contains(stderr, "Usage: tenurectl range rebuild") || !strings.Contains(stderr, "learner") {
 		t.Errorf("range rebuild --help: status %d, stderr:\n%s", code, stderr)
