@@ -33,6 +33,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"bench", testBench},
 		{"epochs with a diverged replica", testEpochsDivergence},
 		{"membership", testMembership},
+		{"rebuild a quarantined copy", testRebuild},
 		{"unknown range", testUnknownRange},
 		{"json schema", testJSONSchema},
 		{"URL flags", testURLRule},

@@ -330,10 +330,14 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 			if cut := fetchCutsNote(st, time.Now()); cut != "" {
 				note = joinNotes(note, cut)
 			}
-			// A halted replica serves nothing for the range until restarted:
-			// that, and why, matters more than anything else to say.
+			// A halted replica serves nothing for the range until restarted
+			// (or, for a quarantined copy, rebuilt): that, and why,
+			// matters more than anything else to say.
 			if h := st.GetHalted(); h != "" {
 				note = "HALTED: " + shortText(h)
+				if strings.Contains(h, "quarantined") {
+					note = fmt.Sprintf("HALTED (quarantined; tenurectl range rebuild %s --replica %s): %s", r.info.GetRangeId(), m.replica.GetId(), shortText(h))
+				}
 			}
 			role := roleName(st.GetRole())
 			if m.replica.GetLearner() {

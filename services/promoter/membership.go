@@ -234,12 +234,20 @@ func (c *changeRun) remove(ctx context.Context, id string) error {
 	// have ended without its answer (a busy leader answering after the
 	// quorum's grace), and a replica still leading at an older epoch
 	// refuses to drop. A fence at the epoch it already holds is a no-op.
+	//
+	// A refused fence does not stop the drop: a replica whose copy is
+	// quarantined (its stored data failed its checks) refuses every fence,
+	// and dropping that copy is what rebuilding it needs (tenurectl range
+	// rebuild). DropRange keeps its own guards whatever the fence said: it
+	// refuses an epoch below the replica's fence and a replica still
+	// leading, so a drop the fence did not prepare changes nothing unsafe.
 	detail := fmt.Sprintf("%s dropped the range's data", id)
 	cctx, cancel := context.WithTimeout(ctx, c.p.cfg.RPCTimeout)
-	_, err = c.p.batchers(gone).fence.call(cctx, &tenurev1.FenceRequest{RangeId: c.rangeID, Epoch: tr.GetEpoch(), FencerId: c.p.cfg.ID,
+	_, ferr := c.p.batchers(gone).fence.call(cctx, &tenurev1.FenceRequest{RangeId: c.rangeID, Epoch: tr.GetEpoch(), FencerId: c.p.cfg.ID,
 		Incarnation: gone.GetIncarnation(), RangeGeneration: rng.GetGeneration()})
-	if err == nil {
-		_, err = c.p.replicaFor(gone).DropRange(cctx, connect.NewRequest(&tenurev1.DropRangeRequest{RangeId: c.rangeID, Epoch: tr.GetEpoch()}))
+	_, err = c.p.replicaFor(gone).DropRange(cctx, connect.NewRequest(&tenurev1.DropRangeRequest{RangeId: c.rangeID, Epoch: tr.GetEpoch()}))
+	if err != nil && ferr != nil {
+		err = fmt.Errorf("fence: %w; drop: %w", ferr, err)
 	}
 	cancel()
 	if err != nil {

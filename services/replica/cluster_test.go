@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenurelog/tenure/internal/testlog"
@@ -44,6 +45,9 @@ type node struct {
 	// opts are the store options of the next start (crash injection).
 	opts  logstore.Options
 	lease replica.LeaseGuard
+	// metrics, when set, receives the next start's series (a fresh
+	// registry per start: a restart registers them again).
+	metrics prometheus.Registerer
 
 	r   *replica.Replica
 	srv *transport.Server
@@ -125,6 +129,7 @@ func (c *cluster) tryStart(n *node) error {
 		Lease:         n.lease,
 		FetchWait:     c.fetchWait,
 		AppendTimeout: 30 * time.Second,
+		Metrics:       n.metrics,
 	}
 	var err error
 	// A restart rebinds the same port; the old listener is closed, but give

@@ -30,6 +30,8 @@ import (
 //	OutOfRange         an offset the log does not hold (a read past the
 //	                   HWM), or a producer sequence older than the range's
 //	                   dedupe window
+//	                   or the range is quarantined (its stored data failed
+//	                   its checks at startup: logstore.ErrQuarantined)
 //	DataLoss           the range stopped after a safety violation
 //	Unavailable        the replica is closing, or a leader could not
 //	                   confirm with a quorum that it still leads (a read)
@@ -118,6 +120,11 @@ func toConnect(err error) error {
 		return ce
 	case errors.Is(err, wire.ErrInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, logstore.ErrQuarantined):
+		// The range's stored data failed its checks at startup: it takes
+		// no command until rebuilt. Not DataLoss: nothing committed is
+		// lost while its peers hold it, and the rebuild restores it here.
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, errSafety):
 		return connect.NewError(connect.CodeDataLoss, err)
 	case errors.Is(err, logstore.ErrBelowHWM):

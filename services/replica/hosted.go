@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -40,6 +41,9 @@ type hosted struct {
 	// store failure). A halted range serves nothing but Fence and reads of
 	// its state until the replica restarts: continuing would build on a log
 	// that disagrees with a committed record, or on state that did not persist.
+	// A quarantined range (its stored data failed its checks at startup:
+	// halted wraps logstore.ErrQuarantined) refuses Fence too, and only
+	// DropRange ends it (quarantine).
 	halted error
 	// cuts counts the truncations fetch loops made (status).
 	cuts fetchTruncations
@@ -135,6 +139,24 @@ func (h *hosted) haltLocked(err error) {
 	h.halted = err
 	h.stopActingLocked(err)
 	h.log.Error("range stopped serving", "err", err, "role", h.st.Role, "fenced_epoch", h.st.FencedEpoch, "log_end", h.r.LogEnd(), "hwm", h.r.HWM())
+}
+
+// quarantine halts a range the store quarantined at Open (its stored data
+// failed its checks: logstore's quarantine.go), at New, before the range
+// is visible to any request. It never resumes: it leads, follows and
+// answers fences for nothing until DropRange removes it and a fence after
+// the range's rebuild (tenurectl range rebuild) hosts it afresh.
+func (h *hosted) quarantine(reason error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.halted = fmt.Errorf("%w: %w", logstore.ErrQuarantined, reason)
+	h.log.Error("range HALTED: quarantined, its stored data fails its checks; it answers no fence and serves nothing; rebuild it from its peers with 'tenurectl range rebuild "+h.id+" --replica "+h.s.cfg.ID+"'",
+		"reason", reason, "role", h.st.Role, "fenced_epoch", h.st.FencedEpoch)
+}
+
+// quarantinedLocked reports whether the range is quarantined. h.mu is held.
+func (h *hosted) quarantinedLocked() bool {
+	return h.halted != nil && errors.Is(h.halted, logstore.ErrQuarantined)
 }
 
 // haltedErr is what a halted range answers. h.mu is held.

@@ -79,6 +79,10 @@ func (s *Replica) hostForFence(ctx context.Context, m *tenurev1.FenceRequest) (*
 			h.mu.Unlock()
 			continue
 		}
+		if err := h.quarantineRefusalLocked(gen); err != nil {
+			h.mu.Unlock()
+			return nil, err
+		}
 		again, err := h.checkGenerationLocked(gen)
 		if err != nil {
 			h.mu.Unlock()
@@ -92,6 +96,27 @@ func (s *Replica) hostForFence(ctx context.Context, m *tenurev1.FenceRequest) (*
 		return h, nil
 	}
 	return nil, coded(connect.CodeUnavailable, "range %q: dropped while a fence was hosting it, %d times; retry", id, maxHostAttempts)
+}
+
+// quarantineRefusalLocked refuses a fence of a quarantined range: its
+// stored data failed its checks, so its log end and history are not known,
+// and an answer with them (or with the empty log it reports) could count
+// as a known history toward a promotion's quorum and lose acknowledged
+// records. The promoter reads FailedPrecondition as "not fenced" and goes
+// on with the other replicas. One exception: a fence for a newer
+// generation than the one the range's (still readable) state records
+// names a range created again under the id, and dropping the old
+// generation's data is what checkGenerationLocked does anyway, damaged or
+// not. h.mu is held exclusively.
+func (h *hosted) quarantineRefusalLocked(gen uint64) error {
+	if !h.quarantinedLocked() {
+		return nil
+	}
+	if stored := h.st.Generation; stored > 0 && gen > stored {
+		return nil
+	}
+	return preconditionf("range %q: fence refused: replica %s's copy of the range is quarantined, its history is not known (%v); rebuild it from its peers: tenurectl range rebuild %s --replica %s",
+		h.id, h.s.cfg.ID, h.halted, h.id, h.s.cfg.ID)
 }
 
 // checkGenerationLocked applies a fence's range generation gen to h (see

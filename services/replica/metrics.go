@@ -65,7 +65,9 @@ func (s *Replica) registerMetrics(reg prometheus.Registerer) error {
 // The state series, read at scrape time.
 var (
 	descRanges = prometheus.NewDesc("tenure_replica_ranges",
-		"Hosted ranges by what this replica does for them: leader (leads and serves), follower, fenced (fenced, no leader known yet, or a leader not serving since a restart), halted (stopped serving after a safety violation or a store failure; only a restart clears it).", []string{"role"}, nil)
+		"Hosted ranges by what this replica does for them: leader (leads and serves), follower, fenced (fenced, no leader known yet, or a leader not serving since a restart), halted (stopped serving after a safety violation or a store failure, only a restart clears it; or quarantined at startup, which a rebuild clears).", []string{"role"}, nil)
+	descQuarantined = prometheus.NewDesc("tenure_replica_quarantined_ranges",
+		"Hosted ranges quarantined at startup: their stored data (state, HWM, markers, the record below the synced marker, or the journal against the log) failed its checks. Each is halted, answers no fence and serves nothing until rebuilt from its peers (tenurectl range rebuild); the replica's other ranges serve. Counted among the halted ranges too.", nil, nil)
 	descUnderReplicated = prometheus.NewDesc("tenure_replica_under_replicated_ranges",
 		"Ranges this replica leads with at least one voter out of sync: not caught up for 10s, or not fetching for 3s (Kafka's UnderReplicatedPartitions).", nil, nil)
 	descUnderQuorum = prometheus.NewDesc("tenure_replica_under_quorum_ranges",
@@ -110,7 +112,7 @@ type logBytes struct {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRanges, descUnderReplicated, descUnderQuorum, descLagRecordsMax, descLagSecondsMax,
-		descRangesExported, descHWM, descLogEnd, descEpoch, descLeader, descLogBytes, descLagRecords, descLagSeconds, descDataDirBytes} {
+		descRangesExported, descHWM, descLogEnd, descEpoch, descLeader, descLogBytes, descLagRecords, descLagSeconds, descDataDirBytes, descQuarantined} {
 		ch <- d
 	}
 }
@@ -157,12 +159,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := time.Now()
 	roles := map[string]float64{"leader": 0, "follower": 0, "fenced": 0, "halted": 0}
-	var under, underQuorum, exported float64
+	var under, underQuorum, exported, quarantined float64
 	var lagMax uint64
 	var behindMax time.Duration
 	for i, h := range hs {
 		h.mu.RLock()
 		role, halted := h.role(), h.halted != nil
+		if h.quarantinedLocked() {
+			quarantined++
+		}
 		fenced := h.st.FencedEpoch
 		logEnd, hwm := h.r.LogEnd(), h.r.HWM()
 		var lags []followerLag
@@ -231,6 +236,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for role, n := range roles {
 		ch <- prometheus.MustNewConstMetric(descRanges, prometheus.GaugeValue, n, role)
 	}
+	ch <- prometheus.MustNewConstMetric(descQuarantined, prometheus.GaugeValue, quarantined)
 	ch <- prometheus.MustNewConstMetric(descUnderReplicated, prometheus.GaugeValue, under)
 	ch <- prometheus.MustNewConstMetric(descUnderQuorum, prometheus.GaugeValue, underQuorum)
 	ch <- prometheus.MustNewConstMetric(descLagRecordsMax, prometheus.GaugeValue, float64(lagMax))

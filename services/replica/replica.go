@@ -36,6 +36,12 @@
 // died with the process, and only a Fence at a higher epoch followed by an
 // Adopt makes it act again. Truncate and Adopt at its old epoch are refused,
 // so a promoter's late command cannot resurrect the old leadership.
+//
+// A range whose stored data failed its checks (logstore quarantined it)
+// comes back HALTED with the reason: it answers no fence (FailedPrecondition
+// naming the quarantine, so no promotion counts it as a known history) and
+// serves nothing until it is dropped and rebuilt from its peers (tenurectl
+// range rebuild); the replica's other ranges serve.
 package replica
 
 import (
@@ -217,9 +223,13 @@ func New(cfg Config) (*Replica, error) {
 		}
 		h := s.newHosted(r)
 		s.ranges[id] = h
+		if q := r.Quarantined(); q != nil {
+			h.quarantine(q)
+			continue
+		}
 		h.resume()
 	}
-	log.Info("replica started", "incarnation", inc, "data_dir", cfg.DataDir, "ranges", len(ids))
+	log.Info("replica started", "incarnation", inc, "data_dir", cfg.DataDir, "ranges", len(ids), "quarantined", len(store.Quarantined()))
 	return s, nil
 }
 

@@ -88,6 +88,10 @@ func (s *Replica) epochHistory(m *tenurev1.GetEpochHistoryRequest) (*tenurev1.Ge
 	}
 	h.mu.RLock()
 	defer h.mu.RUnlock()
+	if h.quarantinedLocked() {
+		// Its history is not known: an empty one would read as complete.
+		return nil, h.haltedErr()
+	}
 	return &tenurev1.GetEpochHistoryResponse{
 		History:       journal.ToWire(h.r.History()),
 		LogEnd:        h.r.LogEnd(),

@@ -29,6 +29,9 @@ import (
 // a malformed batch (ErrInvalid); during a truncation (ErrBusy); after a
 // failure or close.
 func (r *Range) Append(epoch uint64, epochStart bool, values [][]byte) (base uint64, err error) {
+	if err := r.usable("Append"); err != nil {
+		return 0, err
+	}
 	if epoch == 0 {
 		return 0, fmt.Errorf("%w: Append on %s: epoch 0 never writes", ErrInvalid, r.id)
 	}
@@ -70,6 +73,9 @@ func (r *Range) Append(epoch uint64, epochStart bool, values [][]byte) (base uin
 // than the window (ErrProducerWindow), writing nothing; and whatever Append
 // refuses.
 func (r *Range) AppendProduced(epoch uint64, pa ProducerAppend, values [][]byte) (base uint64, dup bool, err error) {
+	if err := r.usable("AppendProduced"); err != nil {
+		return 0, false, err
+	}
 	if epoch == 0 {
 		return 0, false, fmt.Errorf("%w: AppendProduced on %s: epoch 0 never writes", ErrInvalid, r.id)
 	}
@@ -173,6 +179,9 @@ func (r *Range) appendLocked(epoch uint64, epochStart bool, flags byte, p prepar
 // history mirrors the leader's, from the record's own epoch and offset,
 // rather than claiming an epoch started wherever the follower happened to be.
 func (r *Range) AppendRecords(recs []*tenurev1.Record) error {
+	if err := r.usable("AppendRecords"); err != nil {
+		return err
+	}
 	if err := validateRecords(recs); err != nil {
 		return fmt.Errorf("%w: AppendRecords on %s: %w", ErrInvalid, r.id, err)
 	}

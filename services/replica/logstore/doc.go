@@ -116,6 +116,11 @@
 // before the range is served. DropRange persists an intent before deleting
 // a range's keys and journal, and Open finishes it before it lists the
 // ranges, so a crash never leaves a range that looks hosted with part of its
-// log. Options.CrashAt injects crashes at the steps
+// log. A range whose own stored data fails its checks at Open (its state,
+// HWM, markers or intent, the record below its synced marker, its journal
+// against its log: ErrCorrupt) is loaded quarantined (quarantine.go): it
+// refuses every read and write with ErrQuarantined, nothing writes its keys,
+// and the other ranges open and serve; I/O errors and Badger or the WAL
+// failing still fail Open. Options.CrashAt injects crashes at the steps
 // of Truncate and AppendRecords; Options.JournalFS injects journal faults.
 package logstore

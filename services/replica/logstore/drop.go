@@ -59,7 +59,7 @@ func (s *Store) DropRange(id string) (existed bool, err error) {
 	s.rangesMu.Lock()
 	delete(s.ranges, id)
 	s.rangesMu.Unlock()
-	_ = r.j.Close()
+	_ = r.closeJournal()
 	n, err := s.deleteRangeKeys(id, s.crash)
 	if err != nil {
 		return true, s.fail(err)

@@ -57,6 +57,11 @@ func (st State) clone() State {
 type Range struct {
 	s  *Store
 	id string
+	// quarantined is why the range's data failed its checks at Open
+	// (quarantine.go); nil for a range that loaded. Set before the range
+	// is visible and never changed: a quarantined range refuses every read
+	// and write (usable), and its j is nil.
+	quarantined error
 	// j is the range's epoch journal, opened (or rebuilt) at load and never
 	// replaced while the Store is open.
 	// Invariant (with the log): every entry starts at or below logEnd; the
@@ -163,6 +168,9 @@ func (r *Range) State() State {
 // are final for every epoch below the fence: what the fence reply reports is
 // what the replica holds.
 func (r *Range) SetState(st State) error {
+	if err := r.usable("SetState"); err != nil {
+		return err
+	}
 	if err := checkState(st); err != nil {
 		return fmt.Errorf("%w: SetState(%s): %w", ErrInvalid, r.id, err)
 	}
@@ -271,6 +279,9 @@ func (r *Range) HWM() uint64 {
 // and readers of a restarted replica see committed records only up to the
 // recovered HWM until a new adoption raises it again.
 func (r *Range) SetHWM(h uint64) error {
+	if err := r.usable("SetHWM"); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if h <= r.hwm {
@@ -305,6 +316,9 @@ func (r *Range) LastEpoch() uint64 {
 // EpochAt returns the epoch of the record at offset, read from the log and
 // verified. Offsets at or above LogEnd are ErrOutOfRange.
 func (r *Range) EpochAt(offset uint64) (uint64, error) {
+	if err := r.usable("EpochAt"); err != nil {
+		return 0, err
+	}
 	r.cutMu.RLock()
 	defer r.cutMu.RUnlock()
 	r.mu.Lock()
@@ -331,7 +345,12 @@ func (r *Range) EpochAt(offset uint64) (uint64, error) {
 // History returns the journal's entries: this replica's epoch history. Empty
 // means unknown (or, with an empty log, complete); a poisoned journal reads
 // empty, never partial.
-func (r *Range) History() []journal.EpochStart { return r.j.Entries() }
+func (r *Range) History() []journal.EpochStart {
+	if r.j == nil {
+		return nil // quarantined: no history is trusted
+	}
+	return r.j.Entries()
+}
 
 // RecordEpoch journals (epoch, start) and fsyncs it before returning. A
 // leader calls it at Adopt before its epoch can be observed and before it
@@ -344,6 +363,9 @@ func (r *Range) History() []journal.EpochStart { return r.j.Entries() }
 // the journal's latest is ErrStaleEpoch (the journal would silently ignore
 // it, and the caller would then believe it had recorded it).
 func (r *Range) RecordEpoch(epoch, start uint64) error {
+	if err := r.usable("RecordEpoch"); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.s.writeErr(); err != nil {
@@ -399,6 +421,9 @@ func (r *Range) Changed() <-chan struct{} {
 // or closes, or a truncation cuts below off (ErrTruncated: the records it
 // waited for are gone, and later records at those offsets are not them).
 func (r *Range) WaitDurable(ctx context.Context, off uint64) error {
+	if err := r.usable("WaitDurable"); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	gen := r.truncGen
 	for {
@@ -516,6 +541,9 @@ func (r *Range) ReadTail(from uint64, maxRecords int, maxBytes int) ([]*tenurev1
 }
 
 func (r *Range) readTail(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Record, error) {
+	if err := r.usable("ReadTail"); err != nil {
+		return nil, err
+	}
 	if maxRecords <= 0 || maxRecords > wire.MaxReadRecords {
 		maxRecords = wire.MaxReadRecords
 	}

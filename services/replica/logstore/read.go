@@ -21,6 +21,9 @@ import (
 // committed records only (LogService.Read) bound from and maxRecords by the
 // HWM themselves.
 func (r *Range) Read(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Record, error) {
+	if err := r.usable("Read"); err != nil {
+		return nil, err
+	}
 	if maxRecords <= 0 || maxRecords > wire.MaxReadRecords {
 		maxRecords = wire.MaxReadRecords
 	}

@@ -13,7 +13,8 @@ import (
 // agreement before anything is served from it:
 //
 //  1. read its state (a fence that cannot be read cannot be kept, so a
-//     corrupt state refuses the Open), HWM, synced-end marker and intent;
+//     corrupt state quarantines the range: quarantine.go), HWM, synced-end
+//     marker and intent;
 //  2. open its journal; a corrupt one is rebuilt in step 5;
 //  3. redo a pending truncation;
 //  4. recover the log end, cutting an unsynced tail at its first hole;
@@ -22,6 +23,12 @@ import (
 //
 // DurableEnd starts at the log end: after a restart everything on disk was
 // either synced or has been lost already.
+//
+// An error wrapping ErrCorrupt (or journal.ErrCorrupt) is this range's
+// data failing its checks: Open quarantines the range and goes on
+// (quarantines). Any other error fails Open. Every step before the failure
+// is durable and idempotent (a redone truncation, a cut torn tail), so a
+// later load after a rebuild, or a retry, starts from a consistent disk.
 func (s *Store) loadRange(id string) (*Range, error) {
 	wrap := func(err error) error { return fmt.Errorf("logstore: load range %s: %w", id, err) }
 	stKey := rangeKey(prefixState, id)
@@ -270,7 +277,8 @@ func (s *Store) scanEpochs(id string, end uint64) ([]journal.EpochStart, error) 
 				return false, fmt.Errorf("%w: record %d has epoch %d after epoch %d", ErrCorrupt, sr.offset, sr.epoch, entries[n-1].Epoch)
 			case n == 0 || sr.epoch > entries[n-1].Epoch:
 				if n == journal.MaxEntries {
-					return false, fmt.Errorf("the log holds more than %d epochs", journal.MaxEntries)
+					// The journal refuses more, so no writer made this log.
+					return false, fmt.Errorf("%w: the log holds more than %d epochs", ErrCorrupt, journal.MaxEntries)
 				}
 				entries = append(entries, journal.EpochStart{Epoch: sr.epoch, Start: sr.offset})
 			}

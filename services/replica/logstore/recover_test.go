@@ -259,15 +259,21 @@ func TestRecordUnderAnotherKeyFailsChecksum(t *testing.T) {
 	}
 }
 
-func TestOpenRefusesCorruptState(t *testing.T) {
+func TestOpenQuarantinesCorruptState(t *testing.T) {
 	o := closedThreeEpochs(t)
 	o.editDB(func(txn *badger.Txn) error { return flipValueByte(txn, []byte("s/r1")) })
 	s, err := logstore.Open(o.dir, o.opts)
-	if !errors.Is(err, logstore.ErrCorrupt) {
-		if err == nil {
-			s.Close()
-		}
-		t.Fatalf("Open with a corrupt state = %v, want ErrCorrupt: a fence that cannot be read cannot be kept", err)
+	if err != nil {
+		t.Fatalf("Open with a corrupt state = %v, want the range quarantined", err)
+	}
+	defer closeStore(t, s)
+	// A fence that cannot be read cannot be kept: the range takes nothing.
+	r, _ := s.Range("r1")
+	if !errors.Is(r.Quarantined(), logstore.ErrCorrupt) {
+		t.Fatalf("Quarantined() = %v, want ErrCorrupt", r.Quarantined())
+	}
+	if err := r.SetState(logstore.State{FencedEpoch: 1}); !errors.Is(err, logstore.ErrQuarantined) {
+		t.Fatalf("SetState on a range with a corrupt state = %v, want ErrQuarantined", err)
 	}
 }
 

@@ -48,6 +48,11 @@ var (
 	// ErrInvalid: the arguments break the rules (epoch 0, a malformed
 	// batch, a gap between records, a decreasing epoch within a batch).
 	ErrInvalid = errors.New("logstore: invalid argument")
+	// ErrQuarantined: the range's stored data failed its checks when the
+	// store opened (quarantine.go), so it refuses every read and write
+	// until it is dropped (DropRange) and rebuilt from its peers. The
+	// message names the reason.
+	ErrQuarantined = errors.New("logstore: range quarantined")
 )
 
 // Options configure a Store. The zero value is valid.
@@ -220,6 +225,14 @@ type Stats struct {
 // journal per range. Open loads every range, redoes pending truncations,
 // recovers each log's end and reconciles each journal with its log (see
 // recover.go) before returning: nothing is served from an unreconciled range.
+//
+// A range whose own stored data fails its checks (ErrCorrupt: its state,
+// HWM or markers, the record below its synced marker, its journal against
+// its log) is loaded quarantined (quarantine.go): it refuses every read and
+// write with ErrQuarantined and Quarantined reports it, while every other
+// range opens and serves. What is not one range's damage still fails Open:
+// Badger, the segments or the WAL failing to open or replay, and any I/O
+// error (see quarantines).
 func Open(dir string, opts Options) (*Store, error) {
 	log := opts.Logger
 	if log == nil {
@@ -283,8 +296,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if err == nil {
 		for _, id := range ids {
-			var r *Range
-			if r, err = s.loadRange(id); err != nil {
+			r, lerr := s.loadRange(id)
+			if lerr != nil && quarantines(lerr) {
+				// This range's bytes are damaged: it alone stops.
+				r, lerr = s.quarantinedRange(id, lerr), nil
+			}
+			if lerr != nil {
+				err = lerr
 				break
 			}
 			s.ranges[id] = r
@@ -292,7 +310,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if err != nil {
 		for _, r := range s.ranges {
-			_ = r.j.Close()
+			_ = r.closeJournal()
 		}
 		if s.wal != nil {
 			s.wal.close()
@@ -338,7 +356,7 @@ func (s *Store) Close() error {
 	errs = append(errs, s.closeWAL(clean))
 	s.segs.close()
 	for _, r := range s.snapshotRanges() {
-		errs = append(errs, r.j.Close())
+		errs = append(errs, r.closeJournal())
 	}
 	s.closeSyncHandles()
 	errs = append(errs, s.db.Close())

@@ -25,6 +25,9 @@ import (
 // idempotent) before the range is served, so journal and log never disagree
 // after a restart.
 func (r *Range) Truncate(to uint64) (removed uint64, err error) {
+	if err := r.usable("Truncate"); err != nil {
+		return 0, err
+	}
 	r.cutMu.Lock()
 	defer r.cutMu.Unlock()
 	done, err := r.s.begin()
