@@ -100,7 +100,7 @@ func TestAdvanceLogStart(t *testing.T) {
 		t.Fatalf("stored batches after the advance = %v, want %v", got, want)
 	}
 	s = o.open()
-	defer closeStore(t, s)
+	defer func() { closeStore(t, s) }()
 	r, _ = s.Range("r1")
 	check(r)
 	// The log goes on; the next advance past the straddling batch removes it.
@@ -112,11 +112,23 @@ func TestAdvanceLogStart(t *testing.T) {
 	if got, err := r.AdvanceLogStart(math.MaxUint64); err != nil || got != 35 {
 		t.Fatalf("AdvanceLogStart(max) = %d, %v; want the HWM 35", got, err)
 	}
-	// Emptied by retention: the last epoch is still known.
-	if r.LogEnd() != 35 || r.LastEpoch() != 3 {
-		t.Fatalf("LogEnd, LastEpoch = %d, %d; want 35, 3", r.LogEnd(), r.LastEpoch())
+	// Emptied by retention: the last epoch is still known, after a
+	// reopen too, and a new leadership starts at the log end.
+	emptied := func(r *logstore.Range) {
+		t.Helper()
+		if r.LogStart() != 35 || r.LogEnd() != 35 || r.LastEpoch() != 3 {
+			t.Fatalf("LogStart, LogEnd, LastEpoch = %d, %d, %d; want 35, 35, 3", r.LogStart(), r.LogEnd(), r.LastEpoch())
+		}
+		checkHistory(t, r, es(3, 20))
 	}
-	checkHistory(t, r, es(3, 20))
+	emptied(r)
+	closeStore(t, s)
+	s = o.open()
+	r, _ = s.Range("r1")
+	emptied(r)
+	lead(t, r, 4)
+	checkHistory(t, r, es(3, 20, 4, 35))
+	checkConsistent(t, r)
 }
 
 // The start never passes what is durable here: a power loss must not take
