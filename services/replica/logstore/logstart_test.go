@@ -598,3 +598,38 @@ func TestDivergenceWithDifferentLogStarts(t *testing.T) {
 		}
 	}
 }
+
+// A truncation that crashed above an advanced log start is redone at Open
+// without touching the start.
+func TestTruncateCrashAfterAdvanceLogStart(t *testing.T) {
+	o := newOpener(t)
+	crash := errors.New("power cut")
+	o.opts.CrashAt = func(p string) error {
+		if p == logstore.CrashTruncateLog {
+			return crash
+		}
+		return nil
+	}
+	s := o.open()
+	r := mustRange(t, s, "r1")
+	threeEpochs(t, r)
+	if err := r.SetHWM(12); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.AdvanceLogStart(12); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Truncate(15); !errors.Is(err, crash) {
+		t.Fatalf("Truncate(15) with a crash = %v, want the crash", err)
+	}
+	losePower(t, s)
+	o.opts.CrashAt = nil
+	s = o.open()
+	defer closeStore(t, s)
+	r, _ = s.Range("r1")
+	if r.LogStart() != 12 || r.LogEnd() != 15 || r.LastEpoch() != 2 {
+		t.Fatalf("LogStart, LogEnd, LastEpoch = %d, %d, %d; want 12, 15, 2", r.LogStart(), r.LogEnd(), r.LastEpoch())
+	}
+	checkHistory(t, r, es(2, 10))
+	checkConsistent(t, r)
+}
