@@ -74,9 +74,14 @@ type Range struct {
 	cutMu sync.RWMutex
 	// stateMu serializes SetState, whose fsync runs outside mu.
 	stateMu sync.Mutex
+	// startMu serializes AdvanceLogStart and ResetTo.
+	startMu sync.Mutex
 
 	mu    sync.Mutex
 	state State
+	// logStart is the lowest offset the log holds (persisted, b/<id>).
+	// Invariant: logStart <= hwm <= logEnd; it never decreases.
+	logStart uint64
 	// next is the next offset to assign. Invariant: logEnd <= next.
 	next uint64
 	// tailEpoch is the epoch of the record at next-1 (0 when none).
@@ -227,10 +232,6 @@ func (r *Range) quiesceLocked() error {
 	return nil
 }
 
-// LogStart returns the lowest offset the log holds: 0, as nothing is ever
-// removed from the front yet (no retention).
-func (r *Range) LogStart() uint64 { return 0 }
-
 // LogEnd returns the next offset to be written: records below it are written
 // and readable (by Read, and so by followers' fetches), not necessarily
 // durable.
@@ -327,6 +328,10 @@ func (r *Range) EpochAt(offset uint64) (uint64, error) {
 	if offset >= end {
 		return 0, fmt.Errorf("%w: EpochAt(%d) on %s: log ends at %d", ErrOutOfRange, offset, r.id, end)
 	}
+	// Below the log start the record is gone (retention).
+	if err := r.belowStart("EpochAt", offset); err != nil {
+		return 0, err
+	}
 	if offset == end-1 {
 		return last, nil
 	}
@@ -339,7 +344,8 @@ func (r *Range) EpochAt(offset uint64) (uint64, error) {
 	}
 	defer done()
 	epoch, _, _, err := r.s.readRecord(r.id, offset)
-	return epoch, err
+	// An advance of the log start may have removed it since the check.
+	return epoch, r.errBelowStartGap("EpochAt", offset, err)
 }
 
 // History returns the journal's entries: this replica's epoch history. Empty
@@ -549,6 +555,10 @@ func (r *Range) readTail(from uint64, maxRecords int, maxBytes int) ([]*tenurev1
 	}
 	if maxBytes <= 0 {
 		maxBytes = wire.MaxBatchBytes
+	}
+	// Below the log start: gone, on purpose (retention).
+	if err := r.belowStart("ReadTail", from); err != nil {
+		return nil, err
 	}
 	// Shared with Truncate, as in Read: nothing is cut while we copy.
 	r.cutMu.RLock()

@@ -89,10 +89,16 @@ func (r *Range) Truncate(to uint64) (removed uint64, err error) {
 		return 0, s.fail(fmt.Errorf("logstore: Truncate(%d) on %s: %w", to, r.id, err))
 	}
 	var last uint64
-	if to > 0 {
+	switch start := r.LogStart(); {
+	case to > start:
 		if last, _, _, err = s.readRecord(r.id, to-1); err != nil {
 			return 0, s.fail(err)
 		}
+	case to > 0:
+		// Cut to the log start itself: the record at to-1 is gone
+		// (retention), and the journal, trimmed to keep the entry in
+		// force there, says its epoch.
+		last = epochInForce(r.j.Entries(), to-1)
 	}
 	r.finishTruncate(to, to, last)
 	if removed != oldEnd-to {
@@ -112,6 +118,11 @@ func (r *Range) startTruncate(to uint64) (uint64, error) {
 	defer r.mu.Unlock()
 	if to < r.hwm {
 		return 0, fmt.Errorf("%w: Truncate(%d) on %s: the high-water mark is %d, and records below it are committed", ErrBelowHWM, to, r.id, r.hwm)
+	}
+	// Implied by the HWM check (LogStart <= HWM), and said on its own: the
+	// log start never moves down, and nothing below it is left to cut.
+	if to < r.logStart {
+		return 0, fmt.Errorf("%w: Truncate(%d) on %s: the log starts at %d", ErrBelowHWM, to, r.id, r.logStart)
 	}
 	if err := r.s.writeErr(); err != nil {
 		return 0, err
@@ -184,6 +195,8 @@ func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
 	defer wb.Cancel()
 	prefix := logPrefix(id)
 	var n uint64
+	// The keys whose stored values go (releaseStored), told once flushed.
+	var relKeys, relVals [][]byte
 	err := s.db.View(func(txn *badger.Txn) error {
 		rit := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
 		defer rit.Close()
@@ -205,6 +218,11 @@ func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
 					}
 					if end := base + uint64(len(recs)); end > to {
 						n += end - to
+						old, err := item.ValueCopy(nil)
+						if err != nil {
+							return err
+						}
+						relKeys, relVals = append(relKeys, item.KeyCopy(nil)), append(relVals, old)
 						return wb.Set(item.KeyCopy(nil), batchPrefix(b, int(to-base)))
 					}
 					return nil
@@ -221,15 +239,16 @@ func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
 			// Only the count is read (a pointer carries it too); a damaged
 			// batch still goes.
 			var count uint64
-			if err := item.Value(func(b []byte) error {
-				count = storedCount(b)
-				return nil
-			}); err != nil {
+			old, err := item.ValueCopy(nil)
+			if err != nil {
 				return err
 			}
-			if err := wb.Delete(item.KeyCopy(nil)); err != nil {
+			count = storedCount(old)
+			key := item.KeyCopy(nil)
+			if err := wb.Delete(key); err != nil {
 				return err
 			}
+			relKeys, relVals = append(relKeys, key), append(relVals, old)
 			n += count
 		}
 		return nil
@@ -246,5 +265,6 @@ func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
 	if err := wb.Flush(); err != nil {
 		return 0, fmt.Errorf("logstore: cut %s to %d: %w", id, to, err)
 	}
+	s.releaseStored(relKeys, relVals)
 	return n, nil
 }
