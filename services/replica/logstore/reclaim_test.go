@@ -496,3 +496,115 @@ func TestDiskUsage(t *testing.T) {
 		t.Fatalf("segments take %d bytes after cutting all but 3 records, %d before", after.Segments, u.Segments)
 	}
 }
+
+// Segments go once every range with batches in them has advanced its log
+// start past them: one range advancing alone frees no file the other
+// shares; after both, what is left reads back from the starts on, also
+// after a reopen, with the accounting rebuilt as it ran.
+func TestAdvanceLogStartFreesSegments(t *testing.T) {
+	defer logstore.SetSegmentBytes(4 << 10)()
+	o := newOpener(t)
+	s := o.open()
+	a, b := mustRange(t, s, "a"), mustRange(t, s, "b")
+	lead(t, a, 1)
+	lead(t, b, 1)
+	for range 12 {
+		appendBig(t, s, a, 1)
+		appendBig(t, s, b, 1)
+	}
+	for _, r := range []*logstore.Range{a, b} {
+		if err := r.SetHWM(r.LogEnd()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := o.segmentFiles()
+
+	// Batches at 0 (epoch start), 1, 3, ..., 23: 21 is a boundary.
+	if got, err := a.AdvanceLogStart(21); err != nil || got != 21 {
+		t.Fatalf("a.AdvanceLogStart(21) = %d, %v", got, err)
+	}
+	reclaimNow(t, s)
+	if files := o.segmentFiles(); !slices.Equal(files, before) {
+		t.Fatalf("a advancing alone deleted segments b shares: %d files left of %d", len(files), len(before))
+	}
+	checkStoredBytes(t, s, a)
+
+	if got, err := b.AdvanceLogStart(21); err != nil || got != 21 {
+		t.Fatalf("b.AdvanceLogStart(21) = %d, %v", got, err)
+	}
+	reclaimNow(t, s)
+	// Each range keeps its batches [21, 23) and [23, 25): two files hold
+	// them, and the highest stays.
+	if files := o.segmentFiles(); len(files) > 3 {
+		t.Fatalf("%d segment files left of %d once both ranges advanced past all but 2 batches", len(files), len(before))
+	}
+	checkFilesLive(t, o, s)
+	checkStoredBytes(t, s, b)
+	wantA, wantB := readAll(t, a), readAll(t, b)
+	if len(wantA) != 4 || wantA[0].GetOffset() != 21 {
+		t.Fatalf("a reads %d records from %d after advancing to 21", len(wantA), wantA[0].GetOffset())
+	}
+	uses := s.SegmentUses()
+	closeStore(t, s)
+
+	s = o.open()
+	defer closeStore(t, s)
+	if got := s.SegmentUses(); !slices.Equal(got, uses) {
+		t.Fatalf("accounting rebuilt at Open %+v, running one was %+v", got, uses)
+	}
+	a, _ = s.Range("a")
+	b, _ = s.Range("b")
+	sameRecords(t, "a after a reopen", readAll(t, a), wantA)
+	sameRecords(t, "b after a reopen", readAll(t, b), wantB)
+	checkStoredBytes(t, s, a)
+	checkStoredBytes(t, s, b)
+}
+
+// Marks at or below the log start go at the range's next mark: they can
+// no longer move a retention point.
+func TestTimeMarksPrunedBelowLogStart(t *testing.T) {
+	clock := &fakeClock{}
+	const t0 = 1_700_000_000_000
+	clock.ms.Store(t0)
+	o := newOpener(t)
+	o.opts.Now = clock.now
+	s := o.open()
+	defer closeStore(t, s)
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	waitDurable(t, r, 1)
+	indexNow(t, s)
+	for range 10 {
+		clock.advance(2 * time.Second)
+		appendN(t, r, 1, 1)
+		waitDurable(t, r, r.LogEnd())
+		indexNow(t, s)
+	}
+	if got := r.MarkCount(); got != 11 {
+		t.Fatalf("%d marks after 11 commits two seconds apart", got)
+	}
+	if err := r.SetHWM(r.LogEnd()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.AdvanceLogStart(8); err != nil {
+		t.Fatal(err)
+	}
+	// Retention from the start: RetainSince never answers below it.
+	if got := r.RetainSince(clock.at(t0 + 1)); got != 8 {
+		t.Fatalf("RetainSince(t0+1ms) = %d, want the log start 8", got)
+	}
+	if got := r.RetainBytes(1 << 30); got != 8 {
+		t.Fatalf("RetainBytes(1 GiB) = %d, want the log start 8", got)
+	}
+	clock.advance(2 * time.Second)
+	appendN(t, r, 1, 1)
+	waitDurable(t, r, r.LogEnd())
+	indexNow(t, s)
+	// Marks (1..8) go; (9), (10), (11) and the new (12) stay.
+	if got := r.MarkCount(); got != 4 {
+		t.Fatalf("%d marks after advancing to 8 and one more commit, want 4", got)
+	}
+	if got := r.RetainSince(clock.at(t0 + 1e9)); got != r.LogEnd() {
+		t.Fatalf("RetainSince(far) = %d, want the log end %d", got, r.LogEnd())
+	}
+}
