@@ -56,9 +56,15 @@ import (
 // transaction can still read it; a delete marker itself goes once no lower
 // level overlaps it. Compactions run as levels fill, so under a steady
 // write rate the tree stays near its live size; nothing forces one on an
-// idle store. Values in the value log (inline batches, 256 bytes and up)
-// are reclaimed only by value-log GC, which the reclaimer runs every
-// vlogGCInterval (runValueLogGC).
+// idle store. Measured with these options (2026-12-03): 3.2M log keys with
+// 25-byte values written in rounds of 400k, all but the newest 50k deleted
+// after each round: the SSTs stayed at 6.5 MB in 3 files from the second
+// round on (5.2 MB after the first). Values in the value log (inline
+// batches, 256 bytes and up) are reclaimed only by value-log GC, which the
+// reclaimer runs every vlogGCInterval (runValueLogGC). Badger never
+// rewrites the value-log file being written, and inline batches are rare
+// now (a truncation inside a batch), so one file of 256 MiB may hold them
+// for a long time; its discard counts come from compactions.
 
 // vlogGCInterval is how often the reclaimer runs Badger's value-log GC; a
 // variable so tests can run it at once.
