@@ -328,30 +328,42 @@ func (s *Store) reclaimSegments() (int, error) {
 	}
 	g.syncMu.Lock() // no segment sync holds their descriptors meanwhile
 	defer g.syncMu.Unlock()
+	removed, freed, errs := g.removeFree(cands)
+	if removed > 0 {
+		// Outside g.mu: reads and the indexer's writes go on meanwhile.
+		if err := (journal.OSFS{}).SyncDir(g.dir); err != nil {
+			errs = append(errs, fmt.Errorf("logstore: sync directory %s: %w", g.dir, err))
+		}
+		s.log.Info("deleted segment files with no live batch", "files", removed, "bytes", freed)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeFree removes the files among cands that are still free. g.syncMu
+// is held.
+func (g *segments) removeFree(cands []uint32) (removed int, freed int64, errs []error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.lostPower || g.failed != nil {
-		return 0, nil
+		return 0, 0, nil
 	}
-	removed := 0
-	var errs []error
-	var freed int64
 	for _, n := range cands {
 		// Still free: no write goes to a file but the current one, and a
 		// pointer is counted before it is committed.
 		if u := g.use[n]; n == g.cur || (u != nil && u.ptrs > 0) {
 			continue
 		}
-		size := g.synced[n]
+		path := segmentPath(g.dir, n)
+		size := fileUsage(path)
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("logstore: remove segment %d: %w", n, err))
+			continue
+		}
 		if f, ok := g.files[n]; ok {
 			// Closed at the next pass, not now: a read that took it from
 			// g.files just before finishes on the unlinked file.
 			g.retired = append(g.retired, f)
 			delete(g.files, n)
-		}
-		if err := os.Remove(segmentPath(g.dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("logstore: remove segment %d: %w", n, err))
-			continue
 		}
 		delete(g.synced, n)
 		delete(g.dirty, n)
@@ -359,13 +371,7 @@ func (s *Store) reclaimSegments() (int, error) {
 		removed++
 		freed += size
 	}
-	if removed > 0 {
-		if err := (journal.OSFS{}).SyncDir(g.dir); err != nil {
-			errs = append(errs, fmt.Errorf("logstore: sync directory %s: %w", g.dir, err))
-		}
-		s.log.Info("deleted segment files with no live batch", "files", removed, "bytes", freed)
-	}
-	return removed, errors.Join(errs...)
+	return removed, freed, errs
 }
 
 // runValueLogGC runs Badger's value-log GC: up to vlogGCMaxRewrites files,
