@@ -433,7 +433,7 @@ func TestTimeMarksBounded(t *testing.T) {
 	indexNow(t, s)
 	// written[off] is when record off was written (the clock at its append).
 	written := []int64{t0}
-	const n = 3 * logstore.MarkMax / 2
+	const n = 5 * logstore.MarkMax
 	for range n {
 		clock.advance(2 * time.Second)
 		written = append(written, clock.ms.Load())
@@ -452,6 +452,17 @@ func TestTimeMarksBounded(t *testing.T) {
 				if written[off] >= ms {
 					t.Fatalf("%s: RetainSince(t0%+d ms) = %d, but record %d was written at t0%+d ms", when, ms-t0, got, off, written[off]-t0)
 				}
+			}
+		}
+		// Thinned in proportion to age: at every age the answer's records
+		// are younger than the age asked for plus a quarter of it (the
+		// rule keeps a gap at about a tenth of its age).
+		now := written[len(written)-1]
+		for k := 1; k < len(written); k += 7 {
+			ms := written[k] + 1
+			got := r.RetainSince(clock.at(ms))
+			if lag := ms - written[got]; got < r.LogEnd() && lag > (now-ms)/4+2000 {
+				t.Fatalf("%s: RetainSince(t0%+d ms) = %d, written at t0%+d ms: %d ms older than asked at an age of %d ms", when, ms-t0, got, written[got]-t0, lag, now-ms)
 			}
 		}
 		// The newest answers are exact to a mark.
