@@ -107,6 +107,16 @@ func (g *segments) countLocked(n uint32, ptrs int, bytes int64) {
 	u.bytes += bytes
 }
 
+// takeKick reports (and clears) whether a file became deletable when a
+// new one was started.
+func (g *segments) takeKick() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := g.kick
+	g.kick = false
+	return k
+}
+
 // release takes the pointers among vals off their segments' counts and
 // reports whether any segment reached zero.
 func (g *segments) release(vals [][]byte) (freed bool) {

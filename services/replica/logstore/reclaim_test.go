@@ -133,8 +133,18 @@ func TestTruncatedSegmentsAreDeleted(t *testing.T) {
 	}
 	sameRecords(t, "after a reopen", readAll(t, r), want)
 	checkConsistent(t, r)
-	// And the store goes on: new batches, a new file.
+	// And the store goes on: new batches, a new file, and the highest file
+	// kept so far (no live batch: its batches were cut) goes in the
+	// background once the new one exists.
+	files := o.segmentFiles()
+	top := files[len(files)-1]
 	appendBig(t, s, r, 3)
+	for deadline := time.Now().Add(5 * time.Second); slices.Contains(o.segmentFiles(), top); {
+		if time.Now().After(deadline) {
+			t.Fatalf("segment %s, free, still there after a new file was started", top)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if got := len(readAll(t, r)); got != 16 {
 		t.Fatalf("%d records after appending 6 to 10", got)
 	}

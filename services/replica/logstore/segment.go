@@ -108,6 +108,9 @@ type segments struct {
 	// last reclaim pass deleted, closed by the next.
 	use     map[uint32]*segUse
 	retired []*os.File
+	// kick: a file became deletable without a release (startLocked); the
+	// writer asks for a reclaim pass.
+	kick bool
 
 	// syncMu serializes syncs, so a sync that returns covers every write
 	// made before it was called.
@@ -233,6 +236,13 @@ func (g *segments) startLocked() error {
 	g.files[n] = f
 	g.synced[n] = 0
 	g.cur, g.pos = n, 0
+	// The file that was the highest may have no live batch (an Open's
+	// top file, kept so numbers never repeat): deletable from now on.
+	if _, ok := g.synced[n-1]; ok && g.use != nil {
+		if u := g.use[n-1]; u == nil || u.ptrs == 0 {
+			g.kick = true
+		}
+	}
 	return nil
 }
 
@@ -449,6 +459,9 @@ func (s *Store) toSegments(keys, vals [][]byte) error {
 	pointers, err := s.segs.write(logKeys, batches)
 	if err != nil {
 		return err
+	}
+	if s.segs.takeKick() {
+		s.kickReclaim()
 	}
 	for j, i := range at {
 		vals[i] = pointers[j]
