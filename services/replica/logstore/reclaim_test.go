@@ -1,6 +1,7 @@
 package logstore_test
 
 import (
+	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -222,9 +223,28 @@ func TestCrashAfterSegmentDeletion(t *testing.T) {
 	reclaimNow(t, s)
 	left := o.segmentFiles()
 	losePower(t, s)
+	// A deleted file whose removal the directory never made durable comes
+	// back after a crash: no pointer names it, and Open deletes it again.
+	var ghost string
+	for n := uint32(1); ghost == ""; n++ {
+		if f := segmentFile(o, n); !slices.Contains(left, f) {
+			ghost = f
+		}
+	}
+	if err := os.WriteFile(ghost, make([]byte, 4<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	s = o.open()
 	defer closeStore(t, s)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(ghost); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("segment %s, named by no pointer, still there after Open", ghost)
+		}
+	}
 	r, _ = s.Range("r1")
 	sameRecords(t, "after a power loss right after the deletion", readAll(t, r), want)
 	checkConsistent(t, r)
