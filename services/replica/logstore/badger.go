@@ -64,7 +64,8 @@ func badgerOptions(dir string, log *slog.Logger) badger.Options {
 		// rewrites them (BenchmarkAppendParallel, 1 KiB values, before
 		// segments: ~51k against ~35k records/s at 200 MiB, ~40k against
 		// ~33k at 600 MiB, still falling). Their value-log space is
-		// reclaimed only by value-log GC, which nothing runs yet.
+		// reclaimed only by value-log GC, which the reclaimer runs
+		// every minute (reclaim.go).
 		WithValueThreshold(256).
 		// 256 MiB value-log files (default 1 GiB): Badger maps them at twice
 		// their size, and GC reclaims whole files, so smaller files reclaim

@@ -54,6 +54,9 @@
 //	x/<id>                            drop intent           (u64 value 0, present only mid-drop)
 //	b/<id>                            log start             (u64 value; absent: 0)
 //	w/gen                             oldest WAL generation Open replays (u64 value)
+//	m/<id>/<offset u64 BE>            time mark: every record below offset was written on this
+//	                                  replica at or before this time (u64 value: unix ms;
+//	                                  marks.go); at most 128 per range, none above the log end
 //
 //	batch:   batch magic u8 (0xB7) | count u32 | (length u32 | record) per
 //	         record, the first record at the key's offset (see batch.go; a
@@ -95,7 +98,13 @@
 // for the entry format).
 //
 // dir/segments/<n>.seg (n from 1, %08d) hold stored batches back to back,
-// as the pointers under l/ keys locate them (segment.go).
+// as the pointers under l/ keys locate them (segment.go), each at most
+// Options.SegmentBytes (64 MiB by default). A file no live pointer refers
+// to, other than the one being written and the highest numbered, is
+// deleted, only after a Badger sync that made the deletes of its last
+// pointers durable (reclaim.go): no durable pointer ever names a missing
+// file. A store written before time marks has none, and RetainSince
+// answers its log start until marks written since cover its records.
 //
 // All integers are big-endian. These constants are part of the on-disk
 // format: a store written by one version of tenure must be read by the next.

@@ -12,9 +12,10 @@ import (
 // holds it. It reads every log key of the range (no segment file), so a
 // caller asks it rarely (the metrics refresh it at most every 30s).
 // Records not yet indexed (the last moments' group commits, held in the
-// WAL and memory) are not counted yet, and truncated records' bytes
-// stay in their segment until a future compaction (segment.go), so the
-// files hold at least this much for the range.
+// WAL and memory) are not counted yet. Range.StoredBytes is the same
+// count kept as a counter (marks.go); this scan is what tests check it
+// against. Released batches' bytes stay in their segment until the whole
+// file is released (reclaim.go), so the files hold at least this much.
 func (s *Store) LogBytes(id string) (uint64, error) {
 	end, err := s.begin()
 	if err != nil {
