@@ -72,7 +72,7 @@ func testRange(t *testing.T, c *testCluster) {
 	})
 	out = c.mustCtl("", "range", "list")
 	wantLines(t, "range list", out,
-		"RANGE EPOCH LEASE HOLDER LEASE PREFERRED REPLICAS",
+		"RANGE EPOCH LEASE HOLDER LEASE PREFERRED RETENTION REPLICAS",
 		"orders 1 "+leader+" live")
 
 	out = c.mustCtl("", "range", "list", "--json")
