@@ -735,7 +735,9 @@ type AdoptRequest struct {
 	// The range's retention policy as the lease service stores it, for a
 	// leader to apply from its first retention pass (it refreshes it from the
 	// lease service afterwards). Unset: the leader keeps the policy it had,
-	// or the defaults until its first refresh. Followers ignore it.
+	// and one that knows none removes nothing until it learns one (the
+	// defaults could be shorter than the range's real policy). Followers
+	// ignore it.
 	Retention     *RetentionPolicy `protobuf:"bytes,8,opt,name=retention,proto3" json:"retention,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
