@@ -50,8 +50,8 @@ type promotion struct {
 	// (nil from a lease service that predates it): Adopt hands it to the
 	// new leader, so retention applies from its first pass.
 	retention *tenurev1.RetentionPolicy
-	tr       *tenurev1.Transition
-	last     time.Time
+	tr        *tenurev1.Transition
+	last      time.Time
 }
 
 // promoteOpts are what a promotion is asked for besides its range.
