@@ -35,6 +35,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"membership", testMembership},
 		{"unknown range", testUnknownRange},
 		{"json schema", testJSONSchema},
+		{"retention", testRetention},
 		{"URL flags", testURLRule},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
