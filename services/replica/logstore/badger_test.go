@@ -108,7 +108,7 @@ func SetSyncedHook(h func(ends map[*Range]uint64)) (restore func()) {
 // store in dir, whose Badger value is stored: stored itself, or the batch
 // its pointer points to in the store's segments, verified.
 func StoredBatchForTest(dir string, key, stored []byte) ([]byte, error) {
-	g, err := openSegments(filepath.Join(dir, "segments"))
+	g, err := openSegments(filepath.Join(dir, "segments"), 0)
 	if err != nil {
 		return nil, err
 	}

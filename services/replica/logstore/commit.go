@@ -694,6 +694,18 @@ func (t *txnWriter) set(key, val []byte) error {
 	return t.txn.Set(key, val)
 }
 
+func (t *txnWriter) del(key []byte) error {
+	err := t.txn.Delete(key)
+	if !errors.Is(err, badger.ErrTxnTooBig) {
+		return err
+	}
+	if err := t.commit(); err != nil {
+		return err
+	}
+	t.txn = t.db.NewTransaction(true)
+	return t.txn.Delete(key)
+}
+
 // commit commits the current transaction; the writer is then spent until
 // set starts another.
 func (t *txnWriter) commit() error {

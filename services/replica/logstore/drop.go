@@ -61,6 +61,11 @@ func (s *Store) DropRange(id string) (existed bool, err error) {
 	s.rangesMu.Unlock()
 	_ = r.j.Close()
 	n, err := s.deleteRangeKeys(id, s.crash)
+	if err == nil {
+		// Before the intent is cleared: a range created again under the
+		// id must not inherit marks claiming its offsets are old.
+		err = s.deleteMarks(id)
+	}
 	if err != nil {
 		return true, s.fail(err)
 	}
@@ -214,6 +219,9 @@ func (s *Store) redoDrops() error {
 	}
 	for _, id := range ids {
 		n, err := s.deleteRangeKeys(id, nil)
+		if err == nil {
+			err = s.deleteMarks(id)
+		}
 		if err != nil {
 			return err
 		}

@@ -129,14 +129,25 @@ func (s *Store) indexPending() error {
 			return s.fail(fmt.Errorf("logstore: index batch: %w", err))
 		}
 	}
+	// The time marks of the ranges written, in the same commit (marks.go).
+	var writes []*write
+	for _, ib := range todo {
+		writes = append(writes, ib.writes...)
+	}
+	plans := s.planMarks(writes)
+	if err := s.writeMarks(tw, plans); err != nil {
+		return s.fail(fmt.Errorf("logstore: index batch: %w", err))
+	}
 	if err := tw.commit(); err != nil {
 		return s.fail(fmt.Errorf("logstore: commit index batch: %w", err))
 	}
 	s.indexCommits.Add(1)
-	for _, ib := range todo {
-		for _, w := range ib.writes {
-			w.r.indexed(w)
-		}
+	applyMarks(plans)
+	for _, w := range writes {
+		// Under indexMu, after the commit: RetainBytes reads the counter
+		// and a snapshot together under it (marks.go).
+		w.r.rc.stored.Add(int64(len(w.batch)))
+		w.r.indexed(w)
 	}
 	return nil
 }

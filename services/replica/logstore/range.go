@@ -133,6 +133,9 @@ type Range struct {
 	// Guarded by mu; demanded is set and cleared under it.
 	demandEnd uint64
 	demanded  atomic.Bool
+
+	// rc is the range's stored bytes and time marks (marks.go).
+	rc reclaimRange
 }
 
 func newRange(s *Store, id string, j *journal.Journal) *Range {

@@ -101,6 +101,14 @@ func (s *Store) loadRange(id string) (*Range, error) {
 		r.hwm = end
 		s.dirty[r] = struct{}{}
 	}
+	// Marks above the recovered end describe records lost or rewritten
+	// (marks.go); Open syncs their deletes before any write.
+	pruned, err := s.loadMarks(r, end)
+	if err != nil {
+		_ = j.Close()
+		return nil, wrap(err)
+	}
+	s.marksPruned = s.marksPruned || pruned
 	return r, nil
 }
 

@@ -41,11 +41,15 @@ import (
 // a generation Open replays, which overwrites it.
 //
 // Files are dir/segments/<n>.seg, n counting up from 1 (%08d), each at
-// most segmentBytes: a batch that does not fit starts the next file. A
-// store opened again writes to a new file, so nothing is ever appended
-// after a tail a crash may have torn. Files are never removed: like the
-// value log before them, the bytes of truncated records are garbage that
-// only a future retention or compaction of segments would reclaim.
+// most Options.SegmentBytes (segmentBytes by default): a batch that does
+// not fit starts the next file, and a batch bigger than a whole file (at
+// most maxSegmentBatchBytes, the default size) gets one of its own,
+// so no file exceeds max(SegmentBytes, maxSegmentBatchBytes). A store
+// opened again writes to a new file, so nothing is ever appended after a
+// tail a crash may have torn. A file is deleted once no live pointer refers
+// to it and it is not the one being written (reclaim.go): the bytes of
+// released batches (below a log start, truncated, dropped) are given back
+// a whole file at a time.
 //
 // Pointer (the value of a log key, format.go):
 //
@@ -63,11 +67,15 @@ const (
 	segmentSuffix            = ".seg"
 )
 
-// segmentBytes is the size at which a segment file is full. 256 MiB, as
-// the value-log files before them: big enough that a store has few files
-// (each open while the store is), small enough to reclaim piecemeal one
-// day. A variable so tests can fill segments with small batches.
-var segmentBytes int64 = 256 << 20
+// segmentBytes is the default size at which a segment file is full
+// (Options.SegmentBytes). Files are reclaimed whole, so the disk holds up
+// to about one file beyond what the ranges keep (the oldest file, part
+// below a log start, and the one being written, part empty): 64 MiB keeps
+// that small beside a retention of a few hundred MiB, while a store of a
+// terabyte still has ~16k files (each stays open once read, so the
+// process's descriptor limit must allow for them). A variable so tests
+// can fill segments with small batches.
+var segmentBytes int64 = 64 << 20
 
 // segmentKeepBufBytes bounds the write buffer kept between writes: one
 // index commit of the usual size (indexMaxBytes).
@@ -93,6 +101,13 @@ type segments struct {
 	failed    error
 	// buf is the writer's scratch, reused (write has one caller at a time).
 	buf []byte
+	// limit is the size at which a file is full (Options.SegmentBytes).
+	limit int64
+	// use is each file's live pointers (reclaim.go): nil until Open built
+	// it, after the WAL's replay. retired are the descriptors of files the
+	// last reclaim pass deleted, closed by the next.
+	use     map[uint32]*segUse
+	retired []*os.File
 
 	// syncMu serializes syncs, so a sync that returns covers every write
 	// made before it was called.
@@ -105,7 +120,7 @@ func segmentPath(dir string, n uint32) string {
 
 // openSegments opens dir (creating it, durably) and finds the segment
 // files in it; the first write creates a new one.
-func openSegments(dir string) (*segments, error) {
+func openSegments(dir string, limit int64) (*segments, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("logstore: %w", err)
 	}
@@ -116,7 +131,10 @@ func openSegments(dir string) (*segments, error) {
 	if err != nil {
 		return nil, fmt.Errorf("logstore: list %s: %w", dir, err)
 	}
-	g := &segments{dir: dir, files: map[uint32]*os.File{}, dirty: map[uint32]int64{}, synced: map[uint32]int64{}}
+	if limit <= 0 {
+		limit = segmentBytes
+	}
+	g := &segments{dir: dir, files: map[uint32]*os.File{}, dirty: map[uint32]int64{}, synced: map[uint32]int64{}, limit: limit}
 	var top uint32
 	for _, e := range ents {
 		num, ok := strings.CutSuffix(e.Name(), segmentSuffix)
@@ -144,6 +162,10 @@ func (g *segments) close() {
 		_ = f.Close()
 		delete(g.files, n)
 	}
+	for _, f := range g.retired {
+		_ = f.Close()
+	}
+	g.retired = nil
 }
 
 // write stores batches, in order, and returns a pointer for each: pointers[i]
@@ -158,7 +180,7 @@ func (g *segments) write(keys, batches [][]byte) (pointers [][]byte, err error) 
 		// a batch bigger than a whole file gets a file of its own.
 		g.mu.Lock()
 		err := g.failed
-		if err == nil && (g.cur == 0 || (g.pos > 0 && g.pos+int64(len(batches[i])) > segmentBytes)) {
+		if err == nil && (g.cur == 0 || (g.pos > 0 && g.pos+int64(len(batches[i])) > g.limit)) {
 			err = g.startLocked()
 		}
 		n, f, start := g.cur, g.files[g.cur], g.pos
@@ -167,7 +189,8 @@ func (g *segments) write(keys, batches [][]byte) (pointers [][]byte, err error) 
 			return nil, err
 		}
 		buf := g.buf[:0]
-		for ; i < len(batches) && (len(buf) == 0 || start+int64(len(buf)+len(batches[i])) <= segmentBytes); i++ {
+		first := i
+		for ; i < len(batches) && (len(buf) == 0 || start+int64(len(buf)+len(batches[i])) <= g.limit); i++ {
 			pointers[i] = encodeSegmentPointer(keys[i], uint32(storedCount(batches[i])), n, start+int64(len(buf)), batches[i])
 			buf = append(buf, batches[i]...)
 		}
@@ -181,6 +204,9 @@ func (g *segments) write(keys, batches [][]byte) (pointers [][]byte, err error) 
 			// covers what was written before, and the next one this.
 			g.pos = start + int64(len(buf))
 			g.dirty[n] = g.pos
+			// Counted before Badger holds the pointers: a count errs
+			// high, never low (reclaim.go).
+			g.countLocked(n, i-first, int64(len(buf)))
 		}
 		g.mu.Unlock()
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -79,6 +80,14 @@ type Options struct {
 	// fdatasyncs took, in seconds (etcd_disk_wal_fsync_duration_seconds'
 	// counterpart). Called on the commit path: it must not block.
 	WALSyncSeconds interface{ Observe(float64) }
+	// SegmentBytes is the size at which a segment file is full (segment.go);
+	// 0 means the default, 64 MiB. Space is reclaimed a whole file at a time,
+	// so smaller files track a small retention more closely, at the cost of
+	// more files.
+	SegmentBytes int64
+	// Now is the clock of the time marks RetainSince reads (marks.go); nil
+	// means time.Now. Tests inject one rather than sleep.
+	Now func() time.Time
 }
 
 // Crash points, the arguments Options.CrashAt receives.
@@ -201,6 +210,19 @@ type Store struct {
 	bg   sync.WaitGroup
 
 	syncs, commits, indexCommits atomic.Uint64
+
+	// now is Options.Now (time.Now by default).
+	now func() time.Time
+	// The reclaimer (reclaim.go): reclaimKick asks it for a segment pass,
+	// reclaimStop ends it, reclaimDone is closed when it has. reclaimMu
+	// serializes passes.
+	reclaimKick chan struct{}
+	reclaimStop chan struct{}
+	reclaimDone chan struct{}
+	reclaimMu   sync.Mutex
+	// marksPruned: Open deleted time marks above a log end, to be synced
+	// before the store takes writes.
+	marksPruned bool
 }
 
 // Stats are counters for tests and metrics.
@@ -244,6 +266,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		syncFiles:  map[string]*os.File{},
 	}
 	s.walSyncSeconds = opts.WALSyncSeconds
+	s.now = opts.Now
+	if s.now == nil {
+		s.now = time.Now
+	}
 	s.work = sync.NewCond(&s.qmu)
 	s.space = sync.NewCond(&s.qmu)
 	s.syncWork = sync.NewCond(&s.qmu)
@@ -266,7 +292,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s.db = db
 	// The segments before the WAL, whose replay writes to them.
-	s.segs, err = openSegments(filepath.Join(dir, "segments"))
+	s.segs, err = openSegments(filepath.Join(dir, "segments"), opts.SegmentBytes)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -290,6 +316,14 @@ func Open(dir string, opts Options) (*Store, error) {
 			s.ranges[id] = r
 		}
 	}
+	if err == nil {
+		// After every step that writes or deletes log keys (replay,
+		// redone drops and cuts): the counts are Badger's as it is now.
+		err = s.buildAccounting()
+	}
+	if err == nil && s.marksPruned {
+		err = s.syncDB()
+	}
 	if err != nil {
 		for _, r := range s.ranges {
 			_ = r.j.Close()
@@ -304,6 +338,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	// HWMs lowered at load are persisted at once, not after a delay.
 	s.hwmDue = len(s.dirty) > 0
 	go s.run()
+	s.startReclaimer()
 	return s, nil
 }
 
@@ -323,6 +358,8 @@ func (s *Store) Close() error {
 	s.qmu.Unlock()
 	<-s.done // the committer drained the queue (or failed it) and exited
 	s.wakeAll()
+	// Before life: a pass holds it shared while it syncs.
+	s.stopReclaimer()
 
 	s.life.Lock()
 	defer s.life.Unlock()

@@ -73,6 +73,12 @@ func (r *Range) Truncate(to uint64) (removed uint64, err error) {
 		return 0, err
 	}
 	removed, err = s.cutLog(r.id, to, to)
+	if err == nil {
+		// Marks above the cut would say the records written there next
+		// are old (marks.go); deleted before the sync below, so before
+		// the intent is cleared and the range takes writes again.
+		err = s.pruneMarksAbove(r, to)
+	}
 	if err != nil {
 		return 0, s.fail(err)
 	}
