@@ -7,6 +7,7 @@ import (
 
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/services/replica/logstore"
 )
 
 // This file is retention (README "Retention"): the leader of a range removes
@@ -175,6 +176,14 @@ func (h *hosted) applyRetention(now time.Time) {
 	if p == nil {
 		return // no policy learned yet: remove nothing (see the file comment)
 	}
+	// Still leading (the refresh took a round trip): a range fenced or
+	// dropped since is left to its next leader.
+	h.mu.RLock()
+	leading := h.halted == nil && !h.dropped && h.acting() != nil
+	h.mu.RUnlock()
+	if !leading {
+		return
+	}
 	from := h.r.LogStart()
 	target := retentionTarget(h.r, p, now)
 	if target <= from {
@@ -182,7 +191,8 @@ func (h *hosted) applyRetention(now time.Time) {
 	}
 	start, err := h.r.AdvanceLogStart(target)
 	if err != nil {
-		if !errors.Is(err, errClosed) && h.s.ctx.Err() == nil {
+		// Closing or dropped meanwhile: nothing to say.
+		if !errors.Is(err, logstore.ErrClosed) && !errors.Is(err, logstore.ErrDropped) && h.s.ctx.Err() == nil {
 			h.log.Warn("retention: advancing the log start failed; retried next interval", "from", from, "to", target, "err", err)
 		}
 		return
