@@ -37,12 +37,13 @@ func runReplica(ctx context.Context, args []string) error {
 	leaseURL := fs.String("lease", "", "lease service base URL, or several instances of it (over one etcd) separated by commas: a renewal an instance does not answer goes to the next, under the same session; when set, a leader keeps its lease alive there and stops acknowledging appends and serving reads when it cannot renew. Empty: no lease service, a leader's lease is always valid (fencing alone keeps it safe)")
 	leaseTTL := fs.Duration("lease-ttl", 0, "TTL of this replica's lease session, whole seconds (0: the lease service's default); only with --lease")
 	fetchWait := fs.Duration("fetch-wait", time.Second, fmt.Sprintf("how long a follower lets its leader hold a fetch with nothing new (at most %dms)", wire.MaxFetchWaitMillis))
+	retentionInterval := fs.Duration("retention-interval", replica.DefaultRetentionInterval, "how often the leader of each range applies its retention policy (removes committed records outside it) and re-reads the policies of the ranges it leads from --lease, so 'tenurectl range set' takes effect within one interval; 0: never remove anything")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
 	metricsListen := metricsListenFlag(fs)
 	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure replica --id ID [flags]\n\nRuns a replica. It hosts a range from the first Fence that names it (the\npromoter brings replicas into ranges), stores the range's log in Badger, and\nleads or follows it as Adopt says: a leader assigns offsets and acknowledges\nappends once a quorum holds them durably; a follower fetches from its leader.\nA restarted replica reloads every range; a follower resumes fetching, a leader\nwaits to be fenced and adopted again.\n%s%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, metricsHelp, tlsHelp)
+		fmt.Fprintf(fs.Output(), "Usage: tenure replica --id ID [flags]\n\nRuns a replica. It hosts a range from the first Fence that names it (the\npromoter brings replicas into ranges), stores the range's log in Badger, and\nleads or follows it as Adopt says: a leader assigns offsets and acknowledges\nappends once a quorum holds them durably; a follower fetches from its leader.\nA restarted replica reloads every range; a follower resumes fetching, a leader\nwaits to be fenced and adopted again.\nThe leader of each range removes committed records outside the range's\nretention policy every --retention-interval (README \"Retention\").\n%s%s%s\nFlags (env TENURE_<FLAG> as fallback):\n", readyHelp, metricsHelp, tlsHelp)
 		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -79,7 +80,13 @@ func runReplica(ctx context.Context, args []string) error {
 		}
 	}
 	reg := metrics.NewRegistry("replica")
-	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait, Metrics: reg}
+	if *retentionInterval < 0 {
+		return fmt.Errorf("--retention-interval %v: want a positive duration, or 0 to never remove anything", *retentionInterval)
+	}
+	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait, Metrics: reg, RetentionInterval: *retentionInterval}
+	if *retentionInterval == 0 {
+		cfg.RetentionInterval = -1 // replica.Config: negative is never
+	}
 	var keeper *lease.Keeper
 	if *leaseURL != "" {
 		lURLs, err := serviceURLs("lease", *leaseURL)
@@ -102,6 +109,8 @@ func runReplica(ctx context.Context, args []string) error {
 		// The lease service's word on a range, before a fence hosts one or
 		// jumps far above the current fence (defence in depth).
 		cfg.Ranges = keeper
+		// Where leaders re-read their ranges' retention policies.
+		cfg.Policies = keeper
 	}
 	r, srv, err := replica.Start(cfg, *listen)
 	if err != nil {

@@ -83,7 +83,11 @@ func (c *testCluster) start(tr *testReplica) {
 		c.t.Fatalf("keeper for %s: %v", tr.id, err)
 	}
 	for attempt := 0; attempt < 50; attempt++ {
-		tr.r, tr.srv, err = replica.Start(replica.Config{ID: tr.id, DataDir: tr.dir, Logger: c.log, Lease: k, HTTPClient: tr.gate, FetchWait: 200 * time.Millisecond}, tr.listen)
+		tr.r, tr.srv, err = replica.Start(replica.Config{ID: tr.id, DataDir: tr.dir, Logger: c.log, Lease: k, HTTPClient: tr.gate, FetchWait: 200 * time.Millisecond,
+			// Retention passes often, so testRetention sees its effect in
+			// a second; every other range has the 7-day default, which
+			// removes nothing of a test's records.
+			RetentionInterval: retentionTestInterval, Policies: k}, tr.listen)
 		if err == nil || !strings.Contains(err.Error(), "address already in use") {
 			break
 		}

@@ -36,6 +36,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"rebuild a quarantined copy", testRebuild},
 		{"unknown range", testUnknownRange},
 		{"json schema", testJSONSchema},
+		{"retention", testRetention},
 		{"URL flags", testURLRule},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
@@ -73,7 +74,7 @@ func testRange(t *testing.T, c *testCluster) {
 	})
 	out = c.mustCtl("", "range", "list")
 	wantLines(t, "range list", out,
-		"RANGE EPOCH LEASE HOLDER LEASE PREFERRED REPLICAS",
+		"RANGE EPOCH LEASE HOLDER LEASE PREFERRED RETENTION REPLICAS",
 		"orders 1 "+leader+" live")
 
 	out = c.mustCtl("", "range", "list", "--json")

@@ -25,6 +25,8 @@ func testJSONSchema(t *testing.T, c *testCluster) {
 	}{
 		{[]string{"range", "create", "schema-2", "--replicas", c.members()}, false},
 		{[]string{"range", "list"}, false},
+		{[]string{"range", "show", "schema"}, false},
+		{[]string{"range", "set", "schema", "--retention-age", "30d"}, false},
 		{[]string{"status"}, false},
 		{[]string{"status", "schema"}, false},
 		{[]string{"epochs", "schema"}, false},

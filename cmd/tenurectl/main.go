@@ -41,7 +41,9 @@ type command struct {
 // commands is the command table: add new commands here.
 var commands = []command{
 	{name: "range create", summary: "register a range and its replica set with the lease service", run: runRangeCreate},
-	{name: "range list", summary: "list ranges: epoch, leader, lease and replica set", run: runRangeList},
+	{name: "range list", summary: "list ranges: epoch, leader, lease, retention and replica set", run: runRangeList},
+	{name: "range show", summary: "show one range as the lease service stores it, retention policy included", run: runRangeShow},
+	{name: "range set", summary: "change a range's retention policy (--retention-bytes, --retention-age); only the flags given change", run: runRangeSet},
 	{name: "range add-replica", summary: "add a replica to a range: learner, catch-up, voter; prints progress", run: runRangeAddReplica},
 	{name: "range remove-replica", summary: "remove a replica from a range (a leader hands over first); prints progress", run: runRangeRemoveReplica},
 	{name: "range replace-replica", summary: "replace a range's replica: add the new one, then remove the old; prints progress", run: runRangeReplaceReplica},

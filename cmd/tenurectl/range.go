@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenurelog/tenure/internal/table"
 	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -21,13 +22,20 @@ leader (the preferred replica, if it is among the most complete).
 --replicas names each member and the base URL it serves on, e.g.
   --replicas r1=http://127.0.0.1:7101,r2=http://127.0.0.1:7102,r3=http://127.0.0.1:7103
 Three or five replicas tolerate one or two failures.
+
+Without retention flags the range gets the default policy, stored with it:
+records older than 7 days are removed, size unlimited. Change it later with
+'tenurectl range set'.
 `
 
 func runRangeCreate(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "range create", "ID --replicas ID=URL,... [--preferred ID]", rangeCreateHelp)
+	fs := newFlags(e, "range create", "ID --replicas ID=URL,... [--preferred ID] [--retention-bytes SIZE] [--retention-age AGE]", rangeCreateHelp+retentionFlagsHelp)
 	o := addClusterFlags(e, fs)
 	replicas := fs.String("replicas", "", "the replica set: ID=URL pairs, comma-separated (required)")
 	preferred := fs.String("preferred", "", "replica to prefer as leader among equally complete ones")
+	def := wire.DefaultRetention()
+	ret := addRetentionFlags(fs, "keep at most `SIZE` bytes of the newest records (64KiB, 1GiB, ...; 0 or unlimited: no limit) (default "+formatSize(def.GetMaxBytes())+")",
+		"remove records older than `AGE` (7d, 12h, ...; 0 or unlimited: no limit) (default "+formatAge(def.GetMaxAgeMs())+")")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -46,7 +54,12 @@ func runRangeCreate(ctx context.Context, e *env, args []string) error {
 	defer c.close()
 	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
-	resp, err := c.lease.CreateRange(cctx, connect.NewRequest(&tenurev1.CreateRangeRequest{RangeId: positional[0], Replicas: members, PreferredReplicaId: *preferred}))
+	req := &tenurev1.CreateRangeRequest{RangeId: positional[0], Replicas: members, PreferredReplicaId: *preferred}
+	if ret.any() {
+		// A flag not given keeps its default.
+		req.Retention = ret.apply(wire.DefaultRetention())
+	}
+	resp, err := c.lease.CreateRange(cctx, connect.NewRequest(req))
 	switch connect.CodeOf(err) {
 	case connect.CodeAlreadyExists:
 		return fmt.Errorf("range %q already exists; 'tenurectl status %s' shows it", positional[0], positional[0])
@@ -64,6 +77,7 @@ func runRangeCreate(ctx context.Context, e *env, args []string) error {
 	if r.GetPreferredReplicaId() != "" {
 		fmt.Fprintf(e.stdout, ", preferred leader %s", r.GetPreferredReplicaId())
 	}
+	fmt.Fprintf(e.stdout, "\nretention %s", describeRetention(r.GetRetention()))
 	fmt.Fprintf(e.stdout, "\nepoch 0, no leader yet: the promoter promotes one shortly ('tenurectl status %s' shows it)\n", r.GetRangeId())
 	return nil
 }
@@ -111,8 +125,9 @@ func describeReplicas(rs []*tenurev1.Replica) string {
 
 const rangeListHelp = `
 List every range the lease service knows: its epoch, the holder of its lease
-(the leader, or a promoter mid-promotion), whether that lease is live, and
-the replica set.
+(the leader, or a promoter mid-promotion), whether that lease is live, the
+retention policy (size or age limit: "64KiB or 7d", "unlimited") and the
+replica set.
 `
 
 func runRangeList(ctx context.Context, e *env, args []string) error {
@@ -143,10 +158,10 @@ func writeRangeList(w io.Writer, ranges []*tenurev1.RangeInfo) error {
 		return nil
 	}
 	tw := table.New(w, 2)
-	fmt.Fprintf(tw, "RANGE\tEPOCH\tLEASE HOLDER\tLEASE\tPREFERRED\tREPLICAS\n")
+	fmt.Fprintf(tw, "RANGE\tEPOCH\tLEASE HOLDER\tLEASE\tPREFERRED\tRETENTION\tREPLICAS\n")
 	for _, r := range ranges {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.GetRangeId(), r.GetEpoch(), orDash(r.GetLease().GetHolderId()),
-			leaseState(r.GetLease()), orDash(r.GetPreferredReplicaId()), describeReplicas(r.GetReplicas()))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.GetRangeId(), r.GetEpoch(), orDash(r.GetLease().GetHolderId()),
+			leaseState(r.GetLease()), orDash(r.GetPreferredReplicaId()), describeRetention(r.GetRetention()), describeReplicas(r.GetReplicas()))
 	}
 	return tw.Flush()
 }

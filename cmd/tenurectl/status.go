@@ -57,6 +57,13 @@ reports the range among its lost ranges) is shown as "lost" with
 INCARNATION MISMATCH: it does not serve the range until removed and added
 again. A membership change in flight is named below the table.
 
+Below the table, each range's retention: its policy as the lease service
+stores it, and on its leader the log start, the stored bytes from there to
+the log end, and the policy the leader applies (it differs from the stored
+one for up to one retention interval after 'tenurectl range set'). --json
+has log_start and stored_bytes for every replica, retention for the range
+and retention_in_force for the leader.
+
 Below the table, the elected promoter's view of every range it is not
 content with: promoting; failing and retrying (how many attempts failed,
 when the next one is, and why the last failed); no-quorum, waiting
@@ -351,6 +358,7 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 		return err
 	}
 	writeUnresolvedHint(w, rs)
+	writeRetentionLines(w, rs)
 	// A change in flight matters until it completes: promotions need a
 	// quorum of the old and of the new voters meanwhile.
 	for _, r := range rs {
@@ -467,6 +475,8 @@ type statusJSON struct {
 	// Change is the membership change in flight, e.g. "add-learner r4
 	// since epoch 7".
 	Change string `json:"membership_change,omitempty"`
+	// Retention is the range's policy as the lease service stores it.
+	Retention *retentionJSON `json:"retention,omitempty"`
 }
 
 // promotionJSON is the elected promoter's state of a range.
@@ -515,6 +525,13 @@ type replicaStatusJSON struct {
 	FetchTruncations      uint64               `json:"fetch_truncations"`
 	FetchTruncatedRecords uint64               `json:"fetch_truncated_records"`
 	LastFetchTruncation   *fetchTruncationJSON `json:"last_fetch_truncation,omitempty"`
+	// LogStart is the lowest offset the replica holds; StoredBytes the
+	// bytes of its batches from there to the log end (RangeStatus).
+	LogStart    uint64 `json:"log_start"`
+	StoredBytes uint64 `json:"stored_bytes"`
+	// RetentionInForce is the policy a leader applies (absent on
+	// followers, and on a leader that has not learned one yet).
+	RetentionInForce *retentionJSON `json:"retention_in_force,omitempty"`
 }
 
 // fetchTruncationJSON is a replica's last truncation at fetch time: the
@@ -549,6 +566,7 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 				rj.Reachable, rj.Role, rj.Epoch, rj.FencedEpoch = true, roleName(st.GetRole()), st.GetEpoch(), st.GetFencedEpoch()
 				rj.LogEnd, rj.HighWaterMark, rj.LeaseValid = st.GetLogEnd(), st.GetHighWaterMark(), st.GetLeaseValid()
 				rj.Halted = st.GetHalted()
+				rj.LogStart, rj.StoredBytes, rj.RetentionInForce = st.GetLogStart(), st.GetStoredBytes(), toRetentionJSON(st.GetRetention())
 				rj.FetchTruncations, rj.FetchTruncatedRecords = st.GetFetchTruncations(), st.GetFetchTruncatedRecords()
 				if st.GetFetchTruncations() > 0 {
 					rj.LastFetchTruncation = &fetchTruncationJSON{From: st.GetLastFetchTruncationFrom(), To: st.GetLastFetchTruncationTo(),
@@ -567,6 +585,7 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 		if ch := r.info.GetChange(); ch != nil {
 			sj.Change = fmt.Sprintf("%s %s since epoch %d", membershipStepName(ch.GetStep()), ch.GetReplicaId(), ch.GetEpoch())
 		}
+		sj.Retention = toRetentionJSON(r.info.GetRetention())
 		if p := r.promotion; p != nil {
 			sj.Promotion = &promotionJSON{State: p.GetState(), Attempts: p.GetAttempts(), LastError: p.GetLastError(), NextRetryUnixMs: p.GetNextRetryUnixMs()}
 		}
@@ -817,4 +836,38 @@ func writeEpochsJSON(w io.Writer, rangeID string, hs []historyOf, ref int, servi
 		out.Replicas = append(out.Replicas, rj)
 	}
 	return writeJSON(w, out)
+}
+
+// writeRetentionLines prints each range's retention below the status table:
+// the policy stored, and what its leader holds and applies.
+func writeRetentionLines(w io.Writer, rs []rangeStatus) {
+	fmt.Fprintln(w)
+	for _, r := range rs {
+		line := fmt.Sprintf("range %s: retention %s", r.info.GetRangeId(), describeRetention(r.info.GetRetention()))
+		if l, ok := leaderOf(r.members); ok && l.status != nil {
+			st := l.status
+			line += fmt.Sprintf("; leader %s holds %d..%d (%s stored)", l.replica.GetId(), st.GetLogStart(), st.GetLogEnd(), formatBytes(st.GetStoredBytes()))
+			switch inForce := st.GetRetention(); {
+			case inForce == nil:
+				line += ", applies no policy yet (not learned)"
+			case describeRetention(inForce) != describeRetention(r.info.GetRetention()):
+				line += ", still applies " + describeRetention(inForce) + " (picks up the change within one retention interval)"
+			}
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// formatBytes is a byte count for people: "512B", "64.0KiB", "1.5GiB".
+func formatBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTP"[exp])
 }

@@ -60,6 +60,9 @@ var procedureSafe = map[string]bool{
 	tenurev1connect.LeaseServiceReleaseLeaseProcedure: true,
 	// Deleting a deleted range succeeds (DeleteRange is idempotent).
 	tenurev1connect.LeaseServiceDeleteRangeProcedure: true,
+	// SetRetention writes the whole policy the request names: a second
+	// application writes the same value again.
+	tenurev1connect.LeaseServiceSetRetentionProcedure: true,
 
 	// Not sent again after an unknown outcome; the caller decides:
 	//

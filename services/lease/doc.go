@@ -30,6 +30,14 @@
 //	                                  released=true and no etcd lease.
 //	<prefix>members/<range>           JSON membersRecord {replicas, preferred_replica_id};
 //	                                  its mod revision is the membership revision.
+//	<prefix>retention/<range>         JSON retentionRecord {max_bytes, max_age_ms},
+//	                                  both always written (0 = unlimited).
+//	                                  CreateRange writes it (the defaults when the
+//	                                  request names none), SetRetention replaces it,
+//	                                  DeleteRange deletes it. Its own key, so a
+//	                                  policy change never moves the membership
+//	                                  revision. Absent (a range created before
+//	                                  retention existed): reads as the defaults.
 //	<prefix>sessions/<holder>/<id>    JSON sessionRecord {holder_id, holder_address,
 //	                                  ttl_ms, closing}; <id> is the etcd lease id in
 //	                                  16 hex digits. Attached to that etcd lease, so

@@ -102,6 +102,9 @@ func (s *Service) grantTxn(req *tenurev1.GrantEpochRequest, sess session) rangeT
 			// holder's session: the deposed holder's lease ends with the grant.
 			clientv3.OpPut(s.keys.lease(id), mustJSON(s.grantRecord(req, sess)), clientv3.WithLease(clientv3.LeaseID(sess.id))),
 			clientv3.OpGet(s.keys.members(id)),
+			// The policy too: the promoter hands it to the new leader in
+			// Adopt, so retention applies from the leader's first pass.
+			clientv3.OpGet(s.keys.retention(id)),
 		},
 		els: []clientv3.Op{clientv3.OpGet(epochKey), clientv3.OpGet(s.keys.members(id))},
 	}
@@ -143,6 +146,11 @@ func (s *Service) grantAnswer(ctx context.Context, req *tenurev1.GrantEpochReque
 		if m, err := decodeMembers(string(mkv.Key), mkv.Value); err == nil {
 			out.Range = &tenurev1.RangeInfo{RangeId: id, Epoch: rec.Epoch, Lease: out.Lease}
 			membersInfo(out.Range, m, mkv)
+			// Likewise a policy that does not decode is left out (the
+			// leader keeps the defaults until it reads the range itself).
+			if p, err := decodeRetention(opKV(rs, 3)); err == nil {
+				out.Range.Retention = p
+			}
 		}
 	}
 	return out, nil

@@ -28,6 +28,7 @@ func FuzzLeaseRPC(f *testing.F) {
 	seed(tenurev1connect.LeaseServiceGrantEpochProcedure, &tenurev1.GrantEpochRequest{RangeId: "r", HolderId: "p"})
 	seed(tenurev1connect.LeaseServiceChangeMembershipProcedure, &tenurev1.ChangeMembershipRequest{RangeId: "r", ExpectedRevision: 1,
 		Step: tenurev1.MembershipStep_MEMBERSHIP_STEP_ADD_LEARNER, Replica: &tenurev1.Replica{Id: "r4", Address: "http://r4"}})
+	seed(tenurev1connect.LeaseServiceSetRetentionProcedure, &tenurev1.SetRetentionRequest{RangeId: "r", Retention: &tenurev1.RetentionPolicy{MaxBytes: 1 << 20, MaxAgeMs: 60_000}})
 	seed(tenurev1connect.LeaseServiceDeleteRangeProcedure, &tenurev1.DeleteRangeRequest{RangeId: "r"})
 	seed(tenurev1connect.LeaseServiceWatchLeasesProcedure, &tenurev1.WatchLeasesRequest{})
 

@@ -209,6 +209,17 @@ func (k *Keeper) Range(ctx context.Context, rangeID string) (*tenurev1.RangeInfo
 	return resp.Msg.GetRange(), nil
 }
 
+// GetRanges reads many ranges from the lease service in one call (at most
+// wire.MaxRangesPerBatch): a replica re-reads the retention policies of the
+// ranges it leads with it (replica.Config Policies).
+func (k *Keeper) GetRanges(ctx context.Context, rangeIDs []string) ([]*tenurev1.GetRangeResult, error) {
+	resp, err := k.client.GetRanges(ctx, connect.NewRequest(&tenurev1.GetRangesRequest{RangeIds: rangeIDs}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.GetResults(), nil
+}
+
 // Session waits until the Keeper's first session is open and returns its
 // current session id. If ctx ends first, the error names the last reason
 // opening failed.

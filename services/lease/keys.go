@@ -6,16 +6,19 @@ import (
 	"strconv"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
 // The subtree names under the prefix. Part of the storage format.
 const (
-	epochsDir   = "epochs/"
-	leasesDir   = "leases/"
-	membersDir  = "members/"
-	sessionsDir = "sessions/"
+	epochsDir    = "epochs/"
+	leasesDir    = "leases/"
+	membersDir   = "members/"
+	sessionsDir  = "sessions/"
+	retentionDir = "retention/"
 )
 
 // layout builds and parses the keys of one prefix (see the package comment).
@@ -27,6 +30,11 @@ func (l layout) members(rangeID string) string { return l.prefix + membersDir + 
 func (l layout) epochs() string                { return l.prefix + epochsDir }
 func (l layout) leases() string                { return l.prefix + leasesDir }
 func (l layout) membersAll() string            { return l.prefix + membersDir }
+
+// retention is a range's retention policy, kept apart from members/ so that
+// a policy change never moves the membership revision (which the promoter's
+// membership steps compare-and-swap on).
+func (l layout) retention(rangeID string) string { return l.prefix + retentionDir + rangeID }
 
 // sessions is the directory of one holder's live sessions.
 func (l layout) sessions(holderID string) string { return l.prefix + sessionsDir + holderID + "/" }
@@ -46,10 +54,11 @@ const (
 	kindLease
 	kindMembers
 	kindSession
+	kindRetention
 )
 
-// parse names the subtree of key and the range id (for epochs, leases and
-// members). Keys that do not parse, e.g. written by hand, are kindOther.
+// parse names the subtree of key and the range id (for epochs, leases,
+// members and retention). Keys that do not parse, e.g. written by hand, are kindOther.
 func (l layout) parse(key string) (keyKind, string) {
 	rest, ok := strings.CutPrefix(key, l.prefix)
 	if !ok {
@@ -58,7 +67,7 @@ func (l layout) parse(key string) (keyKind, string) {
 	for _, d := range []struct {
 		dir  string
 		kind keyKind
-	}{{epochsDir, kindEpoch}, {leasesDir, kindLease}, {membersDir, kindMembers}} {
+	}{{epochsDir, kindEpoch}, {leasesDir, kindLease}, {membersDir, kindMembers}, {retentionDir, kindRetention}} {
 		if id, ok := strings.CutPrefix(rest, d.dir); ok {
 			if wire.ValidateRangeID(id) != nil {
 				return kindOther, ""
@@ -175,6 +184,39 @@ func decodeMembers(key string, v []byte) (membersRecord, error) {
 		return m, fmt.Errorf("%w: %s holds a malformed replica set: %v", errCorrupt, key, err)
 	}
 	return m, nil
+}
+
+// retentionRecord is the value of retention/<range>. Both fields are always
+// written (0 = unlimited), so a stored policy never depends on a default
+// that a later version might change.
+type retentionRecord struct {
+	MaxBytes uint64 `json:"max_bytes"`
+	MaxAgeMs int64  `json:"max_age_ms"`
+}
+
+func newRetentionRecord(p *tenurev1.RetentionPolicy) retentionRecord {
+	return retentionRecord{MaxBytes: p.GetMaxBytes(), MaxAgeMs: p.GetMaxAgeMs()}
+}
+
+func (r retentionRecord) proto() *tenurev1.RetentionPolicy {
+	return &tenurev1.RetentionPolicy{MaxBytes: r.MaxBytes, MaxAgeMs: r.MaxAgeMs}
+}
+
+// decodeRetention reads a retention record, or the defaults when kv is nil
+// (a range stored before retention existed).
+func decodeRetention(kv *mvccpb.KeyValue) (*tenurev1.RetentionPolicy, error) {
+	if kv == nil {
+		return wire.DefaultRetention(), nil
+	}
+	var r retentionRecord
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errCorrupt, kv.Key, err)
+	}
+	p := r.proto()
+	if err := wire.ValidateRetention(p); err != nil {
+		return nil, fmt.Errorf("%w: %s holds a malformed retention policy: %v", errCorrupt, kv.Key, err)
+	}
+	return p, nil
 }
 
 // mustJSON encodes one of the records above; they are plain structs of

@@ -205,6 +205,7 @@ func (s *Service) putMembers(ctx context.Context, id string, expected int64, nex
 		clientv3.OpGet(s.keys.members(id)),
 		clientv3.OpGet(s.keys.epoch(id)),
 		clientv3.OpGet(s.keys.lease(id)),
+		clientv3.OpGet(s.keys.retention(id)),
 	).Else(
 		clientv3.OpGet(s.keys.members(id)),
 	).Commit()
@@ -218,10 +219,10 @@ func (s *Service) putMembers(ctx context.Context, id string, expected int64, nex
 		}
 		return nil, abortedf("range %q: membership revision is now %d, not %d; re-read and retry", id, now.ModRevision, expected)
 	}
-	return s.rangeInfo(ctx, id, rangeSnap{members: txnKV(resp, 1), epoch: txnKV(resp, 2), lease: txnKV(resp, 3)}, ttlCache{})
+	return s.rangeInfo(ctx, id, rangeSnap{members: txnKV(resp, 1), epoch: txnKV(resp, 2), lease: txnKV(resp, 3), retention: txnKV(resp, 4)}, ttlCache{})
 }
 
-// deleteRange removes the range's members and lease keys. The epoch key
+// deleteRange removes the range's members, lease and retention keys. The epoch key
 // stays as a tombstone: CreateRange of the same id continues from it, so no
 // epoch of the new range equals one of the old, and a replica still holding
 // the old data (it missed the delete) is fenced for the new range at an epoch
@@ -235,6 +236,7 @@ func (s *Service) deleteRange(ctx context.Context, req *tenurev1.DeleteRangeRequ
 	resp, err := s.kv.Txn(ctx).Then(
 		clientv3.OpDelete(s.keys.members(id)),
 		clientv3.OpDelete(s.keys.lease(id)),
+		clientv3.OpDelete(s.keys.retention(id)),
 	).Commit()
 	if err != nil {
 		return nil, err

@@ -14,7 +14,7 @@ import (
 
 // rangeSnap is one range's keys read at one revision; nil where absent.
 type rangeSnap struct {
-	members, epoch, lease *mvccpb.KeyValue
+	members, epoch, lease, retention *mvccpb.KeyValue
 }
 
 // firstKV is the single key a get of one key returned, or nil.
@@ -30,18 +30,19 @@ func txnKV(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 	return firstKV((*clientv3.GetResponse)(resp.Responses[i].GetResponseRange()))
 }
 
-// readRange reads a range's three keys in one transaction, so they are
+// readRange reads a range's four keys in one transaction, so they are
 // consistent with each other.
 func (s *Service) readRange(ctx context.Context, rangeID string) (rangeSnap, error) {
 	resp, err := s.kv.Txn(ctx).Then(
 		clientv3.OpGet(s.keys.members(rangeID)),
 		clientv3.OpGet(s.keys.epoch(rangeID)),
 		clientv3.OpGet(s.keys.lease(rangeID)),
+		clientv3.OpGet(s.keys.retention(rangeID)),
 	).Commit()
 	if err != nil {
 		return rangeSnap{}, err
 	}
-	return rangeSnap{members: txnKV(resp, 0), epoch: txnKV(resp, 1), lease: txnKV(resp, 2)}, nil
+	return rangeSnap{members: txnKV(resp, 0), epoch: txnKV(resp, 1), lease: txnKV(resp, 2), retention: txnKV(resp, 3)}, nil
 }
 
 // ttlCache remembers, within one request, the remaining TTL of each session
@@ -128,6 +129,11 @@ func (s *Service) rangeInfo(ctx context.Context, rangeID string, snap rangeSnap,
 	if info.Epoch, err = parseEpoch(string(snap.epoch.Key), snap.epoch.Value); err != nil {
 		return nil, err
 	}
+	// No retention key: a range created before retention existed, which
+	// reads as the defaults (CreateRange writes them explicitly now).
+	if info.Retention, err = decodeRetention(snap.retention); err != nil {
+		return nil, err
+	}
 	if snap.lease != nil {
 		if info.Lease, err = s.leaseInfo(ctx, rangeID, info.Epoch, snap.lease, cache); err != nil {
 			return nil, err
@@ -159,16 +165,23 @@ func (s *Service) createRange(ctx context.Context, req *tenurev1.CreateRangeRequ
 	if m.voters() == 0 {
 		return nil, invalidf("the replica set has no voter: a range needs at least one replica that is not a learner")
 	}
+	// No policy means the defaults, written out: a range keeps the policy
+	// it was created with even if a later version changes the defaults.
+	retention := wire.RetentionOrDefault(req.GetRetention())
+	if err := wire.ValidateRetention(retention); err != nil {
+		return nil, err
+	}
+	putRetention := clientv3.OpPut(s.keys.retention(id), mustJSON(newRetentionRecord(retention)))
 	resp, err := s.kv.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(s.keys.members(id)), "=", 0),
 	).Then(
 		clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.epoch(id)), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(s.keys.members(id), mustJSON(m)), clientv3.OpPut(s.keys.epoch(id), formatEpoch(0))},
+			[]clientv3.Op{clientv3.OpPut(s.keys.members(id), mustJSON(m)), clientv3.OpPut(s.keys.epoch(id), formatEpoch(0)), putRetention},
 			// The epoch key of a deleted range (or of members removed by
 			// hand) stays: the new range's epochs continue above it, so
 			// none repeats. Writing "0" over it would let epochs repeat.
-			[]clientv3.Op{clientv3.OpPut(s.keys.members(id), mustJSON(m)), clientv3.OpGet(s.keys.epoch(id))},
+			[]clientv3.Op{clientv3.OpPut(s.keys.members(id), mustJSON(m)), clientv3.OpGet(s.keys.epoch(id)), putRetention},
 		),
 	).Commit()
 	if err != nil {
@@ -183,6 +196,7 @@ func (s *Service) createRange(ctx context.Context, req *tenurev1.CreateRangeRequ
 		MembershipRevision: resp.Header.Revision,
 		PreferredReplicaId: preferred,
 		Generation:         uint64(resp.Header.Revision),
+		Retention:          retention,
 	}
 	if inner := resp.Responses[0].GetResponseTxn(); inner != nil && !inner.GetSucceeded() {
 		if kv := opKV(inner.GetResponses(), 1); kv != nil {
@@ -240,8 +254,9 @@ func (s *Service) listRanges(ctx context.Context, req *tenurev1.ListRangesReques
 	if len(page.Kvs) == 0 {
 		return out, nil
 	}
-	// The page's epochs and leases, read at the page's revision so the three
-	// agree: two range reads over the same id interval, not two per range.
+	// The page's epochs, leases and policies, read at the page's revision so
+	// the four agree: three range reads over the same id interval, not three
+	// per range.
 	_, first := s.keys.parse(string(page.Kvs[0].Key))
 	_, last := s.keys.parse(string(page.Kvs[len(page.Kvs)-1].Key))
 	at := clientv3.WithRev(page.Header.Revision)
@@ -250,6 +265,10 @@ func (s *Service) listRanges(ctx context.Context, req *tenurev1.ListRangesReques
 		return nil, err
 	}
 	leases, err := s.kv.Get(ctx, s.keys.lease(first), clientv3.WithRange(s.keys.lease(last)+"\x00"), at)
+	if err != nil {
+		return nil, err
+	}
+	retentions, err := s.kv.Get(ctx, s.keys.retention(first), clientv3.WithRange(s.keys.retention(last)+"\x00"), at)
 	if err != nil {
 		return nil, err
 	}
@@ -262,18 +281,55 @@ func (s *Service) listRanges(ctx context.Context, req *tenurev1.ListRangesReques
 		}
 		return m
 	}
-	epochByID, leaseByID := byID(epochs.Kvs), byID(leases.Kvs)
+	epochByID, leaseByID, retentionByID := byID(epochs.Kvs), byID(leases.Kvs), byID(retentions.Kvs)
 	cache := ttlCache{}
 	for _, mkv := range page.Kvs {
 		kind, id := s.keys.parse(string(mkv.Key))
 		if kind != kindMembers {
 			return nil, errCorruptf("unexpected key %q under %s", mkv.Key, s.keys.membersAll())
 		}
-		info, err := s.rangeInfo(ctx, id, rangeSnap{members: mkv, epoch: epochByID[id], lease: leaseByID[id]}, cache)
+		info, err := s.rangeInfo(ctx, id, rangeSnap{members: mkv, epoch: epochByID[id], lease: leaseByID[id], retention: retentionByID[id]}, cache)
 		if err != nil {
 			return nil, err
 		}
 		out.Ranges = append(out.Ranges, info)
 	}
 	return out, nil
+}
+
+// setRetention replaces a range's policy. The policy has its own key, so
+// the write never touches the members key: a membership change racing it is
+// neither lost (nothing here rewrites the members) nor aborted (the
+// membership revision does not move). The compare on the members key makes
+// the write and "the range exists" one decision, so a policy is never left
+// behind for a range DeleteRange removed meanwhile; the gets in the same
+// transaction answer the range exactly as it stands after the write.
+func (s *Service) setRetention(ctx context.Context, req *tenurev1.SetRetentionRequest) (*tenurev1.SetRetentionResponse, error) {
+	id := req.GetRangeId()
+	if err := wire.ValidateRangeID(id); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidateRetention(req.GetRetention()); err != nil {
+		return nil, err
+	}
+	resp, err := s.kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(s.keys.members(id)), ">", 0),
+	).Then(
+		clientv3.OpPut(s.keys.retention(id), mustJSON(newRetentionRecord(req.GetRetention()))),
+		clientv3.OpGet(s.keys.members(id)),
+		clientv3.OpGet(s.keys.epoch(id)),
+		clientv3.OpGet(s.keys.lease(id)),
+		clientv3.OpGet(s.keys.retention(id)),
+	).Commit()
+	if err != nil {
+		return nil, err
+	}
+	if !resp.Succeeded {
+		return nil, rangeNotFound(id)
+	}
+	info, err := s.rangeInfo(ctx, id, rangeSnap{members: txnKV(resp, 1), epoch: txnKV(resp, 2), lease: txnKV(resp, 3), retention: txnKV(resp, 4)}, ttlCache{})
+	if err != nil {
+		return nil, err
+	}
+	return &tenurev1.SetRetentionResponse{Range: info}, nil
 }

@@ -279,6 +279,11 @@ func (s *Service) CompleteMembershipChange(ctx context.Context, req *connect.Req
 	return unary(s, ctx, req, s.completeMembershipChange)
 }
 
+// SetRetention implements LeaseService.SetRetention.
+func (s *Service) SetRetention(ctx context.Context, req *connect.Request[tenurev1.SetRetentionRequest]) (*connect.Response[tenurev1.SetRetentionResponse], error) {
+	return unary(s, ctx, req, s.setRetention)
+}
+
 // DeleteRange implements LeaseService.DeleteRange.
 func (s *Service) DeleteRange(ctx context.Context, req *connect.Request[tenurev1.DeleteRangeRequest]) (*connect.Response[tenurev1.DeleteRangeResponse], error) {
 	return unary(s, ctx, req, s.deleteRange)

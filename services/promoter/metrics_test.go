@@ -91,6 +91,8 @@ func TestMetricsFollowAFailover(t *testing.T) {
 	want(t, first, s, `tenure_replica_under_quorum_ranges`, 0)
 	want(t, first, s, `tenure_replica_range_leader{range="orders"}`, 1)
 	want(t, first, s, `tenure_replica_range_log_end_offset{range="orders"}`, float64(last.offset+1))
+	// Nothing of orders is outside its (default, 7-day) retention.
+	want(t, first, s, `tenure_replica_range_log_start_offset{range="orders"}`, 0)
 	want(t, first, s, `tenure_replica_range_high_water_mark{range="orders"}`, float64(last.offset+1))
 	want(t, first, s, `tenure_replica_range_fenced_epoch{range="orders"}`, float64(e1))
 	atLeast(t, first, s, `tenure_replica_append_commit_duration_seconds_count`, 5)

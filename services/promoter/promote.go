@@ -46,8 +46,12 @@ type promotion struct {
 	// revision is the membership revision read with the members: the
 	// compare-and-swap of the incarnations recorded after the promotion.
 	revision int64
-	tr       *tenurev1.Transition
-	last     time.Time
+	// retention is the range's retention policy as read with the members
+	// (nil from a lease service that predates it): Adopt hands it to the
+	// new leader, so retention applies from its first pass.
+	retention *tenurev1.RetentionPolicy
+	tr        *tenurev1.Transition
+	last      time.Time
 }
 
 // promoteOpts are what a promotion is asked for besides its range.
@@ -298,6 +302,7 @@ func (m *promotion) members(rng *tenurev1.RangeInfo, preferred *string, named bo
 	m.voters, m.learners, m.oldVoters, m.incarnations, m.fence = MembersOf(rng)
 	m.replicas = rng.GetReplicas()
 	m.generation, m.revision = rng.GetGeneration(), rng.GetMembershipRevision()
+	m.retention = rng.GetRetention()
 	m.byID = make(map[string]*tenurev1.Replica, len(m.fence))
 	for _, r := range m.fence {
 		m.byID[r.GetId()] = r
@@ -578,7 +583,7 @@ func (m *promotion) adoptLeader(ctx context.Context, epoch uint64, plan Plan) er
 	_, err := m.p.batchers(leader).adopt.call(ctx, &tenurev1.AdoptRequest{
 		RangeId: m.rangeID, Epoch: epoch, Role: tenurev1.Role_ROLE_LEADER,
 		LeaderId: leader.GetId(), LeaderAddress: leader.GetAddress(),
-		Replicas: m.replicas, CommittedBound: plan.CommittedBound,
+		Replicas: m.replicas, CommittedBound: plan.CommittedBound, Retention: m.retention,
 	})
 	if err != nil {
 		span.RecordError(err)

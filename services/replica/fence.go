@@ -235,6 +235,11 @@ func (s *Replica) adopt(m *tenurev1.AdoptRequest) (*tenurev1.AdoptResponse, erro
 			h.id, e, h.st.Epoch, h.st.Role, h.st.LeaderID)
 	}
 	if m.GetRole() == tenurev1.Role_ROLE_LEADER {
+		// Before the leadership starts, so its first retention pass applies
+		// the range's policy (none carried: keep the one known).
+		if p := m.GetRetention(); p != nil {
+			h.setRetention(p)
+		}
 		err = h.adoptLeaderLocked(want, m.GetCommittedBound())
 	} else {
 		err = h.adoptFollowerLocked(want)
@@ -276,6 +281,9 @@ func (s *Replica) validateAdopt(m *tenurev1.AdoptRequest) error {
 		return invalidf("leader %s is not in the replica set", m.GetLeaderId())
 	}
 	if err := s.validateMembers(m); err != nil {
+		return err
+	}
+	if err := validateAdoptRetention(m); err != nil {
 		return err
 	}
 	if role == tenurev1.Role_ROLE_LEADER && m.GetLeaderId() != s.cfg.ID {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/services/replica/logstore"
@@ -51,6 +52,10 @@ type hosted struct {
 	// dropLocked): it is no longer in the replica's ranges, and a fence
 	// that finds it looks the range up again.
 	dropped bool
+	// retention is the range's retention policy as last learned (Adopt as
+	// leader, or the lease service: retention.go); nil until then, and
+	// then nothing is removed. Only a leadership applies it.
+	retention atomic.Pointer[tenurev1.RetentionPolicy]
 }
 
 func (s *Replica) newHosted(r *logstore.Range) *hosted {

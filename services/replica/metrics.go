@@ -86,6 +86,10 @@ var (
 		"The highest epoch this replica is fenced at for the range.", []string{"range"}, nil)
 	descLeader = prometheus.NewDesc("tenure_replica_range_leader",
 		"1 while this replica leads and serves the range, else 0.", []string{"range"}, nil)
+	descLogStart = prometheus.NewDesc("tenure_replica_range_log_start_offset",
+		"The range's log start on this replica: the lowest offset it holds (retention removed everything below it).", []string{"range"}, nil)
+	descStoredBytes = prometheus.NewDesc("tenure_replica_range_stored_bytes",
+		"Bytes of the range's stored batches from its log start to its log end on this replica: what retention's max_bytes is measured against.", []string{"range"}, nil)
 	descLogBytes = prometheus.NewDesc("tenure_replica_range_log_bytes",
 		"Bytes the range's stored batches take on disk (segment files and Badger), re-read every 30s; the last moments' records are counted once indexed.", []string{"range"}, nil)
 	descLagRecords = prometheus.NewDesc("tenure_replica_follower_lag_records",
@@ -112,7 +116,7 @@ type logBytes struct {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRanges, descUnderReplicated, descUnderQuorum, descLagRecordsMax, descLagSecondsMax,
-		descRangesExported, descHWM, descLogEnd, descEpoch, descLeader, descLogBytes, descLagRecords, descLagSeconds, descDataDirBytes, descQuarantined} {
+		descRangesExported, descHWM, descLogEnd, descEpoch, descLeader, descLogStart, descStoredBytes, descLogBytes, descLagRecords, descLagSeconds, descDataDirBytes, descQuarantined} {
 		ch <- d
 	}
 }
@@ -170,6 +174,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		fenced := h.st.FencedEpoch
 		logEnd, hwm := h.r.LogEnd(), h.r.HWM()
+		logStart, stored := h.r.LogStart(), h.r.StoredBytes()
 		var lags []followerLag
 		voters := 0
 		l := h.acting()
@@ -218,6 +223,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		exported++
 		ch <- prometheus.MustNewConstMetric(descHWM, prometheus.GaugeValue, float64(hwm), h.id)
 		ch <- prometheus.MustNewConstMetric(descLogEnd, prometheus.GaugeValue, float64(logEnd), h.id)
+		ch <- prometheus.MustNewConstMetric(descLogStart, prometheus.GaugeValue, float64(logStart), h.id)
+		ch <- prometheus.MustNewConstMetric(descStoredBytes, prometheus.GaugeValue, float64(stored), h.id)
 		ch <- prometheus.MustNewConstMetric(descEpoch, prometheus.GaugeValue, float64(fenced), h.id)
 		leading := 0.0
 		if l != nil && !halted {

@@ -113,6 +113,15 @@ type Config struct {
 	// Metrics, when set, receives the replica's series (metrics.go); nil:
 	// they are kept but not exported.
 	Metrics prometheus.Registerer
+	// RetentionInterval is how often the leader of each range applies its
+	// retention policy (retention.go); default DefaultRetentionInterval.
+	// Negative: never (nothing is removed).
+	RetentionInterval time.Duration
+	// Policies, when set, is where leaders re-read their ranges' retention
+	// policies every RetentionInterval (one batched read), so a changed
+	// policy applies without a promotion. package lease's Keeper implements
+	// it. nil: a leader applies the policy its Adopt carried.
+	Policies PolicySource
 }
 
 const (
@@ -187,6 +196,9 @@ func New(cfg Config) (*Replica, error) {
 	if cfg.AppendTimeout <= 0 {
 		cfg.AppendTimeout = defaultAppendTimeout
 	}
+	if cfg.RetentionInterval == 0 {
+		cfg.RetentionInterval = DefaultRetentionInterval
+	}
 	log := cfg.Logger.With("replica", cfg.ID)
 	if cfg.StoreOptions.Logger == nil {
 		cfg.StoreOptions.Logger = log
@@ -228,6 +240,9 @@ func New(cfg Config) (*Replica, error) {
 			continue
 		}
 		h.resume()
+	}
+	if cfg.RetentionInterval > 0 {
+		s.goLoop(func() { s.retentionLoop(cfg.RetentionInterval) })
 	}
 	log.Info("replica started", "incarnation", inc, "data_dir", cfg.DataDir, "ranges", len(ids), "quarantined", len(store.Quarantined()))
 	return s, nil

@@ -62,6 +62,8 @@ func (h *hosted) status() *tenurev1.RangeStatus {
 		LeaderId:      h.st.LeaderID,
 		LeaderAddress: h.st.LeaderAddress,
 		LastEpoch:     h.r.LastEpoch(),
+		StoredBytes:   h.r.StoredBytes(),
+		Retention:     h.retentionInForceLocked(),
 		// Without a lease service a leader's lease is always valid.
 		LeaseValid: h.s.cfg.Lease == nil,
 	}

@@ -330,6 +330,72 @@ func (x *Replica) GetLearner() bool {
 	return false
 }
 
+// RetentionPolicy is how much of a range's log its replicas keep (Kafka's
+// retention.bytes and retention.ms). The range's leader applies it: it
+// advances the log start past records that are both committed (below the
+// HWM) and outside the policy; followers follow the leader's log start.
+// Records at or above the HWM are never removed, whatever the policy says.
+// The lease service stores it with the range (CreateRange, SetRetention);
+// a range created without one gets the defaults (wire.DefaultRetention:
+// max_age_ms 7 days, max_bytes unlimited) written explicitly, and a range
+// stored before retention existed reads as the defaults.
+type RetentionPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keep at most this many bytes of stored batches (the newest ones); 0 =
+	// unlimited. Deletion is by whole batches, so a range keeps at most this
+	// many bytes plus nothing more than what is not yet committed.
+	MaxBytes uint64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// Remove records written more than this many milliseconds ago; 0 =
+	// unlimited. At most wire.MaxRetentionAgeMs; negative is invalid.
+	MaxAgeMs      int64 `protobuf:"varint,2,opt,name=max_age_ms,json=maxAgeMs,proto3" json:"max_age_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetentionPolicy) Reset() {
+	*x = RetentionPolicy{}
+	mi := &file_tenure_v1_common_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetentionPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetentionPolicy) ProtoMessage() {}
+
+func (x *RetentionPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_common_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetentionPolicy.ProtoReflect.Descriptor instead.
+func (*RetentionPolicy) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_common_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RetentionPolicy) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *RetentionPolicy) GetMaxAgeMs() int64 {
+	if x != nil {
+		return x.MaxAgeMs
+	}
+	return 0
+}
+
 var File_tenure_v1_common_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_common_proto_rawDesc = "" +
@@ -353,7 +419,11 @@ const file_tenure_v1_common_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x12\x18\n" +
-	"\alearner\x18\x04 \x01(\bR\alearner*Q\n" +
+	"\alearner\x18\x04 \x01(\bR\alearner\"L\n" +
+	"\x0fRetentionPolicy\x12\x1b\n" +
+	"\tmax_bytes\x18\x01 \x01(\x04R\bmaxBytes\x12\x1c\n" +
+	"\n" +
+	"max_age_ms\x18\x02 \x01(\x03R\bmaxAgeMs*Q\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_LEADER\x10\x01\x12\x11\n" +
@@ -373,12 +443,13 @@ func file_tenure_v1_common_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_tenure_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_tenure_v1_common_proto_goTypes = []any{
-	(Role)(0),          // 0: tenure.v1.Role
-	(*EpochStart)(nil), // 1: tenure.v1.EpochStart
-	(*Record)(nil),     // 2: tenure.v1.Record
-	(*Replica)(nil),    // 3: tenure.v1.Replica
+	(Role)(0),               // 0: tenure.v1.Role
+	(*EpochStart)(nil),      // 1: tenure.v1.EpochStart
+	(*Record)(nil),          // 2: tenure.v1.Record
+	(*Replica)(nil),         // 3: tenure.v1.Replica
+	(*RetentionPolicy)(nil), // 4: tenure.v1.RetentionPolicy
 }
 var file_tenure_v1_common_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -399,7 +470,7 @@ func file_tenure_v1_common_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_common_proto_rawDesc), len(file_tenure_v1_common_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -173,7 +173,10 @@ type RangeInfo struct {
 	// The range's generation: the etcd revision that created it. A range
 	// deleted and created again under the same id has a higher one; replicas
 	// are fenced with it and drop data of an older generation.
-	Generation    uint64 `protobuf:"varint,8,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint64 `protobuf:"varint,8,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The range's retention policy; always set in answers (the defaults for a
+	// range stored without one).
+	Retention     *RetentionPolicy `protobuf:"bytes,9,opt,name=retention,proto3" json:"retention,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -262,6 +265,13 @@ func (x *RangeInfo) GetGeneration() uint64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *RangeInfo) GetRetention() *RetentionPolicy {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
 }
 
 // MembershipChange is a membership step in flight.
@@ -769,8 +779,11 @@ type CreateRangeRequest struct {
 	Replicas []*Replica `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// Optional preferred leader.
 	PreferredReplicaId string `protobuf:"bytes,3,opt,name=preferred_replica_id,json=preferredReplicaId,proto3" json:"preferred_replica_id,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The retention policy; unset = the defaults (wire.DefaultRetention),
+	// stored explicitly.
+	Retention     *RetentionPolicy `protobuf:"bytes,4,opt,name=retention,proto3" json:"retention,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRangeRequest) Reset() {
@@ -822,6 +835,13 @@ func (x *CreateRangeRequest) GetPreferredReplicaId() string {
 		return x.PreferredReplicaId
 	}
 	return ""
+}
+
+func (x *CreateRangeRequest) GetRetention() *RetentionPolicy {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
 }
 
 // CreateRangeResponse returns the stored range.
@@ -2681,11 +2701,112 @@ func (x *WatchLeasesResponse) GetRevision() int64 {
 	return 0
 }
 
+// SetRetentionRequest replaces a range's retention policy.
+type SetRetentionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range.
+	RangeId string `protobuf:"bytes,1,opt,name=range_id,json=rangeId,proto3" json:"range_id,omitempty"`
+	// The new policy, both fields (0 = unlimited). Required.
+	Retention     *RetentionPolicy `protobuf:"bytes,2,opt,name=retention,proto3" json:"retention,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRetentionRequest) Reset() {
+	*x = SetRetentionRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetentionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetentionRequest) ProtoMessage() {}
+
+func (x *SetRetentionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetentionRequest.ProtoReflect.Descriptor instead.
+func (*SetRetentionRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SetRetentionRequest) GetRangeId() string {
+	if x != nil {
+		return x.RangeId
+	}
+	return ""
+}
+
+func (x *SetRetentionRequest) GetRetention() *RetentionPolicy {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
+// SetRetentionResponse returns the range as stored after the change.
+type SetRetentionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The range as stored.
+	Range         *RangeInfo `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRetentionResponse) Reset() {
+	*x = SetRetentionResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetentionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetentionResponse) ProtoMessage() {}
+
+func (x *SetRetentionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetentionResponse.ProtoReflect.Descriptor instead.
+func (*SetRetentionResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SetRetentionResponse) GetRange() *RangeInfo {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
 var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x16tenure/v1/common.proto\"\xcc\x02\n" +
+	"\x15tenure/v1/lease.proto\x12\ttenure.v1\x1a\x16tenure/v1/common.proto\"\x86\x03\n" +
 	"\tRangeInfo\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12.\n" +
 	"\breplicas\x18\x02 \x03(\v2\x12.tenure.v1.ReplicaR\breplicas\x12/\n" +
@@ -2696,7 +2817,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06change\x18\a \x01(\v2\x1b.tenure.v1.MembershipChangeR\x06change\x12\x1e\n" +
 	"\n" +
 	"generation\x18\b \x01(\x04R\n" +
-	"generation\"\xd5\x01\n" +
+	"generation\x128\n" +
+	"\tretention\x18\t \x01(\v2\x1a.tenure.v1.RetentionPolicyR\tretention\"\xd5\x01\n" +
 	"\x10MembershipChange\x12-\n" +
 	"\x04step\x18\x01 \x01(\x0e2\x19.tenure.v1.MembershipStepR\x04step\x12\x1d\n" +
 	"\n" +
@@ -2728,11 +2850,12 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"session_id\x18\x04 \x01(\x03R\tsessionId\x12\x12\n" +
 	"\x04live\x18\x05 \x01(\bR\x04live\x12(\n" +
 	"\x10ttl_remaining_ms\x18\x06 \x01(\x03R\x0ettlRemainingMs\x12%\n" +
-	"\x0eholder_address\x18\a \x01(\tR\rholderAddress\"\x91\x01\n" +
+	"\x0eholder_address\x18\a \x01(\tR\rholderAddress\"\xcb\x01\n" +
 	"\x12CreateRangeRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12.\n" +
 	"\breplicas\x18\x02 \x03(\v2\x12.tenure.v1.ReplicaR\breplicas\x120\n" +
-	"\x14preferred_replica_id\x18\x03 \x01(\tR\x12preferredReplicaId\"A\n" +
+	"\x14preferred_replica_id\x18\x03 \x01(\tR\x12preferredReplicaId\x128\n" +
+	"\tretention\x18\x04 \x01(\v2\x1a.tenure.v1.RetentionPolicyR\tretention\"A\n" +
 	"\x13CreateRangeResponse\x12*\n" +
 	"\x05range\x18\x01 \x01(\v2\x14.tenure.v1.RangeInfoR\x05range\",\n" +
 	"\x0fGetRangeRequest\x12\x19\n" +
@@ -2841,7 +2964,12 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\brange_id\x18\x02 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tholder_id\x18\x04 \x01(\tR\bholderId\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision*\xb8\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\"j\n" +
+	"\x13SetRetentionRequest\x12\x19\n" +
+	"\brange_id\x18\x01 \x01(\tR\arangeId\x128\n" +
+	"\tretention\x18\x02 \x01(\v2\x1a.tenure.v1.RetentionPolicyR\tretention\"B\n" +
+	"\x14SetRetentionResponse\x12*\n" +
+	"\x05range\x18\x01 \x01(\v2\x14.tenure.v1.RangeInfoR\x05range*\xb8\x01\n" +
 	"\x0eMembershipStep\x12\x1f\n" +
 	"\x1bMEMBERSHIP_STEP_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bMEMBERSHIP_STEP_ADD_LEARNER\x10\x01\x12#\n" +
@@ -2854,7 +2982,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x16LEASE_EVENT_TYPE_BOUND\x10\x02\x12\x1c\n" +
 	"\x18LEASE_EVENT_TYPE_EXPIRED\x10\x03\x12\x1d\n" +
 	"\x19LEASE_EVENT_TYPE_RELEASED\x10\x04\x12\x1f\n" +
-	"\x1bLEASE_EVENT_TYPE_MEMBERSHIP\x10\x052\x9b\v\n" +
+	"\x1bLEASE_EVENT_TYPE_MEMBERSHIP\x10\x052\xec\v\n" +
 	"\fLeaseService\x12L\n" +
 	"\vCreateRange\x12\x1d.tenure.v1.CreateRangeRequest\x1a\x1e.tenure.v1.CreateRangeResponse\x12C\n" +
 	"\bGetRange\x12\x1a.tenure.v1.GetRangeRequest\x1a\x1b.tenure.v1.GetRangeResponse\x12F\n" +
@@ -2876,7 +3004,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"BindLeases\x12\x1c.tenure.v1.BindLeasesRequest\x1a\x1d.tenure.v1.BindLeasesResponse\x12O\n" +
 	"\fReleaseLease\x12\x1e.tenure.v1.ReleaseLeaseRequest\x1a\x1f.tenure.v1.ReleaseLeaseResponse\x12C\n" +
 	"\bGetLease\x12\x1a.tenure.v1.GetLeaseRequest\x1a\x1b.tenure.v1.GetLeaseResponse\x12N\n" +
-	"\vWatchLeases\x12\x1d.tenure.v1.WatchLeasesRequest\x1a\x1e.tenure.v1.WatchLeasesResponse0\x01B9Z7github.com/tenurelog/tenure/pkg/wire/tenure/v1;tenurev1b\x06proto3"
+	"\vWatchLeases\x12\x1d.tenure.v1.WatchLeasesRequest\x1a\x1e.tenure.v1.WatchLeasesResponse0\x01\x12O\n" +
+	"\fSetRetention\x12\x1e.tenure.v1.SetRetentionRequest\x1a\x1f.tenure.v1.SetRetentionResponseB9Z7github.com/tenurelog/tenure/pkg/wire/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_lease_proto_rawDescOnce sync.Once
@@ -2891,7 +3020,7 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(MembershipStep)(0),                      // 0: tenure.v1.MembershipStep
 	(LeaseEventType)(0),                      // 1: tenure.v1.LeaseEventType
@@ -2939,83 +3068,92 @@ var file_tenure_v1_lease_proto_goTypes = []any{
 	(*GetLeaseResponse)(nil),                 // 43: tenure.v1.GetLeaseResponse
 	(*WatchLeasesRequest)(nil),               // 44: tenure.v1.WatchLeasesRequest
 	(*WatchLeasesResponse)(nil),              // 45: tenure.v1.WatchLeasesResponse
-	(*Replica)(nil),                          // 46: tenure.v1.Replica
+	(*SetRetentionRequest)(nil),              // 46: tenure.v1.SetRetentionRequest
+	(*SetRetentionResponse)(nil),             // 47: tenure.v1.SetRetentionResponse
+	(*Replica)(nil),                          // 48: tenure.v1.Replica
+	(*RetentionPolicy)(nil),                  // 49: tenure.v1.RetentionPolicy
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	46, // 0: tenure.v1.RangeInfo.replicas:type_name -> tenure.v1.Replica
+	48, // 0: tenure.v1.RangeInfo.replicas:type_name -> tenure.v1.Replica
 	10, // 1: tenure.v1.RangeInfo.lease:type_name -> tenure.v1.Lease
 	3,  // 2: tenure.v1.RangeInfo.change:type_name -> tenure.v1.MembershipChange
-	0,  // 3: tenure.v1.MembershipChange.step:type_name -> tenure.v1.MembershipStep
-	46, // 4: tenure.v1.MembershipChange.old_replicas:type_name -> tenure.v1.Replica
-	0,  // 5: tenure.v1.ChangeMembershipRequest.step:type_name -> tenure.v1.MembershipStep
-	46, // 6: tenure.v1.ChangeMembershipRequest.replica:type_name -> tenure.v1.Replica
-	2,  // 7: tenure.v1.ChangeMembershipResponse.range:type_name -> tenure.v1.RangeInfo
-	2,  // 8: tenure.v1.CompleteMembershipChangeResponse.range:type_name -> tenure.v1.RangeInfo
-	46, // 9: tenure.v1.CreateRangeRequest.replicas:type_name -> tenure.v1.Replica
-	2,  // 10: tenure.v1.CreateRangeResponse.range:type_name -> tenure.v1.RangeInfo
-	2,  // 11: tenure.v1.GetRangeResponse.range:type_name -> tenure.v1.RangeInfo
-	2,  // 12: tenure.v1.GetRangeResult.range:type_name -> tenure.v1.RangeInfo
-	33, // 13: tenure.v1.GetRangeResult.error:type_name -> tenure.v1.LeaseError
-	16, // 14: tenure.v1.GetRangesResponse.results:type_name -> tenure.v1.GetRangeResult
-	2,  // 15: tenure.v1.ListRangesResponse.ranges:type_name -> tenure.v1.RangeInfo
-	46, // 16: tenure.v1.SetReplicasRequest.replicas:type_name -> tenure.v1.Replica
-	2,  // 17: tenure.v1.SetReplicasResponse.range:type_name -> tenure.v1.RangeInfo
-	24, // 18: tenure.v1.KeepAliveRequest.held:type_name -> tenure.v1.RangeEpoch
-	24, // 19: tenure.v1.KeepAliveResponse.superseded:type_name -> tenure.v1.RangeEpoch
-	10, // 20: tenure.v1.GrantEpochResponse.lease:type_name -> tenure.v1.Lease
-	2,  // 21: tenure.v1.GrantEpochResponse.range:type_name -> tenure.v1.RangeInfo
-	10, // 22: tenure.v1.BindLeaseResponse.lease:type_name -> tenure.v1.Lease
-	29, // 23: tenure.v1.GrantEpochsRequest.grants:type_name -> tenure.v1.GrantEpochRequest
-	30, // 24: tenure.v1.GrantEpochResult.grant:type_name -> tenure.v1.GrantEpochResponse
-	33, // 25: tenure.v1.GrantEpochResult.error:type_name -> tenure.v1.LeaseError
-	35, // 26: tenure.v1.GrantEpochsResponse.results:type_name -> tenure.v1.GrantEpochResult
-	31, // 27: tenure.v1.BindLeasesRequest.binds:type_name -> tenure.v1.BindLeaseRequest
-	32, // 28: tenure.v1.BindLeaseResult.bind:type_name -> tenure.v1.BindLeaseResponse
-	33, // 29: tenure.v1.BindLeaseResult.error:type_name -> tenure.v1.LeaseError
-	38, // 30: tenure.v1.BindLeasesResponse.results:type_name -> tenure.v1.BindLeaseResult
-	10, // 31: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	1,  // 32: tenure.v1.WatchLeasesResponse.type:type_name -> tenure.v1.LeaseEventType
-	11, // 33: tenure.v1.LeaseService.CreateRange:input_type -> tenure.v1.CreateRangeRequest
-	13, // 34: tenure.v1.LeaseService.GetRange:input_type -> tenure.v1.GetRangeRequest
-	15, // 35: tenure.v1.LeaseService.GetRanges:input_type -> tenure.v1.GetRangesRequest
-	18, // 36: tenure.v1.LeaseService.ListRanges:input_type -> tenure.v1.ListRangesRequest
-	20, // 37: tenure.v1.LeaseService.SetReplicas:input_type -> tenure.v1.SetReplicasRequest
-	4,  // 38: tenure.v1.LeaseService.ChangeMembership:input_type -> tenure.v1.ChangeMembershipRequest
-	6,  // 39: tenure.v1.LeaseService.CompleteMembershipChange:input_type -> tenure.v1.CompleteMembershipChangeRequest
-	8,  // 40: tenure.v1.LeaseService.DeleteRange:input_type -> tenure.v1.DeleteRangeRequest
-	22, // 41: tenure.v1.LeaseService.OpenSession:input_type -> tenure.v1.OpenSessionRequest
-	25, // 42: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	27, // 43: tenure.v1.LeaseService.CloseSession:input_type -> tenure.v1.CloseSessionRequest
-	29, // 44: tenure.v1.LeaseService.GrantEpoch:input_type -> tenure.v1.GrantEpochRequest
-	31, // 45: tenure.v1.LeaseService.BindLease:input_type -> tenure.v1.BindLeaseRequest
-	34, // 46: tenure.v1.LeaseService.GrantEpochs:input_type -> tenure.v1.GrantEpochsRequest
-	37, // 47: tenure.v1.LeaseService.BindLeases:input_type -> tenure.v1.BindLeasesRequest
-	40, // 48: tenure.v1.LeaseService.ReleaseLease:input_type -> tenure.v1.ReleaseLeaseRequest
-	42, // 49: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
-	44, // 50: tenure.v1.LeaseService.WatchLeases:input_type -> tenure.v1.WatchLeasesRequest
-	12, // 51: tenure.v1.LeaseService.CreateRange:output_type -> tenure.v1.CreateRangeResponse
-	14, // 52: tenure.v1.LeaseService.GetRange:output_type -> tenure.v1.GetRangeResponse
-	17, // 53: tenure.v1.LeaseService.GetRanges:output_type -> tenure.v1.GetRangesResponse
-	19, // 54: tenure.v1.LeaseService.ListRanges:output_type -> tenure.v1.ListRangesResponse
-	21, // 55: tenure.v1.LeaseService.SetReplicas:output_type -> tenure.v1.SetReplicasResponse
-	5,  // 56: tenure.v1.LeaseService.ChangeMembership:output_type -> tenure.v1.ChangeMembershipResponse
-	7,  // 57: tenure.v1.LeaseService.CompleteMembershipChange:output_type -> tenure.v1.CompleteMembershipChangeResponse
-	9,  // 58: tenure.v1.LeaseService.DeleteRange:output_type -> tenure.v1.DeleteRangeResponse
-	23, // 59: tenure.v1.LeaseService.OpenSession:output_type -> tenure.v1.OpenSessionResponse
-	26, // 60: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	28, // 61: tenure.v1.LeaseService.CloseSession:output_type -> tenure.v1.CloseSessionResponse
-	30, // 62: tenure.v1.LeaseService.GrantEpoch:output_type -> tenure.v1.GrantEpochResponse
-	32, // 63: tenure.v1.LeaseService.BindLease:output_type -> tenure.v1.BindLeaseResponse
-	36, // 64: tenure.v1.LeaseService.GrantEpochs:output_type -> tenure.v1.GrantEpochsResponse
-	39, // 65: tenure.v1.LeaseService.BindLeases:output_type -> tenure.v1.BindLeasesResponse
-	41, // 66: tenure.v1.LeaseService.ReleaseLease:output_type -> tenure.v1.ReleaseLeaseResponse
-	43, // 67: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
-	45, // 68: tenure.v1.LeaseService.WatchLeases:output_type -> tenure.v1.WatchLeasesResponse
-	51, // [51:69] is the sub-list for method output_type
-	33, // [33:51] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	49, // 3: tenure.v1.RangeInfo.retention:type_name -> tenure.v1.RetentionPolicy
+	0,  // 4: tenure.v1.MembershipChange.step:type_name -> tenure.v1.MembershipStep
+	48, // 5: tenure.v1.MembershipChange.old_replicas:type_name -> tenure.v1.Replica
+	0,  // 6: tenure.v1.ChangeMembershipRequest.step:type_name -> tenure.v1.MembershipStep
+	48, // 7: tenure.v1.ChangeMembershipRequest.replica:type_name -> tenure.v1.Replica
+	2,  // 8: tenure.v1.ChangeMembershipResponse.range:type_name -> tenure.v1.RangeInfo
+	2,  // 9: tenure.v1.CompleteMembershipChangeResponse.range:type_name -> tenure.v1.RangeInfo
+	48, // 10: tenure.v1.CreateRangeRequest.replicas:type_name -> tenure.v1.Replica
+	49, // 11: tenure.v1.CreateRangeRequest.retention:type_name -> tenure.v1.RetentionPolicy
+	2,  // 12: tenure.v1.CreateRangeResponse.range:type_name -> tenure.v1.RangeInfo
+	2,  // 13: tenure.v1.GetRangeResponse.range:type_name -> tenure.v1.RangeInfo
+	2,  // 14: tenure.v1.GetRangeResult.range:type_name -> tenure.v1.RangeInfo
+	33, // 15: tenure.v1.GetRangeResult.error:type_name -> tenure.v1.LeaseError
+	16, // 16: tenure.v1.GetRangesResponse.results:type_name -> tenure.v1.GetRangeResult
+	2,  // 17: tenure.v1.ListRangesResponse.ranges:type_name -> tenure.v1.RangeInfo
+	48, // 18: tenure.v1.SetReplicasRequest.replicas:type_name -> tenure.v1.Replica
+	2,  // 19: tenure.v1.SetReplicasResponse.range:type_name -> tenure.v1.RangeInfo
+	24, // 20: tenure.v1.KeepAliveRequest.held:type_name -> tenure.v1.RangeEpoch
+	24, // 21: tenure.v1.KeepAliveResponse.superseded:type_name -> tenure.v1.RangeEpoch
+	10, // 22: tenure.v1.GrantEpochResponse.lease:type_name -> tenure.v1.Lease
+	2,  // 23: tenure.v1.GrantEpochResponse.range:type_name -> tenure.v1.RangeInfo
+	10, // 24: tenure.v1.BindLeaseResponse.lease:type_name -> tenure.v1.Lease
+	29, // 25: tenure.v1.GrantEpochsRequest.grants:type_name -> tenure.v1.GrantEpochRequest
+	30, // 26: tenure.v1.GrantEpochResult.grant:type_name -> tenure.v1.GrantEpochResponse
+	33, // 27: tenure.v1.GrantEpochResult.error:type_name -> tenure.v1.LeaseError
+	35, // 28: tenure.v1.GrantEpochsResponse.results:type_name -> tenure.v1.GrantEpochResult
+	31, // 29: tenure.v1.BindLeasesRequest.binds:type_name -> tenure.v1.BindLeaseRequest
+	32, // 30: tenure.v1.BindLeaseResult.bind:type_name -> tenure.v1.BindLeaseResponse
+	33, // 31: tenure.v1.BindLeaseResult.error:type_name -> tenure.v1.LeaseError
+	38, // 32: tenure.v1.BindLeasesResponse.results:type_name -> tenure.v1.BindLeaseResult
+	10, // 33: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	1,  // 34: tenure.v1.WatchLeasesResponse.type:type_name -> tenure.v1.LeaseEventType
+	49, // 35: tenure.v1.SetRetentionRequest.retention:type_name -> tenure.v1.RetentionPolicy
+	2,  // 36: tenure.v1.SetRetentionResponse.range:type_name -> tenure.v1.RangeInfo
+	11, // 37: tenure.v1.LeaseService.CreateRange:input_type -> tenure.v1.CreateRangeRequest
+	13, // 38: tenure.v1.LeaseService.GetRange:input_type -> tenure.v1.GetRangeRequest
+	15, // 39: tenure.v1.LeaseService.GetRanges:input_type -> tenure.v1.GetRangesRequest
+	18, // 40: tenure.v1.LeaseService.ListRanges:input_type -> tenure.v1.ListRangesRequest
+	20, // 41: tenure.v1.LeaseService.SetReplicas:input_type -> tenure.v1.SetReplicasRequest
+	4,  // 42: tenure.v1.LeaseService.ChangeMembership:input_type -> tenure.v1.ChangeMembershipRequest
+	6,  // 43: tenure.v1.LeaseService.CompleteMembershipChange:input_type -> tenure.v1.CompleteMembershipChangeRequest
+	8,  // 44: tenure.v1.LeaseService.DeleteRange:input_type -> tenure.v1.DeleteRangeRequest
+	22, // 45: tenure.v1.LeaseService.OpenSession:input_type -> tenure.v1.OpenSessionRequest
+	25, // 46: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	27, // 47: tenure.v1.LeaseService.CloseSession:input_type -> tenure.v1.CloseSessionRequest
+	29, // 48: tenure.v1.LeaseService.GrantEpoch:input_type -> tenure.v1.GrantEpochRequest
+	31, // 49: tenure.v1.LeaseService.BindLease:input_type -> tenure.v1.BindLeaseRequest
+	34, // 50: tenure.v1.LeaseService.GrantEpochs:input_type -> tenure.v1.GrantEpochsRequest
+	37, // 51: tenure.v1.LeaseService.BindLeases:input_type -> tenure.v1.BindLeasesRequest
+	40, // 52: tenure.v1.LeaseService.ReleaseLease:input_type -> tenure.v1.ReleaseLeaseRequest
+	42, // 53: tenure.v1.LeaseService.GetLease:input_type -> tenure.v1.GetLeaseRequest
+	44, // 54: tenure.v1.LeaseService.WatchLeases:input_type -> tenure.v1.WatchLeasesRequest
+	46, // 55: tenure.v1.LeaseService.SetRetention:input_type -> tenure.v1.SetRetentionRequest
+	12, // 56: tenure.v1.LeaseService.CreateRange:output_type -> tenure.v1.CreateRangeResponse
+	14, // 57: tenure.v1.LeaseService.GetRange:output_type -> tenure.v1.GetRangeResponse
+	17, // 58: tenure.v1.LeaseService.GetRanges:output_type -> tenure.v1.GetRangesResponse
+	19, // 59: tenure.v1.LeaseService.ListRanges:output_type -> tenure.v1.ListRangesResponse
+	21, // 60: tenure.v1.LeaseService.SetReplicas:output_type -> tenure.v1.SetReplicasResponse
+	5,  // 61: tenure.v1.LeaseService.ChangeMembership:output_type -> tenure.v1.ChangeMembershipResponse
+	7,  // 62: tenure.v1.LeaseService.CompleteMembershipChange:output_type -> tenure.v1.CompleteMembershipChangeResponse
+	9,  // 63: tenure.v1.LeaseService.DeleteRange:output_type -> tenure.v1.DeleteRangeResponse
+	23, // 64: tenure.v1.LeaseService.OpenSession:output_type -> tenure.v1.OpenSessionResponse
+	26, // 65: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	28, // 66: tenure.v1.LeaseService.CloseSession:output_type -> tenure.v1.CloseSessionResponse
+	30, // 67: tenure.v1.LeaseService.GrantEpoch:output_type -> tenure.v1.GrantEpochResponse
+	32, // 68: tenure.v1.LeaseService.BindLease:output_type -> tenure.v1.BindLeaseResponse
+	36, // 69: tenure.v1.LeaseService.GrantEpochs:output_type -> tenure.v1.GrantEpochsResponse
+	39, // 70: tenure.v1.LeaseService.BindLeases:output_type -> tenure.v1.BindLeasesResponse
+	41, // 71: tenure.v1.LeaseService.ReleaseLease:output_type -> tenure.v1.ReleaseLeaseResponse
+	43, // 72: tenure.v1.LeaseService.GetLease:output_type -> tenure.v1.GetLeaseResponse
+	45, // 73: tenure.v1.LeaseService.WatchLeases:output_type -> tenure.v1.WatchLeasesResponse
+	47, // 74: tenure.v1.LeaseService.SetRetention:output_type -> tenure.v1.SetRetentionResponse
+	56, // [56:75] is the sub-list for method output_type
+	37, // [37:56] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -3030,7 +3168,7 @@ func file_tenure_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   44,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

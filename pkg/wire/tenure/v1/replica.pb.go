@@ -732,8 +732,15 @@ type AdoptRequest struct {
 	// leader raises its HWM to it (its prefix up to there is exactly what was
 	// committed), so readers never see the HWM step back.
 	CommittedBound uint64 `protobuf:"varint,7,opt,name=committed_bound,json=committedBound,proto3" json:"committed_bound,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The range's retention policy as the lease service stores it, for a
+	// leader to apply from its first retention pass (it refreshes it from the
+	// lease service afterwards). Unset: the leader keeps the policy it had,
+	// and one that knows none removes nothing until it learns one (the
+	// defaults could be shorter than the range's real policy). Followers
+	// ignore it.
+	Retention     *RetentionPolicy `protobuf:"bytes,8,opt,name=retention,proto3" json:"retention,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AdoptRequest) Reset() {
@@ -813,6 +820,13 @@ func (x *AdoptRequest) GetCommittedBound() uint64 {
 		return x.CommittedBound
 	}
 	return 0
+}
+
+func (x *AdoptRequest) GetRetention() *RetentionPolicy {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
 }
 
 // AdoptResponse reports the replica's state after adopting.
@@ -1442,8 +1456,15 @@ type RangeStatus struct {
 	LastFetchTruncationEpoch  uint64 `protobuf:"varint,24,opt,name=last_fetch_truncation_epoch,json=lastFetchTruncationEpoch,proto3" json:"last_fetch_truncation_epoch,omitempty"`
 	LastFetchTruncationLeader string `protobuf:"bytes,25,opt,name=last_fetch_truncation_leader,json=lastFetchTruncationLeader,proto3" json:"last_fetch_truncation_leader,omitempty"`
 	LastFetchTruncationUnixMs int64  `protobuf:"varint,26,opt,name=last_fetch_truncation_unix_ms,json=lastFetchTruncationUnixMs,proto3" json:"last_fetch_truncation_unix_ms,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// Bytes of the range's stored batches from log_start to log_end (what
+	// retention's max_bytes is measured against).
+	StoredBytes uint64 `protobuf:"varint,30,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	// On a leader: the retention policy it applies (from Adopt, refreshed
+	// from the lease service every retention interval). Unset on followers,
+	// which follow the leader's log start instead of applying a policy.
+	Retention     *RetentionPolicy `protobuf:"bytes,31,opt,name=retention,proto3" json:"retention,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RangeStatus) Reset() {
@@ -1614,6 +1635,20 @@ func (x *RangeStatus) GetLastFetchTruncationUnixMs() int64 {
 		return x.LastFetchTruncationUnixMs
 	}
 	return 0
+}
+
+func (x *RangeStatus) GetStoredBytes() uint64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
+func (x *RangeStatus) GetRetention() *RetentionPolicy {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
 }
 
 // ReplicaServiceGetStatusResponse lists hosted ranges.
@@ -2126,7 +2161,7 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x10TruncateResponse\x12\x17\n" +
 	"\alog_end\x18\x01 \x01(\x04R\x06logEnd\x12'\n" +
 	"\x0frecords_removed\x18\x02 \x01(\x04R\x0erecordsRemoved\x12/\n" +
-	"\ahistory\x18\x03 \x03(\v2\x15.tenure.v1.EpochStartR\ahistory\"\x81\x02\n" +
+	"\ahistory\x18\x03 \x03(\v2\x15.tenure.v1.EpochStartR\ahistory\"\xbb\x02\n" +
 	"\fAdoptRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
@@ -2134,7 +2169,8 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12%\n" +
 	"\x0eleader_address\x18\x05 \x01(\tR\rleaderAddress\x12.\n" +
 	"\breplicas\x18\x06 \x03(\v2\x12.tenure.v1.ReplicaR\breplicas\x12'\n" +
-	"\x0fcommitted_bound\x18\a \x01(\x04R\x0ecommittedBound\"\x81\x01\n" +
+	"\x0fcommitted_bound\x18\a \x01(\x04R\x0ecommittedBound\x128\n" +
+	"\tretention\x18\b \x01(\v2\x1a.tenure.v1.RetentionPolicyR\tretention\"\x81\x01\n" +
 	"\rAdoptResponse\x12\x17\n" +
 	"\alog_end\x18\x01 \x01(\x04R\x06logEnd\x12&\n" +
 	"\x0fhigh_water_mark\x18\x02 \x01(\x04R\rhighWaterMark\x12/\n" +
@@ -2167,7 +2203,7 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x03lag\x18\x03 \x01(\x04R\x03lag\x12+\n" +
 	"\x12last_fetch_unix_ms\x18\x04 \x01(\x03R\x0flastFetchUnixMs\x12(\n" +
 	"\x10fetch_waiting_ms\x18\x05 \x01(\x04R\x0efetchWaitingMs\x12\x18\n" +
-	"\alearner\x18\x06 \x01(\bR\alearner\"\xd8\x06\n" +
+	"\alearner\x18\x06 \x01(\bR\alearner\"\xb5\a\n" +
 	"\vRangeStatus\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12#\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12!\n" +
@@ -2191,7 +2227,9 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x18last_fetch_truncation_to\x18\x17 \x01(\x04R\x15lastFetchTruncationTo\x12=\n" +
 	"\x1blast_fetch_truncation_epoch\x18\x18 \x01(\x04R\x18lastFetchTruncationEpoch\x12?\n" +
 	"\x1clast_fetch_truncation_leader\x18\x19 \x01(\tR\x19lastFetchTruncationLeader\x12@\n" +
-	"\x1dlast_fetch_truncation_unix_ms\x18\x1a \x01(\x03R\x19lastFetchTruncationUnixMs\"\x83\x02\n" +
+	"\x1dlast_fetch_truncation_unix_ms\x18\x1a \x01(\x03R\x19lastFetchTruncationUnixMs\x12!\n" +
+	"\fstored_bytes\x18\x1e \x01(\x04R\vstoredBytes\x128\n" +
+	"\tretention\x18\x1f \x01(\v2\x1a.tenure.v1.RetentionPolicyR\tretention\"\x83\x02\n" +
 	"\x1fReplicaServiceGetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12.\n" +
@@ -2282,6 +2320,7 @@ var file_tenure_v1_replica_proto_goTypes = []any{
 	(*EpochStart)(nil),                      // 29: tenure.v1.EpochStart
 	(Role)(0),                               // 30: tenure.v1.Role
 	(*Replica)(nil),                         // 31: tenure.v1.Replica
+	(*RetentionPolicy)(nil),                 // 32: tenure.v1.RetentionPolicy
 }
 var file_tenure_v1_replica_proto_depIdxs = []int32{
 	2,  // 0: tenure.v1.FetchStreamRequest.fetch:type_name -> tenure.v1.FetchRequest
@@ -2293,45 +2332,47 @@ var file_tenure_v1_replica_proto_depIdxs = []int32{
 	29, // 6: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
 	30, // 7: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
 	31, // 8: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
-	29, // 9: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
-	5,  // 10: tenure.v1.FenceRangesRequest.fences:type_name -> tenure.v1.FenceRequest
-	6,  // 11: tenure.v1.FenceRangeResult.fence:type_name -> tenure.v1.FenceResponse
-	11, // 12: tenure.v1.FenceRangeResult.error:type_name -> tenure.v1.ReplicaError
-	13, // 13: tenure.v1.FenceRangesResponse.results:type_name -> tenure.v1.FenceRangeResult
-	9,  // 14: tenure.v1.AdoptRangesRequest.adopts:type_name -> tenure.v1.AdoptRequest
-	10, // 15: tenure.v1.AdoptRangeResult.adopt:type_name -> tenure.v1.AdoptResponse
-	11, // 16: tenure.v1.AdoptRangeResult.error:type_name -> tenure.v1.ReplicaError
-	16, // 17: tenure.v1.AdoptRangesResponse.results:type_name -> tenure.v1.AdoptRangeResult
-	30, // 18: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
-	19, // 19: tenure.v1.RangeStatus.followers:type_name -> tenure.v1.FollowerProgress
-	20, // 20: tenure.v1.ReplicaServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangeStatus
-	22, // 21: tenure.v1.ReplicaServiceGetStatusResponse.lost_ranges:type_name -> tenure.v1.LostRange
-	29, // 22: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
-	2,  // 23: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
-	0,  // 24: tenure.v1.ReplicaService.FetchStream:input_type -> tenure.v1.FetchStreamRequest
-	5,  // 25: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
-	7,  // 26: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
-	9,  // 27: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
-	12, // 28: tenure.v1.ReplicaService.FenceRanges:input_type -> tenure.v1.FenceRangesRequest
-	15, // 29: tenure.v1.ReplicaService.AdoptRanges:input_type -> tenure.v1.AdoptRangesRequest
-	18, // 30: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
-	25, // 31: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
-	23, // 32: tenure.v1.ReplicaService.DropRange:input_type -> tenure.v1.DropRangeRequest
-	4,  // 33: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
-	1,  // 34: tenure.v1.ReplicaService.FetchStream:output_type -> tenure.v1.FetchStreamResponse
-	6,  // 35: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
-	8,  // 36: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
-	10, // 37: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
-	14, // 38: tenure.v1.ReplicaService.FenceRanges:output_type -> tenure.v1.FenceRangesResponse
-	17, // 39: tenure.v1.ReplicaService.AdoptRanges:output_type -> tenure.v1.AdoptRangesResponse
-	21, // 40: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
-	26, // 41: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
-	24, // 42: tenure.v1.ReplicaService.DropRange:output_type -> tenure.v1.DropRangeResponse
-	33, // [33:43] is the sub-list for method output_type
-	23, // [23:33] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	32, // 9: tenure.v1.AdoptRequest.retention:type_name -> tenure.v1.RetentionPolicy
+	29, // 10: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
+	5,  // 11: tenure.v1.FenceRangesRequest.fences:type_name -> tenure.v1.FenceRequest
+	6,  // 12: tenure.v1.FenceRangeResult.fence:type_name -> tenure.v1.FenceResponse
+	11, // 13: tenure.v1.FenceRangeResult.error:type_name -> tenure.v1.ReplicaError
+	13, // 14: tenure.v1.FenceRangesResponse.results:type_name -> tenure.v1.FenceRangeResult
+	9,  // 15: tenure.v1.AdoptRangesRequest.adopts:type_name -> tenure.v1.AdoptRequest
+	10, // 16: tenure.v1.AdoptRangeResult.adopt:type_name -> tenure.v1.AdoptResponse
+	11, // 17: tenure.v1.AdoptRangeResult.error:type_name -> tenure.v1.ReplicaError
+	16, // 18: tenure.v1.AdoptRangesResponse.results:type_name -> tenure.v1.AdoptRangeResult
+	30, // 19: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
+	19, // 20: tenure.v1.RangeStatus.followers:type_name -> tenure.v1.FollowerProgress
+	32, // 21: tenure.v1.RangeStatus.retention:type_name -> tenure.v1.RetentionPolicy
+	20, // 22: tenure.v1.ReplicaServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangeStatus
+	22, // 23: tenure.v1.ReplicaServiceGetStatusResponse.lost_ranges:type_name -> tenure.v1.LostRange
+	29, // 24: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
+	2,  // 25: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
+	0,  // 26: tenure.v1.ReplicaService.FetchStream:input_type -> tenure.v1.FetchStreamRequest
+	5,  // 27: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
+	7,  // 28: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
+	9,  // 29: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
+	12, // 30: tenure.v1.ReplicaService.FenceRanges:input_type -> tenure.v1.FenceRangesRequest
+	15, // 31: tenure.v1.ReplicaService.AdoptRanges:input_type -> tenure.v1.AdoptRangesRequest
+	18, // 32: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
+	25, // 33: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
+	23, // 34: tenure.v1.ReplicaService.DropRange:input_type -> tenure.v1.DropRangeRequest
+	4,  // 35: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
+	1,  // 36: tenure.v1.ReplicaService.FetchStream:output_type -> tenure.v1.FetchStreamResponse
+	6,  // 37: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
+	8,  // 38: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
+	10, // 39: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
+	14, // 40: tenure.v1.ReplicaService.FenceRanges:output_type -> tenure.v1.FenceRangesResponse
+	17, // 41: tenure.v1.ReplicaService.AdoptRanges:output_type -> tenure.v1.AdoptRangesResponse
+	21, // 42: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
+	26, // 43: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
+	24, // 44: tenure.v1.ReplicaService.DropRange:output_type -> tenure.v1.DropRangeResponse
+	35, // [35:45] is the sub-list for method output_type
+	25, // [25:35] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_replica_proto_init() }

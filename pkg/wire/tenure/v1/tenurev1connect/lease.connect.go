@@ -79,6 +79,9 @@ const (
 	// LeaseServiceWatchLeasesProcedure is the fully-qualified name of the LeaseService's WatchLeases
 	// RPC.
 	LeaseServiceWatchLeasesProcedure = "/tenure.v1.LeaseService/WatchLeases"
+	// LeaseServiceSetRetentionProcedure is the fully-qualified name of the LeaseService's SetRetention
+	// RPC.
+	LeaseServiceSetRetentionProcedure = "/tenure.v1.LeaseService/SetRetention"
 )
 
 // LeaseServiceClient is a client for the tenure.v1.LeaseService service.
@@ -156,6 +159,11 @@ type LeaseServiceClient interface {
 	// some or all ranges, resuming after a given etcd revision without missing
 	// an event.
 	WatchLeases(context.Context, *connect.Request[v1.WatchLeasesRequest]) (*connect.ServerStreamForClient[v1.WatchLeasesResponse], error)
+	// SetRetention replaces a range's retention policy (both fields: a caller
+	// that changes one reads the range first). It touches neither the
+	// membership nor its revision, so it never races a membership change.
+	// NotFound for an unknown range, InvalidArgument for a bad policy.
+	SetRetention(context.Context, *connect.Request[v1.SetRetentionRequest]) (*connect.Response[v1.SetRetentionResponse], error)
 }
 
 // NewLeaseServiceClient constructs a client for the tenure.v1.LeaseService service. By default, it
@@ -277,6 +285,12 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("WatchLeases")),
 			connect.WithClientOptions(opts...),
 		),
+		setRetention: connect.NewClient[v1.SetRetentionRequest, v1.SetRetentionResponse](
+			httpClient,
+			baseURL+LeaseServiceSetRetentionProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("SetRetention")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -300,6 +314,7 @@ type leaseServiceClient struct {
 	releaseLease             *connect.Client[v1.ReleaseLeaseRequest, v1.ReleaseLeaseResponse]
 	getLease                 *connect.Client[v1.GetLeaseRequest, v1.GetLeaseResponse]
 	watchLeases              *connect.Client[v1.WatchLeasesRequest, v1.WatchLeasesResponse]
+	setRetention             *connect.Client[v1.SetRetentionRequest, v1.SetRetentionResponse]
 }
 
 // CreateRange calls tenure.v1.LeaseService.CreateRange.
@@ -392,6 +407,11 @@ func (c *leaseServiceClient) WatchLeases(ctx context.Context, req *connect.Reque
 	return c.watchLeases.CallServerStream(ctx, req)
 }
 
+// SetRetention calls tenure.v1.LeaseService.SetRetention.
+func (c *leaseServiceClient) SetRetention(ctx context.Context, req *connect.Request[v1.SetRetentionRequest]) (*connect.Response[v1.SetRetentionResponse], error) {
+	return c.setRetention.CallUnary(ctx, req)
+}
+
 // LeaseServiceHandler is an implementation of the tenure.v1.LeaseService service.
 type LeaseServiceHandler interface {
 	// CreateRange registers a range and its replica set. Epoch starts at 0
@@ -467,6 +487,11 @@ type LeaseServiceHandler interface {
 	// some or all ranges, resuming after a given etcd revision without missing
 	// an event.
 	WatchLeases(context.Context, *connect.Request[v1.WatchLeasesRequest], *connect.ServerStream[v1.WatchLeasesResponse]) error
+	// SetRetention replaces a range's retention policy (both fields: a caller
+	// that changes one reads the range first). It touches neither the
+	// membership nor its revision, so it never races a membership change.
+	// NotFound for an unknown range, InvalidArgument for a bad policy.
+	SetRetention(context.Context, *connect.Request[v1.SetRetentionRequest]) (*connect.Response[v1.SetRetentionResponse], error)
 }
 
 // NewLeaseServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -584,6 +609,12 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("WatchLeases")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceSetRetentionHandler := connect.NewUnaryHandler(
+		LeaseServiceSetRetentionProcedure,
+		svc.SetRetention,
+		connect.WithSchema(leaseServiceMethods.ByName("SetRetention")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.LeaseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LeaseServiceCreateRangeProcedure:
@@ -622,6 +653,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceGetLeaseHandler.ServeHTTP(w, r)
 		case LeaseServiceWatchLeasesProcedure:
 			leaseServiceWatchLeasesHandler.ServeHTTP(w, r)
+		case LeaseServiceSetRetentionProcedure:
+			leaseServiceSetRetentionHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -701,4 +734,8 @@ func (UnimplementedLeaseServiceHandler) GetLease(context.Context, *connect.Reque
 
 func (UnimplementedLeaseServiceHandler) WatchLeases(context.Context, *connect.Request[v1.WatchLeasesRequest], *connect.ServerStream[v1.WatchLeasesResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.WatchLeases is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) SetRetention(context.Context, *connect.Request[v1.SetRetentionRequest]) (*connect.Response[v1.SetRetentionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.SetRetention is not implemented"))
 }

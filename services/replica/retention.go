@@ -1,0 +1,223 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/services/replica/logstore"
+)
+
+// This file is retention (README "Retention"): the leader of a range removes
+// committed records that fall outside the range's policy, by advancing the
+// log start. Followers never apply a policy of their own: they follow the
+// leader's log start from its fetch answers (follower.go), so every replica
+// of a range removes the same prefix, and only what its leader (which holds
+// the whole committed log) removed.
+//
+// How a leader learns the policy, and when it changes:
+//   - Adopt carries it: the promoter reads it with the range (the grant's
+//     own answer, or GetRange), so a new leader applies it from its first pass.
+//   - Every RetentionInterval, the replica reads the policies of all the
+//     ranges it leads from the lease service (Config.Policies), in one
+//     GetRanges call per wire.MaxRangesPerBatch ranges: `tenurectl range
+//     set` takes effect within one interval, with no promotion.
+//   - A leader that knows no policy (an Adopt from an older promoter and no
+//     lease service, or none answered yet) removes nothing: applying the
+//     defaults to a range whose real policy is longer would delete records
+//     its operator meant to keep.
+
+// DefaultRetentionInterval is how often a leader applies its ranges'
+// policies unless Config.RetentionInterval says otherwise. Kafka checks every
+// 5 minutes (log.retention.check.interval.ms); 30 s keeps a range within a
+// few percent of a small size limit under load, and a pass over ranges
+// within their policy costs two in-memory lookups each.
+const DefaultRetentionInterval = 30 * time.Second
+
+// policyRefreshTimeout bounds one pass's reads of the lease service.
+const policyRefreshTimeout = 5 * time.Second
+
+// PolicySource is the lease service's word on many ranges at once. Package
+// lease's Keeper implements it (one GetRanges call).
+type PolicySource interface {
+	// GetRanges answers each of rangeIDs (at most wire.MaxRangesPerBatch)
+	// in order: its RangeInfo, or its own error.
+	GetRanges(ctx context.Context, rangeIDs []string) ([]*tenurev1.GetRangeResult, error)
+}
+
+// retentionLoop applies every led range's policy each interval until the
+// replica closes.
+func (s *Replica) retentionLoop(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.retentionPass(time.Now())
+	}
+}
+
+// retentionPass refreshes the policies of the ranges this replica leads and
+// applies each once.
+func (s *Replica) retentionPass(now time.Time) {
+	hs, err := s.hostedRanges()
+	if err != nil {
+		return // closed
+	}
+	var leading []*hosted
+	for _, h := range hs {
+		h.mu.RLock()
+		ok := h.halted == nil && h.acting() != nil
+		h.mu.RUnlock()
+		if ok {
+			leading = append(leading, h)
+		}
+	}
+	if len(leading) == 0 {
+		return
+	}
+	s.refreshPolicies(leading)
+	for _, h := range leading {
+		if s.ctx.Err() != nil {
+			return
+		}
+		h.applyRetention(now)
+	}
+}
+
+// refreshPolicies reads the policies of hs from the lease service, one
+// batched call per wire.MaxRangesPerBatch ranges. A range the lease service
+// does not answer keeps the policy it had: a lease service that is down
+// for a while stops no retention, and changes none.
+func (s *Replica) refreshPolicies(hs []*hosted) {
+	if s.cfg.Policies == nil {
+		return
+	}
+	for from := 0; from < len(hs); from += wire.MaxRangesPerBatch {
+		chunk := hs[from:min(from+wire.MaxRangesPerBatch, len(hs))]
+		ids := make([]string, len(chunk))
+		for i, h := range chunk {
+			ids[i] = h.id
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, policyRefreshTimeout)
+		results, err := s.cfg.Policies.GetRanges(ctx, ids)
+		cancel()
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.log.Warn("retention: could not read the ranges' policies from the lease service; keeping the ones known", "ranges", len(ids), "err", err)
+			}
+			continue
+		}
+		for i, h := range chunk {
+			if i >= len(results) || results[i].GetRangeId() != h.id {
+				break // a malformed answer: keep what is known
+			}
+			p := results[i].GetRange().GetRetention()
+			if p == nil {
+				continue // an error for this range, or a lease service without retention
+			}
+			if err := wire.ValidateRetention(p); err != nil {
+				h.log.Warn("retention: the lease service answered an invalid policy; keeping the one known", "err", err)
+				continue
+			}
+			h.setRetention(p)
+		}
+	}
+}
+
+// setRetention records the policy the range's leadership applies.
+func (h *hosted) setRetention(p *tenurev1.RetentionPolicy) {
+	if old := h.retention.Swap(p); old != nil && (old.GetMaxBytes() != p.GetMaxBytes() || old.GetMaxAgeMs() != p.GetMaxAgeMs()) {
+		h.log.Info("retention policy changed", "max_bytes", p.GetMaxBytes(), "max_age_ms", p.GetMaxAgeMs(),
+			"was_max_bytes", old.GetMaxBytes(), "was_max_age_ms", old.GetMaxAgeMs())
+	}
+}
+
+// retainer is what retentionTarget reads of a range's log.
+type retainer interface {
+	LogStart() uint64
+	HWM() uint64
+	RetainBytes(limit uint64) uint64
+	RetainSince(t time.Time) uint64
+}
+
+// retentionTarget is the log start policy p asks for at now: the larger of
+// the size limit's and the age limit's starts (a record goes when it is
+// outside either), never below the current start and never above the HWM.
+// Pure but for r's reads, so a table can test it.
+func retentionTarget(r retainer, p *tenurev1.RetentionPolicy, now time.Time) uint64 {
+	target := r.LogStart()
+	if b := p.GetMaxBytes(); b > 0 {
+		target = max(target, r.RetainBytes(b))
+	}
+	if p.GetMaxAgeMs() > 0 {
+		target = max(target, r.RetainSince(now.Add(-wire.RetentionAge(p))))
+	}
+	// Only committed records are ever removed: everything at or above the
+	// HWM may still be needed by a promotion or cut by a truncation, and a
+	// deleted uncommitted record could be an acknowledged one's only copy
+	// once the leader fails. AdvanceLogStart clamps to it as well; the
+	// bound is stated here too, where the target is chosen.
+	return min(target, r.HWM())
+}
+
+// applyRetention advances the range's log start as its policy asks, while
+// this replica leads it. It does not hold h.mu across the store's work: a
+// log start at or below the HWM removes committed records only, which is
+// right whatever role the range takes meanwhile (a fence does not wait for
+// a deletion).
+func (h *hosted) applyRetention(now time.Time) {
+	p := h.retention.Load()
+	if p == nil {
+		return // no policy learned yet: remove nothing (see the file comment)
+	}
+	// Still leading (the refresh took a round trip): a range fenced or
+	// dropped since is left to its next leader.
+	h.mu.RLock()
+	leading := h.halted == nil && !h.dropped && h.acting() != nil
+	h.mu.RUnlock()
+	if !leading {
+		return
+	}
+	from := h.r.LogStart()
+	target := retentionTarget(h.r, p, now)
+	if target <= from {
+		return
+	}
+	start, err := h.r.AdvanceLogStart(target)
+	if err != nil {
+		// Closing or dropped meanwhile: nothing to say.
+		if !errors.Is(err, logstore.ErrClosed) && !errors.Is(err, logstore.ErrDropped) && h.s.ctx.Err() == nil {
+			h.log.Warn("retention: advancing the log start failed; retried next interval", "from", from, "to", target, "err", err)
+		}
+		return
+	}
+	if start > from {
+		h.log.Info("retention advanced the log start", "from", from, "to", start, "hwm", h.r.HWM(),
+			"stored_bytes", h.r.StoredBytes(), "max_bytes", p.GetMaxBytes(), "max_age_ms", p.GetMaxAgeMs())
+	}
+}
+
+// retentionInForce is the policy status reports: the one a leader applies,
+// nil elsewhere (followers follow the leader's log start). h.mu is held.
+func (h *hosted) retentionInForceLocked() *tenurev1.RetentionPolicy {
+	if h.lead == nil {
+		return nil
+	}
+	return h.retention.Load()
+}
+
+// validateAdoptRetention checks the policy an Adopt carries, if any.
+func validateAdoptRetention(m *tenurev1.AdoptRequest) error {
+	if p := m.GetRetention(); p != nil {
+		if err := wire.ValidateRetention(p); err != nil {
+			return invalidf("adopt retention: %v", err)
+		}
+	}
+	return nil
+}
