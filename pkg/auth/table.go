@@ -58,8 +58,11 @@ var Table = map[string][]Role{
 	tenurev1connect.ReplicaServiceGetEpochHistoryProcedure: {RolePromoter, RoleOperator},
 
 	// LeaseService: epochs, leases and membership.
-	tenurev1connect.LeaseServiceCreateRangeProcedure:              {RoleOperator},
-	tenurev1connect.LeaseServiceSetReplicasProcedure:              {RoleOperator},
+	tenurev1connect.LeaseServiceCreateRangeProcedure: {RoleOperator},
+	tenurev1connect.LeaseServiceSetReplicasProcedure: {RoleOperator},
+	// Retention decides what is deleted: an operator's call, like the
+	// replica set (tenurectl range set).
+	tenurev1connect.LeaseServiceSetRetentionProcedure:             {RoleOperator},
 	tenurev1connect.LeaseServiceChangeMembershipProcedure:         {RolePromoter},
 	tenurev1connect.LeaseServiceCompleteMembershipChangeProcedure: {RolePromoter},
 	tenurev1connect.LeaseServiceDeleteRangeProcedure:              {RolePromoter},
