@@ -3,6 +3,8 @@ package promoter
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
+	"sort"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -39,6 +41,12 @@ type Answer struct {
 	// replica that could not be fenced at all (Fence itself unimplemented)
 	// answers with Err, since its log may still be moving.
 	Unimplemented bool
+	// LogStart is the lowest offset the replica's log holds
+	// (FenceResponse.log_start): records below it were committed and deleted
+	// by retention, and its History was trimmed to keep the entry in force
+	// at LogStart. 0 from a replica never trimmed or older than log starts.
+	// Invariant: LogStart <= HWM (Decide refuses an answer breaking it).
+	LogStart uint64
 	// LogEnd is the next offset the replica would write.
 	// Invariant: HWM <= LogEnd (Decide refuses an answer breaking it).
 	LogEnd uint64
@@ -221,8 +229,8 @@ type replicaState struct {
 	actingLeader bool
 	// known: its history can be used to reconcile it by epoch.
 	known bool
-	// Invariant: hwm <= logEnd.
-	logEnd, hwm uint64
+	// Invariant: logStart <= hwm <= logEnd.
+	logStart, logEnd, hwm uint64
 	// lastEpoch is the last epoch of its history (0 when unknown or empty).
 	lastEpoch uint64
 	// history is the replica's epoch history; nil unless known.
@@ -390,7 +398,8 @@ func Decide(in Input) (Plan, error) {
 			}
 			// At or above its HWM but possibly below the committed bound:
 			// a deposed leader's tail that a later epoch overwrote at the
-			// same offsets. Normal.
+			// same offsets. Normal. Never below its log start either: that
+			// is at or below its HWM (readAnswer).
 			plan.Truncations = append(plan.Truncations, Truncation{ReplicaID: s.id, From: s.logEnd, To: target})
 		}
 		// Cut or not, its log is now a prefix of the candidate's. One that
@@ -567,12 +576,32 @@ func tieRank(rangeID, replicaID string) uint64 {
 // reconcileTarget is the log end r must be cut back to so that its log is a
 // prefix of the candidate's: min(r's log end, divergence point, candidate's
 // log end). Both histories are known.
+//
+// With log starts (retention), only [max of the two starts, min of the two
+// ends) is held by both: below the larger start the records are committed
+// and deleted on one side, so the comparison starts there (divergenceFrom).
+// A replica whose log ends at or below the candidate's log start is not cut:
+// everything it holds is below what the new leader holds, and its fetch is
+// answered below_log_start, which resets it to the leader's start.
 func reconcileTarget(cand, r replicaState) uint64 {
 	// A truncation only ever removes: never beyond r's own end.
 	target := r.logEnd
+	if r.logEnd <= cand.logStart {
+		// Nothing of r's is at or above the candidate's log start: no
+		// record to compare or cut. (r's HWM <= its log end <= the
+		// candidate's start, so the follower path's reset is allowed.)
+		return target
+	}
 	// Beyond the candidate's end r holds records the candidate lacks, and the
 	// new leader writes its epoch-start record at exactly that offset.
 	target = min(target, cand.logEnd)
+	if lo := max(cand.logStart, r.logStart); lo > 0 {
+		// At least one side was trimmed. divergenceFrom is at or above lo,
+		// so the target is never below r's log start unless the
+		// candidate's log ends below it, which the HWM check refuses (r's
+		// HWM is at or above its log start).
+		return min(target, divergenceFrom(cand.history, r.history, lo))
+	}
 	d, ok := journal.DivergencePoint(cand.history, r.history)
 	if !ok {
 		// One history is empty, and both are known, so that log is empty
@@ -584,6 +613,48 @@ func reconcileTarget(cand, r replicaState) uint64 {
 	// different leaderships even where the offsets coincide; below it both
 	// wrote under identical leadership and hold identical records.
 	return min(target, d)
+}
+
+// divergenceFrom is journal.DivergencePoint for two logs that both hold
+// offset lo and may have had their histories trimmed from the front (each
+// keeps the entry in force at its own log start, which is at or below lo):
+// entries that stopped being in force below lo say nothing about records
+// both hold, and one side may have trimmed them while the other did not. So
+// each history is compared from its entry in force at lo. If those differ
+// in epoch the logs disagree at lo already (where below lo is unknowable
+// from the trimmed side), and lo is the answer; their starts may differ
+// (both are at or below lo, one perhaps trimmed), which says nothing about
+// offsets from lo. After that, entries must match exactly, as in
+// DivergencePoint. An empty history (a log with no records, reset to a log
+// start) disagrees with nothing: the caller bounds the target by the log
+// ends. The result is never below lo.
+func divergenceFrom(a, b []journal.EpochStart, lo uint64) uint64 {
+	if len(a) == 0 || len(b) == 0 {
+		return math.MaxUint64
+	}
+	a, b = inForceAt(a, lo), inForceAt(b, lo)
+	if a[0].Epoch != b[0].Epoch {
+		return lo
+	}
+	for i := 1; ; i++ {
+		switch {
+		case i >= len(a) && i >= len(b):
+			return math.MaxUint64
+		case i >= len(a):
+			return max(b[i].Start, lo)
+		case i >= len(b):
+			return max(a[i].Start, lo)
+		case a[i] != b[i]:
+			return max(min(a[i].Start, b[i].Start), lo)
+		}
+	}
+}
+
+// inForceAt returns h from its entry in force at offset off: the last entry
+// starting at or below off (h's first if none does). h is not empty.
+func inForceAt(h []journal.EpochStart, off uint64) []journal.EpochStart {
+	i := sort.Search(len(h), func(i int) bool { return h[i].Start > off }) - 1
+	return h[max(i, 0):]
 }
 
 // readAnswers checks in and turns each member's answer into a replicaState,
@@ -682,13 +753,22 @@ func readAnswer(a Answer, epoch uint64) (replicaState, error) {
 	if a.HWM > a.LogEnd {
 		return s, planErrorf(connect.CodeInvalidArgument, "replica %s reports HWM %d above its log end %d", a.ReplicaID, a.HWM, a.LogEnd)
 	}
-	s.fenced, s.logEnd, s.hwm, s.actingLeader = true, a.LogEnd, a.HWM, a.ActingLeader
+	// Retention removes only committed records. A log start above the HWM
+	// would let a truncation that respects the HWM still cut below the log
+	// start.
+	if a.LogStart > a.HWM {
+		return s, planErrorf(connect.CodeInvalidArgument, "replica %s reports log start %d above its HWM %d", a.ReplicaID, a.LogStart, a.HWM)
+	}
+	s.fenced, s.logStart, s.logEnd, s.hwm, s.actingLeader = true, a.LogStart, a.LogEnd, a.HWM, a.ActingLeader
 	if a.Unimplemented {
 		s.reason = "history unknown: the replica does not report it (older version)"
 		return s, nil
 	}
 	h := journal.ToWire(a.History)
-	if !wire.HistoryKnown(h, a.LogEnd) {
+	// A log reset to a leader's log start holds nothing (log start = log
+	// end) and has an empty journal: known, like a log that never held
+	// anything, and every offset below its start is committed.
+	if !wire.HistoryKnown(h, a.LogEnd) && (a.LogStart == 0 || a.LogStart != a.LogEnd) {
 		s.reason = fmt.Sprintf("history unknown: empty history with log end %d (missing or broken journal)", a.LogEnd)
 		return s, nil
 	}

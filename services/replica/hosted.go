@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/services/replica/logstore"
@@ -43,6 +44,9 @@ type hosted struct {
 	halted error
 	// cuts counts the truncations fetch loops made (status).
 	cuts fetchTruncations
+	// resets counts the resets to a leader's log start fetch loops made
+	// (follower.go), for the log line.
+	resets atomic.Uint64
 	// dropped is set once the range's data was dropped (membership.go's
 	// dropLocked): it is no longer in the replica's ranges, and a fence
 	// that finds it looks the range up again.
