@@ -124,13 +124,21 @@ func (s *Store) deleteRangeKeys(id string, crash func(point string) error) (int,
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	n := 0
+	// The deleted keys and their stored values (releaseStored).
+	var relKeys, relVals [][]byte
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix(id)})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+			key := it.Item().KeyCopy(nil)
+			old, err := it.Item().ValueCopy(nil)
+			if err != nil {
 				return err
 			}
+			if err := wb.Delete(key); err != nil {
+				return err
+			}
+			relKeys, relVals = append(relKeys, key), append(relVals, old)
 			n++
 		}
 		return nil
@@ -141,6 +149,7 @@ func (s *Store) deleteRangeKeys(id string, crash func(point string) error) (int,
 	if err != nil {
 		return 0, fmt.Errorf("logstore: drop %s: %w", id, err)
 	}
+	s.releaseStored(relKeys, relVals)
 	if crash != nil {
 		if err := crash(CrashDropLog); err != nil {
 			return 0, err

@@ -72,6 +72,9 @@ type Range struct {
 
 	mu    sync.Mutex
 	state State
+	// logStart is the lowest offset the log holds (persisted, b/<id>).
+	// Invariant: logStart <= hwm <= logEnd; it never decreases.
+	logStart uint64
 	// next is the next offset to assign. Invariant: logEnd <= next.
 	next uint64
 	// tailEpoch is the epoch of the record at next-1 (0 when none).
@@ -218,10 +221,6 @@ func (r *Range) quiesceLocked() error {
 	}
 	return nil
 }
-
-// LogStart returns the lowest offset the log holds: 0, as nothing is ever
-// removed from the front yet (no retention).
-func (r *Range) LogStart() uint64 { return 0 }
 
 // LogEnd returns the next offset to be written: records below it are written
 // and readable (by Read, and so by followers' fetches), not necessarily

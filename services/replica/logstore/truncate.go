@@ -181,6 +181,8 @@ func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
 	defer wb.Cancel()
 	prefix := logPrefix(id)
 	var n uint64
+	// The keys whose stored values go (releaseStored), told once flushed.
+	var relKeys, relVals [][]byte
 	err := s.db.View(func(txn *badger.Txn) error {
 		rit := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
 		defer rit.Close()
@@ -202,6 +204,11 @@ func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
 					}
 					if end := base + uint64(len(recs)); end > to {
 						n += end - to
+						old, err := item.ValueCopy(nil)
+						if err != nil {
+							return err
+						}
+						relKeys, relVals = append(relKeys, item.KeyCopy(nil)), append(relVals, old)
 						return wb.Set(item.KeyCopy(nil), batchPrefix(b, int(to-base)))
 					}
 					return nil
@@ -218,15 +225,16 @@ func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
 			// Only the count is read (a pointer carries it too); a damaged
 			// batch still goes.
 			var count uint64
-			if err := item.Value(func(b []byte) error {
-				count = storedCount(b)
-				return nil
-			}); err != nil {
+			old, err := item.ValueCopy(nil)
+			if err != nil {
 				return err
 			}
-			if err := wb.Delete(item.KeyCopy(nil)); err != nil {
+			count = storedCount(old)
+			key := item.KeyCopy(nil)
+			if err := wb.Delete(key); err != nil {
 				return err
 			}
+			relKeys, relVals = append(relKeys, key), append(relVals, old)
 			n += count
 		}
 		return nil
@@ -243,5 +251,6 @@ func (s *Store) cutLog(id string, to, synced uint64) (uint64, error) {
 	if err := wb.Flush(); err != nil {
 		return 0, fmt.Errorf("logstore: cut %s to %d: %w", id, to, err)
 	}
+	s.releaseStored(relKeys, relVals)
 	return n, nil
 }
