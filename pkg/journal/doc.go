@@ -59,6 +59,15 @@
 // refuses further changes with ErrPoisoned and reads as an empty history until
 // it is reopened and the file revalidated.
 //
+// TrimBefore removes entries from the front for a log whose front retention
+// removed: it keeps the entry in force at the given offset and every later
+// one, rewriting the file whole the way Create does (temporary file, fsync,
+// rename, directory fsync), so a crash leaves the old journal or the new
+// one. A trimmed history's first entry may start above 0 (and below the
+// log start: its epoch is in force from there, whatever the log still
+// holds of it); DivergencePoint compares such histories where both
+// replicas hold records.
+//
 // All filesystem access goes through FS, so tests inject failing writes and
 // fsyncs and simulate crashes that keep only synced bytes (package
 // journaltest).

@@ -37,15 +37,35 @@ func checkHistory(h []EpochStart) error {
 }
 
 // DivergencePoint returns the offset below which two replicas with histories
-// a and b hold identical records: walking both, the first index where the
-// entries differ, and there the smaller of the two starts. Below it both wrote
-// under identical leadership; at or above it one of them may hold another
-// epoch's records.
+// a and b hold identical records, wherever both hold records: walking both,
+// the first index where the entries differ, and there the smaller of the two
+// starts. Below it both wrote under identical leadership; at or above it one
+// of them may hold another epoch's records.
 //
 // An index only one side has counts as differing at the other side's start:
 // the shorter side's last epoch may run on past where the longer side's next
 // epoch began. Identical histories never diverge: math.MaxUint64, true (the
 // caller bounds the target by the log ends).
+//
+// Trimmed histories (a log whose front retention removed, see TrimBefore,
+// or one rebuilt from the records left) begin with an entry whose start may
+// be above 0, and the replica holds no record below that start. Two such
+// histories are compared where both hold records:
+//
+//   - the side whose first epoch is older skips its entries of epochs below
+//     the other side's first epoch: the other side holds nothing there, and
+//     where it holds records (from its first start on) the skipped epochs'
+//     records, if any remain, differ from its own, which the comparison of
+//     the next entries (the smaller start) still finds;
+//   - entries of one epoch at different starts agree when the higher start
+//     is its side's first entry (that side holds nothing below it, and
+//     records of one epoch are the same records on every replica), and
+//     differ at the smaller start otherwise, as always.
+//
+// An untrimmed history's first entry starts at 0, so for two of those this
+// is the walk it always was. The answer is exact for every offset at or
+// above both log starts; below a replica's log start there is nothing to
+// compare.
 //
 // ok is false when either history is empty. Empty means unknown, and two
 // unknowns agreeing at 0 is not evidence: returning a point would let a
@@ -53,6 +73,17 @@ func checkHistory(h []EpochStart) error {
 func DivergencePoint(a, b []EpochStart) (offset uint64, ok bool) {
 	if len(a) == 0 || len(b) == 0 {
 		return 0, false
+	}
+	// Align: the side with the older first epoch starts at the other's
+	// first epoch. Epochs strictly increase, so the skipped entries are a
+	// prefix.
+	aFirst, bFirst := true, true // the entry at index 0 is its side's first
+	if a[0].Epoch < b[0].Epoch {
+		a = a[sort.Search(len(a), func(i int) bool { return a[i].Epoch >= b[0].Epoch }):]
+		aFirst = false
+	} else if b[0].Epoch < a[0].Epoch {
+		b = b[sort.Search(len(b), func(i int) bool { return b[i].Epoch >= a[0].Epoch }):]
+		bFirst = false
 	}
 	for i := 0; ; i++ {
 		switch {
@@ -62,7 +93,12 @@ func DivergencePoint(a, b []EpochStart) (offset uint64, ok bool) {
 			return b[i].Start, true
 		case i >= len(b):
 			return a[i].Start, true
-		case a[i] != b[i]:
+		case a[i] == b[i]:
+		case i == 0 && a[0].Epoch == b[0].Epoch &&
+			((a[0].Start > b[0].Start && aFirst) || (b[0].Start > a[0].Start && bFirst)):
+			// The side with the higher start holds nothing below it, and
+			// from it on both hold the one epoch's records.
+		default:
 			// Same epoch at different starts differs too: each side's
 			// previous epoch ran to its own start, so only the smaller start
 			// is a boundary both agree lies under the previous leadership.
@@ -78,7 +114,11 @@ func DivergencePoint(a, b []EpochStart) (offset uint64, ok bool) {
 // end holds records the history h never had under E, and truncates to end.
 //
 // ok is false when h is empty (unknown) or every epoch in h is above epoch:
-// h then says nothing about that stretch of the log.
+// h then says nothing about that stretch of the log. A trimmed history
+// (TrimBefore) keeps the entry in force at the last record retention
+// removed, so for a log starting at S the answer is exact for every epoch
+// of a record at S-1 or later: a follower fetching at or above S sends the
+// epoch of its record at fetch offset - 1, which is one of those.
 func EndOffsetFor(h []EpochStart, epoch, logEnd uint64) (foundEpoch, end uint64, ok bool) {
 	// h's epochs strictly increase, so the entries above epoch are a suffix.
 	i := sort.Search(len(h), func(i int) bool { return h[i].Epoch > epoch }) - 1

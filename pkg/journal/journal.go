@@ -37,6 +37,9 @@ var (
 // durable, nor a history half-way through a truncation.
 type Journal struct {
 	path string
+	// fsys is the filesystem the journal lives in (TrimBefore rewrites
+	// the file through it).
+	fsys FS
 
 	// mu guards the fields below, for reads as well as writes.
 	mu sync.Mutex
@@ -75,7 +78,7 @@ func OpenFS(fsys FS, path string) (*Journal, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	return &Journal{path: path, f: f, entries: entries}, nil
+	return &Journal{path: path, fsys: fsys, f: f, entries: entries}, nil
 }
 
 // recoverFile reads and validates f, applies the repair scan decided, and
@@ -231,6 +234,68 @@ func (j *Journal) TruncateFrom(offset uint64) error {
 		return j.poison(fmt.Errorf("sync %s truncated to %d entries: %w", j.path, keep, err))
 	}
 	j.entries = j.entries[:keep]
+	return nil
+}
+
+// TrimBefore removes the entries that describe only offsets below offset:
+// every entry but the one in force at offset (the last starting at or
+// below it) and those after it. It is for a log whose front retention
+// removed (logstore's AdvanceLogStart passes the last offset it removed, so
+// that the epoch of the record just below the log start stays known). The
+// kept entries are the very entries the journal held, so the first one may
+// start below offset: its epoch is in force from there on, whatever of its
+// stretch the log still holds. DivergencePoint and EndOffsetFor stay exact
+// for every offset at or above offset (see DivergencePoint on trimmed
+// histories). No entry starts at or below offset: nothing changes.
+//
+// The file keeps its format: header, then the kept entries. It is rewritten
+// whole (entry k of a journal is always at byte 8+20k, so a front cannot be
+// cut in place) the way Create replaces a journal: written to path+".tmp",
+// fsynced, renamed over path, the directory fsynced. A crash at any point
+// leaves the old journal or the new one, never a mix. A failure poisons the
+// journal (the file may be the old or the new one until reopened).
+func (j *Journal) TrimBefore(offset uint64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.writable(); err != nil {
+		return err
+	}
+	// Starts never decrease: the entries starting at or below offset are a
+	// prefix, and the last of them is the one in force at offset.
+	k := sort.Search(len(j.entries), func(i int) bool { return j.entries[i].Start > offset }) - 1
+	if k <= 0 {
+		return nil // no entry, or only the one in force, starts at or below offset
+	}
+	keep := j.entries[k:]
+	img := make([]byte, 0, entryOffset(len(keep)))
+	img = append(img, header[:]...)
+	for _, e := range keep {
+		img = appendEntry(img, e)
+	}
+	tmp := j.path + ".tmp"
+	if err := writeSynced(j.fsys, tmp, img); err != nil {
+		_ = j.fsys.Remove(tmp)
+		return j.poison(fmt.Errorf("trim %s before %d: %w", j.path, offset, err))
+	}
+	if err := j.fsys.Rename(tmp, j.path); err != nil {
+		_ = j.fsys.Remove(tmp)
+		return j.poison(fmt.Errorf("trim %s before %d: %w", j.path, offset, err))
+	}
+	// From here the name may point at either file until the directory is
+	// synced; both are whole journals, and memory follows the new one only
+	// once it is durable.
+	if err := j.fsys.SyncDir(filepath.Dir(j.path)); err != nil {
+		return j.poison(fmt.Errorf("trim %s before %d: sync directory: %w", j.path, offset, err))
+	}
+	f, err := j.fsys.OpenFile(j.path, os.O_RDWR, 0o644)
+	if err != nil {
+		return j.poison(fmt.Errorf("trim %s before %d: reopen: %w", j.path, offset, err))
+	}
+	// The old descriptor is the replaced file's, no longer named: appends
+	// must go to the new one.
+	_ = j.f.Close()
+	j.f = f
+	j.entries = append([]EpochStart(nil), keep...)
 	return nil
 }
 
