@@ -3,8 +3,6 @@ package promoter
 import (
 	"fmt"
 	"hash/fnv"
-	"math"
-	"sort"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -579,7 +577,8 @@ func tieRank(rangeID, replicaID string) uint64 {
 //
 // With log starts (retention), only [max of the two starts, min of the two
 // ends) is held by both: below the larger start the records are committed
-// and deleted on one side, so the comparison starts there (divergenceFrom).
+// and deleted on one side, and DivergencePoint compares trimmed histories
+// only where both hold records.
 // A replica whose log ends at or below the candidate's log start is not cut:
 // everything it holds is below what the new leader holds, and its fetch is
 // answered below_log_start, which resets it to the leader's start.
@@ -595,13 +594,16 @@ func reconcileTarget(cand, r replicaState) uint64 {
 	// Beyond the candidate's end r holds records the candidate lacks, and the
 	// new leader writes its epoch-start record at exactly that offset.
 	target = min(target, cand.logEnd)
-	if lo := max(cand.logStart, r.logStart); lo > 0 {
-		// At least one side was trimmed. divergenceFrom is at or above lo,
-		// so the target is never below r's log start unless the
-		// candidate's log ends below it, which the HWM check refuses (r's
-		// HWM is at or above its log start).
-		return min(target, divergenceFrom(cand.history, r.history, lo))
+	if lo := max(cand.logStart, r.logStart); lo > 0 && (len(cand.history) == 0 || len(r.history) == 0) {
+		// A log reset to a log start holds no record and has an empty
+		// journal (known: readAnswer): nothing of it disagrees with the
+		// other log, and the log ends above bound the target.
+		return target
 	}
+	// DivergencePoint compares trimmed histories where both logs hold
+	// records (pkg/journal). A point below r's log start would be below
+	// its HWM (readAnswer: log start <= HWM), which Decide refuses or
+	// excludes: no truncation is ever planned below a log start.
 	d, ok := journal.DivergencePoint(cand.history, r.history)
 	if !ok {
 		// One history is empty, and both are known, so that log is empty
@@ -613,48 +615,6 @@ func reconcileTarget(cand, r replicaState) uint64 {
 	// different leaderships even where the offsets coincide; below it both
 	// wrote under identical leadership and hold identical records.
 	return min(target, d)
-}
-
-// divergenceFrom is journal.DivergencePoint for two logs that both hold
-// offset lo and may have had their histories trimmed from the front (each
-// keeps the entry in force at its own log start, which is at or below lo):
-// entries that stopped being in force below lo say nothing about records
-// both hold, and one side may have trimmed them while the other did not. So
-// each history is compared from its entry in force at lo. If those differ
-// in epoch the logs disagree at lo already (where below lo is unknowable
-// from the trimmed side), and lo is the answer; their starts may differ
-// (both are at or below lo, one perhaps trimmed), which says nothing about
-// offsets from lo. After that, entries must match exactly, as in
-// DivergencePoint. An empty history (a log with no records, reset to a log
-// start) disagrees with nothing: the caller bounds the target by the log
-// ends. The result is never below lo.
-func divergenceFrom(a, b []journal.EpochStart, lo uint64) uint64 {
-	if len(a) == 0 || len(b) == 0 {
-		return math.MaxUint64
-	}
-	a, b = inForceAt(a, lo), inForceAt(b, lo)
-	if a[0].Epoch != b[0].Epoch {
-		return lo
-	}
-	for i := 1; ; i++ {
-		switch {
-		case i >= len(a) && i >= len(b):
-			return math.MaxUint64
-		case i >= len(a):
-			return max(b[i].Start, lo)
-		case i >= len(b):
-			return max(a[i].Start, lo)
-		case a[i] != b[i]:
-			return max(min(a[i].Start, b[i].Start), lo)
-		}
-	}
-}
-
-// inForceAt returns h from its entry in force at offset off: the last entry
-// starting at or below off (h's first if none does). h is not empty.
-func inForceAt(h []journal.EpochStart, off uint64) []journal.EpochStart {
-	i := sort.Search(len(h), func(i int) bool { return h[i].Start > off }) - 1
-	return h[max(i, 0):]
 }
 
 // readAnswers checks in and turns each member's answer into a replicaState,
