@@ -16,8 +16,13 @@
 //
 // Per range, after every operation and after Open:
 //
-//   - offsets are dense from LogStart (0) to LogEnd, and every record's epoch
-//     is at least its predecessor's;
+//   - offsets are dense from LogStart to LogEnd (nothing below LogStart is
+//     readable: ErrBelowLogStart), and every record's epoch is at least its
+//     predecessor's;
+//   - LogStart <= HWM, and LogStart never decreases: only committed
+//     records are ever removed from the front (AdvanceLogStart), or a
+//     follower's whole log when it is wholly below the leader's log start
+//     (ResetTo);
 //   - DurableEnd <= LogEnd, and HWM <= LogEnd; the HWM never decreases while
 //     open (after a power loss that took records it counted, Open lowers it
 //     to what the log holds);
@@ -27,7 +32,10 @@
 //   - the journal describes the log: every entry starts at or below LogEnd
 //     (exactly at LogEnd only for an epoch that wrote nothing yet), and the
 //     last entry starting at or below a record's offset carries that
-//     record's epoch;
+//     record's epoch; with LogStart > 0 its first entry is the one in force
+//     at LogStart-1 (trimmed from the front, so it may start below
+//     LogStart), or at LogStart itself when rebuilt from the records left,
+//     or it is empty after ResetTo until the next record is appended;
 //   - a journal entry is fsynced before any record of its epoch is written.
 //
 // # On-disk format
@@ -44,6 +52,7 @@
 //	d/<id>                            synced-end marker     (u64 value)
 //	t/<id>                            truncation target     (u64 value, present only mid-truncation)
 //	x/<id>                            drop intent           (u64 value 0, present only mid-drop)
+//	b/<id>                            log start             (u64 value; absent: 0)
 //	w/gen                             oldest WAL generation Open replays (u64 value)
 //
 //	batch:   batch magic u8 (0xB7) | count u32 | (length u32 | record) per
@@ -116,6 +125,22 @@
 // before the range is served. DropRange persists an intent before deleting
 // a range's keys and journal, and Open finishes it before it lists the
 // ranges, so a crash never leaves a range that looks hosted with part of its
-// log. Options.CrashAt injects crashes at the steps
-// of Truncate and AppendRecords; Options.JournalFS injects journal faults.
+// log.
+//
+// AdvanceLogStart persists the new log start b/<id> (synced) before it
+// removes anything: then it trims the journal's front (atomically, by
+// rename) and deletes the l/ keys of the batches wholly below the start
+// (a batch straddling it stays). Open deletes every batch wholly below the
+// persisted start before it reads the log (a crash mid-advance, or the
+// WAL's replay of batches already deleted, leaves some) and trims the
+// journal again. The start is at most DurableEnd when set, so records at
+// and above it survive any crash, and Open checks the log from
+// max(synced-end marker, log start). ResetTo empties the journal first
+// (a crash then leaves the old log, whose journal Open rebuilds), then
+// persists log start, HWM and synced-end marker at the new start in one
+// synced transaction, then deletes the old log keys.
+//
+// Options.CrashAt injects crashes at the steps of Truncate, AppendRecords,
+// DropRange, AdvanceLogStart and ResetTo; Options.JournalFS injects journal
+// faults.
 package logstore

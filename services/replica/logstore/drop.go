@@ -157,7 +157,7 @@ func (s *Store) deleteRangeKeys(id string, crash func(point string) error) (int,
 	}
 	meta := s.db.NewWriteBatch()
 	defer meta.Cancel()
-	for _, p := range []string{prefixHWM, prefixSynced, prefixIntent, prefixState} {
+	for _, p := range []string{prefixHWM, prefixSynced, prefixIntent, prefixLogStart, prefixState} {
 		if err := meta.Delete(rangeKey(p, id)); err != nil {
 			return 0, fmt.Errorf("logstore: drop %s: %w", id, err)
 		}

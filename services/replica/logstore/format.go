@@ -15,12 +15,13 @@ import (
 const (
 	// Key prefixes. Range ids never contain '/' (wire.ValidateRangeID), so
 	// "l/r1/" can never be a prefix of "l/r10/...".
-	prefixLog    = "l/" // l/<range>/<offset u64 BE> -> stored batch from offset (batch.go), or a pointer to it (segment.go)
-	prefixState  = "s/" // s/<range> -> State
-	prefixHWM    = "h/" // h/<range> -> high-water mark
-	prefixSynced = "d/" // d/<range> -> synced-end marker
-	prefixIntent = "t/" // t/<range> -> pending truncation target
-	prefixDrop   = "x/" // x/<range> -> pending drop (u64 value 0)
+	prefixLog      = "l/" // l/<range>/<offset u64 BE> -> stored batch from offset (batch.go), or a pointer to it (segment.go)
+	prefixState    = "s/" // s/<range> -> State
+	prefixHWM      = "h/" // h/<range> -> high-water mark
+	prefixSynced   = "d/" // d/<range> -> synced-end marker
+	prefixIntent   = "t/" // t/<range> -> pending truncation target
+	prefixDrop     = "x/" // x/<range> -> pending drop (u64 value 0)
+	prefixLogStart = "b/" // b/<range> -> log start (absent: 0)
 
 	// recordHeaderBytes precedes a record's value: epoch u64, flags u8, crc u32.
 	recordHeaderBytes = 8 + 1 + 4

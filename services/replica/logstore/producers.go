@@ -268,6 +268,10 @@ func (r *Range) producersReady() error {
 func (r *Range) scanProducers(from, stop uint64, fn func(off uint64, p Producer)) error {
 	r.cutMu.RLock()
 	defer r.cutMu.RUnlock()
+	// Records below the log start are gone (retention): the window holds
+	// what the log still holds. A producer whose last append lies below
+	// it starts over, as one older than the window does.
+	from = max(from, r.LogStart())
 	if from >= stop {
 		return nil
 	}
@@ -298,6 +302,10 @@ func (r *Range) scanProducers(from, stop uint64, fn func(off uint64, p Producer)
 			return nil
 		})
 		if err != nil {
+			if below := r.errBelowStartGap("scanProducers", from, err); below != err {
+				// The log start moved above from while scanning.
+				return fmt.Errorf("%w: %s: the log start moved while building the dedupe state; retry: %w", ErrBusy, r.id, below)
+			}
 			return err
 		}
 	}

@@ -69,6 +69,8 @@ type Range struct {
 	cutMu sync.RWMutex
 	// stateMu serializes SetState, whose fsync runs outside mu.
 	stateMu sync.Mutex
+	// startMu serializes AdvanceLogStart and ResetTo.
+	startMu sync.Mutex
 
 	mu    sync.Mutex
 	state State
@@ -312,6 +314,10 @@ func (r *Range) EpochAt(offset uint64) (uint64, error) {
 	if offset >= end {
 		return 0, fmt.Errorf("%w: EpochAt(%d) on %s: log ends at %d", ErrOutOfRange, offset, r.id, end)
 	}
+	// Below the log start the record is gone (retention).
+	if err := r.belowStart("EpochAt", offset); err != nil {
+		return 0, err
+	}
 	if offset == end-1 {
 		return last, nil
 	}
@@ -324,7 +330,8 @@ func (r *Range) EpochAt(offset uint64) (uint64, error) {
 	}
 	defer done()
 	epoch, _, _, err := r.s.readRecord(r.id, offset)
-	return epoch, err
+	// An advance of the log start may have removed it since the check.
+	return epoch, r.errBelowStartGap("EpochAt", offset, err)
 }
 
 // History returns the journal's entries: this replica's epoch history. Empty
@@ -520,6 +527,10 @@ func (r *Range) readTail(from uint64, maxRecords int, maxBytes int) ([]*tenurev1
 	}
 	if maxBytes <= 0 {
 		maxBytes = wire.MaxBatchBytes
+	}
+	// Below the log start: gone, on purpose (retention).
+	if err := r.belowStart("ReadTail", from); err != nil {
+		return nil, err
 	}
 	// Shared with Truncate, as in Read: nothing is cut while we copy.
 	r.cutMu.RLock()

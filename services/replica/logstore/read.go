@@ -15,7 +15,9 @@ import (
 // means wire.MaxReadRecords; maxBytes <= 0 means wire.MaxBatchBytes. Each
 // record is verified against its checksum as it is read: a mismatch, or a
 // record missing below LogEnd, is an error wrapping ErrCorrupt. from ==
-// LogEnd returns no records; from > LogEnd is ErrOutOfRange.
+// LogEnd returns no records; from > LogEnd is ErrOutOfRange; from below
+// LogStart is ErrBelowLogStart (which is ErrOutOfRange too), naming the log
+// start: those records were removed by retention.
 //
 // Read returns written records, durable or not: callers that must serve
 // committed records only (LogService.Read) bound from and maxRecords by the
@@ -30,6 +32,10 @@ func (r *Range) Read(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Rec
 	// Shared with Truncate: the records below end stay while we read them.
 	r.cutMu.RLock()
 	defer r.cutMu.RUnlock()
+	// Below the log start: removed on purpose, not missing.
+	if err := r.belowStart("Read", from); err != nil {
+		return nil, err
+	}
 	end := r.LogEnd()
 	if from > end {
 		return nil, fmt.Errorf("%w: Read(%d) on %s: log ends at %d", ErrOutOfRange, from, r.id, end)
@@ -53,7 +59,9 @@ func (r *Range) Read(from uint64, maxRecords int, maxBytes int) ([]*tenurev1.Rec
 	if from < base {
 		out, total, full, err = r.readIndexed(out, from, min(stop, base), maxBytes)
 		if err != nil {
-			return nil, err
+			// An AdvanceLogStart since the check above may have removed
+			// the records read: that is below the log start, not damage.
+			return nil, r.errBelowStartGap("Read", from, err)
 		}
 	}
 	if !full {

@@ -13,12 +13,16 @@ import (
 // agreement before anything is served from it:
 //
 //  1. read its state (a fence that cannot be read cannot be kept, so a
-//     corrupt state refuses the Open), HWM, synced-end marker and intent;
-//  2. open its journal; a corrupt one is rebuilt in step 5;
-//  3. redo a pending truncation;
-//  4. recover the log end, cutting an unsynced tail at its first hole;
-//  5. reconcile the journal with the log, or rebuild it from the log;
-//  6. clamp the HWM to the log end.
+//     corrupt state refuses the Open), HWM, synced-end marker, intent and
+//     log start;
+//  2. finish an advance of the log start: delete the batches wholly below
+//     it (a crash, or the WAL's replay, may have left them);
+//  3. open its journal; a corrupt one is rebuilt in step 6;
+//  4. redo a pending truncation;
+//  5. recover the log end, cutting an unsynced tail at its first hole;
+//  6. reconcile the journal with the log from the log start, or rebuild it
+//     from the records there, and trim its front to the log start;
+//  7. clamp the HWM to the log end, and raise it to the log start.
 //
 // DurableEnd starts at the log end: after a restart everything on disk was
 // either synced or has been lost already.
@@ -45,6 +49,23 @@ func (s *Store) loadRange(id string) (*Range, error) {
 	if err != nil {
 		return nil, wrap(err)
 	}
+	logStart, _, err := s.getU64(prefixLogStart, id)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if logStart > 0 {
+		// Before anything reads the log: a batch left below the start may
+		// point into a segment already reclaimed. The start was synced
+		// before any deletion, so this finishes what AdvanceLogStart or
+		// ResetTo began (or undoes the WAL replay of batches below it).
+		n, err := s.deleteBelow(id, logStart, nil)
+		if err != nil {
+			return nil, wrap(err)
+		}
+		if n > 0 {
+			s.log.Info("deleted batches below the log start", "range", id, "log_start", logStart, "batches", n)
+		}
+	}
 
 	var rebuild string
 	j, err := journal.OpenFS(s.jfs, s.journalPath(id))
@@ -67,21 +88,35 @@ func (s *Store) loadRange(id string) (*Range, error) {
 		}
 		synced = min(synced, intentTo)
 	}
-	end, lastEpoch, err := s.recoverLogEnd(id, synced)
+	end, lastEpoch, err := s.recoverLogEnd(id, logStart, synced)
 	if err != nil {
 		closeJournal()
 		return nil, wrap(err)
 	}
 	if j != nil {
-		if rebuild, err = s.reconcileJournal(id, j, end); err != nil {
+		if rebuild, err = s.reconcileJournal(id, j, logStart, end); err != nil {
 			closeJournal()
 			return nil, wrap(err)
 		}
 	}
 	if rebuild != "" {
 		closeJournal()
-		if j, err = s.rebuildJournal(id, end, rebuild); err != nil {
+		if j, err = s.rebuildJournal(id, logStart, end, rebuild); err != nil {
 			return nil, wrap(err)
+		}
+	}
+	if logStart > 0 {
+		// An advance that crashed before its journal trim: redone (a
+		// no-op when done). The entry in force at the last removed record
+		// stays, as AdvanceLogStart keeps it.
+		if err := j.TrimBefore(logStart - 1); err != nil {
+			closeJournal()
+			return nil, wrap(err)
+		}
+		if end == logStart {
+			// No record left to say the last epoch: the journal does (0
+			// after ResetTo, whose journal is empty).
+			lastEpoch = epochInForce(j.Entries(), logStart-1)
 		}
 	}
 
@@ -90,6 +125,14 @@ func (s *Store) loadRange(id string) (*Range, error) {
 	r.next, r.logEnd, r.durableEnd = end, end, end
 	r.tailEpoch, r.lastEpoch = lastEpoch, lastEpoch
 	r.hwm = hwm
+	r.logStart = logStart
+	if hwm < logStart {
+		// The start is at most the HWM when set, and the HWM is persisted
+		// lazily, so it may lag: the records below the start were
+		// committed.
+		r.hwm = logStart
+		s.dirty[r] = struct{}{}
+	}
 	if hwm > end {
 		// The HWM is persisted after the records it covers, so this needs
 		// records lost after they were counted: a power loss took this
@@ -129,7 +172,13 @@ func (s *Store) redoTruncate(id string, j *journal.Journal, to, synced uint64) e
 }
 
 // recoverLogEnd returns the log end of range id and the epoch of its last
-// record, given its synced-end marker.
+// record, given its log start and synced-end marker.
+//
+// Records below the log start are gone on purpose, and were durable before
+// it was persisted (AdvanceLogStart clamps it by DurableEnd; ResetTo sets the
+// marker with it), so the log is checked from max(synced, logStart). With
+// no record left below that, lastEpoch is 0 here (the caller asks the
+// journal when the log is empty at its start).
 //
 // Records below the marker were fsynced before the batch that wrote the
 // marker (commit.go), so they are trusted: only the record just below it is
@@ -140,8 +189,9 @@ func (s *Store) redoTruncate(id string, j *journal.Journal, to, synced uint64) e
 // committed after the lost record and so was never covered by a completed
 // sync: it was never reported durable, and the tail is cut at the first
 // missing or unreadable record.
-func (s *Store) recoverLogEnd(id string, synced uint64) (end, lastEpoch uint64, err error) {
-	if synced > 0 {
+func (s *Store) recoverLogEnd(id string, logStart, synced uint64) (end, lastEpoch uint64, err error) {
+	synced = max(synced, logStart)
+	if synced > logStart {
 		if lastEpoch, _, _, err = s.readRecord(id, synced-1); err != nil {
 			return 0, 0, fmt.Errorf("record below the synced marker %d: %w", synced, err)
 		}
@@ -181,7 +231,7 @@ func (s *Store) recoverLogEnd(id string, synced uint64) (end, lastEpoch uint64, 
 // journals (E, LogEnd) before writing its epoch-start record, and a follower
 // its epoch before the record). It returns a reason to rebuild the journal
 // from the log instead, or "" when the journal describes the log.
-func (s *Store) reconcileJournal(id string, j *journal.Journal, end uint64) (rebuild string, err error) {
+func (s *Store) reconcileJournal(id string, j *journal.Journal, logStart, end uint64) (rebuild string, err error) {
 	entries := j.Entries()
 	if n := len(entries); n > 0 && entries[n-1].Start > end {
 		if err := j.TruncateFrom(end + 1); err != nil {
@@ -191,7 +241,7 @@ func (s *Store) reconcileJournal(id string, j *journal.Journal, end uint64) (reb
 		entries = j.Entries()
 	}
 	if len(entries) == 0 {
-		if end > 0 {
+		if end > logStart {
 			// Empty means unknown; with records present it is a lost or
 			// missing journal, and the log can say what it was.
 			return "the journal is empty and the log is not", nil
@@ -199,20 +249,25 @@ func (s *Store) reconcileJournal(id string, j *journal.Journal, end uint64) (reb
 		// An empty log and an empty journal: empty is complete.
 		return "", nil
 	}
-	return s.checkJournal(id, entries, end)
+	return s.checkJournal(id, entries, logStart, end)
 }
 
-// checkJournal verifies that entries describe the log below end: the first
-// epoch starts at 0, and each non-empty stretch [start, next start) holds
-// its epoch at both ends. Epochs never decrease along the log, so both ends
+// checkJournal verifies that entries describe the log in [logStart, end):
+// the first epoch starts at or below the log start (a trimmed journal's
+// first entry may start below it, the kept entry in force there), and the
+// part at or above the log start of each non-empty stretch [start, next
+// start) holds its epoch at both ends. Epochs never decrease along the log, so both ends
 // agreeing means every record between does; three point reads per entry,
 // instead of reading the log. A mismatch is a reason to rebuild.
-func (s *Store) checkJournal(id string, entries []journal.EpochStart, end uint64) (rebuild string, err error) {
-	if end == 0 {
-		return "", nil // every entry starts at 0 == end: epochs that wrote nothing yet
+func (s *Store) checkJournal(id string, entries []journal.EpochStart, logStart, end uint64) (rebuild string, err error) {
+	if end == logStart {
+		// No record to describe; every entry starts at or below end
+		// (reconcileJournal): epochs that wrote nothing yet, or that
+		// wrote records retention removed.
+		return "", nil
 	}
-	if entries[0].Start > 0 {
-		return fmt.Sprintf("the journal's first epoch %d starts at %d, records below it are unattributed", entries[0].Epoch, entries[0].Start), nil
+	if entries[0].Start > logStart {
+		return fmt.Sprintf("the journal's first epoch %d starts at %d, records from the log start %d below it are unattributed", entries[0].Epoch, entries[0].Start, logStart), nil
 	}
 	for i, e := range entries {
 		if e.Start >= end {
@@ -222,29 +277,41 @@ func (s *Store) checkJournal(id string, entries []journal.EpochStart, end uint64
 		if i+1 < len(entries) {
 			stretchEnd = min(entries[i+1].Start, end)
 		}
-		if stretchEnd == e.Start {
-			continue // an epoch that wrote nothing before the next began
+		// Only the part the log still holds is checked.
+		lo := max(e.Start, logStart)
+		if stretchEnd <= lo {
+			continue // an epoch that wrote nothing before the next began, or only below the log start
 		}
-		for _, off := range []uint64{e.Start, stretchEnd - 1} {
+		for _, off := range []uint64{lo, stretchEnd - 1} {
 			epoch, _, _, err := s.readRecord(id, off)
 			if err != nil {
 				return "", err
 			}
 			if epoch != e.Epoch {
-				return fmt.Sprintf("the journal says epoch %d holds [%d, %d), the log has epoch %d at %d", e.Epoch, e.Start, stretchEnd, epoch, off), nil
+				return fmt.Sprintf("the journal says epoch %d holds [%d, %d), the log has epoch %d at %d", e.Epoch, lo, stretchEnd, epoch, off), nil
 			}
 		}
 	}
 	return "", nil
 }
 
-// rebuildJournal scans the log of range id below end, where every record
-// carries its epoch, and atomically installs the history it finds
+// rebuildJournal scans the log of range id in [logStart, end), where every
+// record carries its epoch, and atomically installs the history it finds
 // (journal.Create: written, fsynced, renamed, directory fsynced) before the
 // range is served. Epochs that wrote nothing here are not recovered; they
-// describe no record, so the history still describes the log.
-func (s *Store) rebuildJournal(id string, end uint64, reason string) (*journal.Journal, error) {
-	entries, err := s.scanEpochs(id, end)
+// describe no record, so the history still describes the log. With a log
+// start above 0 the history begins at the first record still held: at
+// logStart-1 when a batch straddling the start still holds that record (so
+// a follower fetching at the log start is still vouched for), else at
+// logStart (see journal.DivergencePoint on trimmed histories).
+func (s *Store) rebuildJournal(id string, logStart, end uint64, reason string) (*journal.Journal, error) {
+	from := logStart
+	if logStart > 0 {
+		if _, _, _, err := s.readRecord(id, logStart-1); err == nil {
+			from = logStart - 1
+		}
+	}
+	entries, err := s.scanEpochs(id, from, end)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild journal (%s): %w", reason, err)
 	}
@@ -256,12 +323,12 @@ func (s *Store) rebuildJournal(id string, end uint64, reason string) (*journal.J
 	return j, nil
 }
 
-// scanEpochs reads every record of range id below end, verifying each, and
-// returns the first offset of each epoch.
-func (s *Store) scanEpochs(id string, end uint64) ([]journal.EpochStart, error) {
+// scanEpochs reads every record of range id in [from, end), verifying each,
+// and returns the first offset of each epoch (the first one's at from).
+func (s *Store) scanEpochs(id string, from, end uint64) ([]journal.EpochStart, error) {
 	var entries []journal.EpochStart
 	err := s.db.View(func(txn *badger.Txn) error {
-		next, gap, err := s.scanLog(txn, id, 0, func(sr storedRecord) (bool, error) {
+		next, gap, err := s.scanLog(txn, id, from, func(sr storedRecord) (bool, error) {
 			if sr.offset >= end {
 				return false, nil
 			}

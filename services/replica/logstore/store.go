@@ -70,7 +70,10 @@ type Options struct {
 	// fdatasync: they are not yet durable), "wal:checkpoint" (a WAL
 	// checkpoint, in the background, before it syncs Badger), "drop:intent"
 	// (a drop's intent synced, nothing deleted), "drop:log" (the range's
-	// log keys deleted, not synced; its state and journal still there). A
+	// log keys deleted, not synced; its state and journal still there),
+	// "advance:start", "advance:journal", "advance:log", "reset:journal",
+	// "reset:start", "reset:log" (AdvanceLogStart's and ResetTo's steps,
+	// see logstart.go). A
 	// CrashAt that blocks holds the operation there (the committer, at
 	// "commit:write"; the syncer or a follower's inline sync, at
 	// "commit:sync"), which tests use to stage a slow disk.

@@ -86,10 +86,16 @@ func (r *Range) Truncate(to uint64) (removed uint64, err error) {
 		return 0, s.fail(fmt.Errorf("logstore: Truncate(%d) on %s: %w", to, r.id, err))
 	}
 	var last uint64
-	if to > 0 {
+	switch start := r.LogStart(); {
+	case to > start:
 		if last, _, _, err = s.readRecord(r.id, to-1); err != nil {
 			return 0, s.fail(err)
 		}
+	case to > 0:
+		// Cut to the log start itself: the record at to-1 is gone
+		// (retention), and the journal, trimmed to keep the entry in
+		// force there, says its epoch.
+		last = epochInForce(r.j.Entries(), to-1)
 	}
 	r.finishTruncate(to, to, last)
 	if removed != oldEnd-to {
@@ -109,6 +115,11 @@ func (r *Range) startTruncate(to uint64) (uint64, error) {
 	defer r.mu.Unlock()
 	if to < r.hwm {
 		return 0, fmt.Errorf("%w: Truncate(%d) on %s: the high-water mark is %d, and records below it are committed", ErrBelowHWM, to, r.id, r.hwm)
+	}
+	// Implied by the HWM check (LogStart <= HWM), and said on its own: the
+	// log start never moves down, and nothing below it is left to cut.
+	if to < r.logStart {
+		return 0, fmt.Errorf("%w: Truncate(%d) on %s: the log starts at %d", ErrBelowHWM, to, r.id, r.logStart)
 	}
 	if err := r.s.writeErr(); err != nil {
 		return 0, err
