@@ -183,21 +183,23 @@ func validateFetchAnswer(epoch, fetchOffset, lastFetchedEpoch uint64, a *tenurev
 	if a.GetHighWaterMark() > a.GetLogEnd() {
 		return invalidf("fetch answer HWM %d is beyond its log end %d", a.GetHighWaterMark(), a.GetLogEnd())
 	}
+	if a.GetBelowLogStart() {
+		if len(a.GetRecords()) > 0 || a.GetDiverging() != nil {
+			return invalidf("fetch answer below the log start carries records or a divergence")
+		}
+		// 0 is "not trimmed": nothing can be below it. (Its HWM is 0, for
+		// followers that do not know the field: see the leader's
+		// belowLogStart.)
+		if a.GetLogStart() == 0 || a.GetLogStart() > a.GetLogEnd() {
+			return invalidf("fetch answer says below the log start, but the log start is %d (log end %d)", a.GetLogStart(), a.GetLogEnd())
+		}
+		return nil
+	}
 	// Retention removes only committed records: a leader's log start is
 	// never above its HWM. A follower raises its own log start to it, so an
 	// impossible one is refused before it deletes anything.
 	if a.GetLogStart() > a.GetHighWaterMark() {
 		return invalidf("fetch answer log start %d is beyond its HWM %d", a.GetLogStart(), a.GetHighWaterMark())
-	}
-	if a.GetBelowLogStart() {
-		if len(a.GetRecords()) > 0 || a.GetDiverging() != nil {
-			return invalidf("fetch answer below the log start carries records or a divergence")
-		}
-		// 0 is "not trimmed": nothing can be below it.
-		if a.GetLogStart() == 0 {
-			return invalidf("fetch answer says below the log start, but the log start is 0")
-		}
-		return nil
 	}
 	if d := a.GetDiverging(); d != nil {
 		if len(a.GetRecords()) > 0 {

@@ -169,7 +169,7 @@ func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev
 	now := time.Now()
 	d, below := checkFetchFrom(hist, start, logEnd, m.GetLastFetchedEpoch(), m.GetFetchOffset())
 	if below {
-		return l.belowLogStart(m, start, hwm, logEnd, now), fetchRecords, false, nil
+		return l.belowLogStart(m, start, logEnd, now), fetchRecords, false, nil
 	}
 	if d != nil {
 		// Not counted: this follower's offset includes bytes we lack.
@@ -191,7 +191,7 @@ func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev
 			// committed records now deleted, the answer a fetch from below
 			// the start gets. Not a store failure.
 			start = max(start, min(h.r.LogStart(), hwm))
-			return l.belowLogStart(m, start, hwm, logEnd, now), fetchRecords, false, nil
+			return l.belowLogStart(m, start, logEnd, now), fetchRecords, false, nil
 		}
 		if err != nil {
 			return nil, fetchNothing, false, &storeError{fmt.Errorf("range %q: read from %d for %s: %w", h.id, off, m.GetReplicaId(), err)}
@@ -210,8 +210,12 @@ func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev
 // belowLogStart is the answer to a follower this leader cannot serve from
 // its log: it lacks records below the log start, or its last epoch precedes
 // the trimmed history. Not counted: its offset says nothing this leader can
-// check.
-func (l *leader) belowLogStart(m *tenurev1.FetchRequest, start, hwm, logEnd uint64, now time.Time) *tenurev1.FetchResponse {
+// check. The answer's HWM is 0: a follower older than log starts does not
+// know below_log_start and reads this as "nothing new, your position
+// checked", raising its HWM to min(HWM, its log end), which would mark
+// records the leader never checked as committed. With 0 it raises nothing
+// and asks again.
+func (l *leader) belowLogStart(m *tenurev1.FetchRequest, start, logEnd uint64, now time.Time) *tenurev1.FetchResponse {
 	l.record(m.GetReplicaId(), 0, false, logEnd, now)
-	return &tenurev1.FetchResponse{Epoch: l.epoch, HighWaterMark: hwm, LogEnd: logEnd, LogStart: start, BelowLogStart: true}
+	return &tenurev1.FetchResponse{Epoch: l.epoch, LogEnd: logEnd, LogStart: start, BelowLogStart: true}
 }

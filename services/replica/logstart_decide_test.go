@@ -64,7 +64,8 @@ func TestValidateFetchAnswerLogStart(t *testing.T) {
 	}{
 		{"records with a log start below the offset", &tenurev1.FetchResponse{Epoch: 3, LogStart: 8, HighWaterMark: 10, LogEnd: 20, Records: []*tenurev1.Record{rec}}, true},
 		{"log start 0 (an older leader)", &tenurev1.FetchResponse{Epoch: 3, HighWaterMark: 10, LogEnd: 20, Records: []*tenurev1.Record{rec}}, true},
-		{"below the log start", &tenurev1.FetchResponse{Epoch: 3, LogStart: 15, HighWaterMark: 18, LogEnd: 20, BelowLogStart: true}, true},
+		{"below the log start", &tenurev1.FetchResponse{Epoch: 3, LogStart: 15, LogEnd: 20, BelowLogStart: true}, true},
+		{"below a log start beyond the log end", &tenurev1.FetchResponse{Epoch: 3, LogStart: 21, LogEnd: 20, BelowLogStart: true}, false},
 		{"log start above the HWM", &tenurev1.FetchResponse{Epoch: 3, LogStart: 11, HighWaterMark: 10, LogEnd: 20}, false},
 		{"accepted an offset below its log start", &tenurev1.FetchResponse{Epoch: 3, LogStart: 11, HighWaterMark: 12, LogEnd: 20, Records: []*tenurev1.Record{rec}}, false},
 		{"below a log start of 0", &tenurev1.FetchResponse{Epoch: 3, HighWaterMark: 10, LogEnd: 20, BelowLogStart: true}, false},

@@ -313,7 +313,9 @@ type FetchResponse struct {
 	// committed: a follower whose HWM is at or below log_start truncates to
 	// log_start (never below its HWM), discards its log and fetches from
 	// log_start; one whose HWM is above it stops the range (a committed record
-	// disagrees).
+	// disagrees). high_water_mark is 0 in such an answer, so a follower older
+	// than this field, which reads it as an empty checked answer, raises no
+	// HWM on it.
 	BelowLogStart bool `protobuf:"varint,7,opt,name=below_log_start,json=belowLogStart,proto3" json:"below_log_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
