@@ -190,7 +190,9 @@ func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev
 			// above (it runs beside fetches): the follower lacks only
 			// committed records now deleted, the answer a fetch from below
 			// the start gets. Not a store failure.
-			start = max(start, min(h.r.LogStart(), hwm))
+			// Unclamped: the start is at most the HWM now, which may be
+			// above the HWM read before it.
+			start = max(start, h.r.LogStart())
 			return l.belowLogStart(m, start, logEnd, now), fetchRecords, false, nil
 		}
 		if err != nil {
