@@ -364,6 +364,8 @@ func (f *follower) resetToLogStart(end, leaderStart uint64) (newEnd uint64, err 
 		if removed, err = r.Truncate(leaderStart); err != nil {
 			return 0, &storeError{fmt.Errorf("truncate to the leader's log start %d: %w", leaderStart, err)}
 		}
+		// A cut at fetch time like a divergence's: status counts it.
+		h.cuts.add(fetchTruncation{epoch: f.epoch, leader: f.leaderID, from: end, to: leaderStart, removed: removed, at: time.Now()})
 	}
 	start := r.LogStart()
 	if err := r.ResetTo(leaderStart); err != nil {

@@ -179,8 +179,11 @@ func TestFollowerWithAnOldTailAboveTheLogStartResets(t *testing.T) {
 		t.Fatalf("r3 halted: %s", st.GetHalted())
 	}
 	c.sameLogs(c.logFrom(r1, start), r3)
-	if !strings.Contains(c.logs.String(), "truncated_above_start=") {
-		t.Fatalf("no reset logged: %s", c.logs.String())
+	if !strings.Contains(c.logs.String(), fmt.Sprintf("truncated_above_start=%d", hwm+60-start)) {
+		t.Fatalf("no reset with the cut of r3's old tail logged: %s", c.logs.String())
+	}
+	if st := c.status(r3); st.GetFetchTruncations() != 1 || st.GetLastFetchTruncationFrom() != hwm+60 || st.GetLastFetchTruncationTo() != start {
+		t.Fatalf("r3's fetch truncations: %d, last from %d to %d; want 1, from %d to %d", st.GetFetchTruncations(), st.GetLastFetchTruncationFrom(), st.GetLastFetchTruncationTo(), hwm+60, start)
 	}
 }
 
