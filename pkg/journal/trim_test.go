@@ -1,6 +1,7 @@
 package journal_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -64,4 +65,37 @@ func TestCrashDuringTrimBefore(t *testing.T) {
 		}
 		mustRecord(t, j, es(9, 1000)...)
 	})
+}
+
+// A failed step of TrimBefore poisons the journal (it reads empty, never
+// partial) and leaves a whole journal on disk: the old one before the
+// rename, the trimmed one after it.
+func TestTrimBeforeFailurePoisons(t *testing.T) {
+	old, trimmed := es(1, 0, 2, 100, 3, 200), es(2, 100, 3, 200)
+	for _, tt := range []struct {
+		op   journaltest.Op
+		want []journal.EpochStart
+	}{
+		{journaltest.OpSync, old},
+		{journaltest.OpRename, old},
+		{journaltest.OpSyncDir, trimmed},
+	} {
+		t.Run(tt.op.String(), func(t *testing.T) {
+			mem := journaltest.NewMemFS()
+			mem.WriteFile("r1.journal", image(old...))
+			fsys := journaltest.NewFaultFS(mem)
+			j := mustOpenFS(t, fsys, "r1.journal")
+			fsys.SetInjector(journaltest.FailOp(tt.op, errors.New("disk says no")))
+			if err := j.TrimBefore(150); !errors.Is(err, journal.ErrPoisoned) {
+				t.Fatalf("TrimBefore with a failing %v = %v, want ErrPoisoned", tt.op, err)
+			}
+			wantEntries(t, j, nil)
+			if err := j.Record(9, 1000); !errors.Is(err, journal.ErrPoisoned) {
+				t.Fatalf("Record after a failed trim = %v, want ErrPoisoned", err)
+			}
+			_ = j.Close()
+			fsys.SetInjector(nil)
+			wantEntries(t, mustOpenFS(t, fsys, "r1.journal"), tt.want)
+		})
+	}
 }

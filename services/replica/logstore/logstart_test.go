@@ -100,7 +100,7 @@ func TestAdvanceLogStart(t *testing.T) {
 		t.Fatalf("stored batches after the advance = %v, want %v", got, want)
 	}
 	s = o.open()
-	defer closeStore(t, s)
+	defer func() { closeStore(t, s) }()
 	r, _ = s.Range("r1")
 	check(r)
 	// The log goes on; the next advance past the straddling batch removes it.
@@ -112,11 +112,23 @@ func TestAdvanceLogStart(t *testing.T) {
 	if got, err := r.AdvanceLogStart(math.MaxUint64); err != nil || got != 35 {
 		t.Fatalf("AdvanceLogStart(max) = %d, %v; want the HWM 35", got, err)
 	}
-	// Emptied by retention: the last epoch is still known.
-	if r.LogEnd() != 35 || r.LastEpoch() != 3 {
-		t.Fatalf("LogEnd, LastEpoch = %d, %d; want 35, 3", r.LogEnd(), r.LastEpoch())
+	// Emptied by retention: the last epoch is still known, after a
+	// reopen too, and a new leadership starts at the log end.
+	emptied := func(r *logstore.Range) {
+		t.Helper()
+		if r.LogStart() != 35 || r.LogEnd() != 35 || r.LastEpoch() != 3 {
+			t.Fatalf("LogStart, LogEnd, LastEpoch = %d, %d, %d; want 35, 35, 3", r.LogStart(), r.LogEnd(), r.LastEpoch())
+		}
+		checkHistory(t, r, es(3, 20))
 	}
-	checkHistory(t, r, es(3, 20))
+	emptied(r)
+	closeStore(t, s)
+	s = o.open()
+	r, _ = s.Range("r1")
+	emptied(r)
+	lead(t, r, 4)
+	checkHistory(t, r, es(3, 20, 4, 35))
+	checkConsistent(t, r)
 }
 
 // The start never passes what is durable here: a power loss must not take
@@ -184,32 +196,40 @@ func TestAdvanceLogStartCrashIsFinishedOnOpen(t *testing.T) {
 }
 
 // Batches still waiting for the index when the start passes them are
-// indexed first and then deleted, and a WAL replay after a power loss
-// does not bring them back.
+// indexed first and then deleted (no later index commit writes them back),
+// and a WAL replay after a power loss does not bring them back either.
 func TestAdvanceLogStartOverUnindexedBatches(t *testing.T) {
 	defer logstore.HoldIndex()()
-	o := newOpener(t)
-	s := o.open()
-	r := mustRange(t, s, "r1")
-	threeEpochs(t, r)
-	if err := r.SetHWM(30); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := r.AdvanceLogStart(21); err != nil || got != 21 {
-		t.Fatalf("AdvanceLogStart(21) = %d, %v", got, err)
-	}
-	appendN(t, r, 3, 3) // held unindexed, in the WAL only
-	waitDurable(t, r, 33)
-	losePower(t, s)
-	s = o.open()
-	r, _ = s.Range("r1")
-	if r.LogStart() != 21 || r.LogEnd() != 33 {
-		t.Fatalf("after the power loss: LogStart, LogEnd = %d, %d; want 21, 33", r.LogStart(), r.LogEnd())
-	}
-	checkConsistent(t, r)
-	closeStore(t, s)
-	if got, want := storedBases(t, o, "r1"), []uint64{21, 30}; !slices.Equal(got, want) {
-		t.Fatalf("stored batches = %v, want %v", got, want)
+	for _, powerLoss := range []bool{false, true} {
+		t.Run(fmt.Sprintf("power loss %v", powerLoss), func(t *testing.T) {
+			o := newOpener(t)
+			s := o.open()
+			r := mustRange(t, s, "r1")
+			threeEpochs(t, r) // held unindexed, in the WAL only
+			if err := r.SetHWM(30); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := r.AdvanceLogStart(21); err != nil || got != 21 {
+				t.Fatalf("AdvanceLogStart(21) = %d, %v", got, err)
+			}
+			appendN(t, r, 3, 3)
+			waitDurable(t, r, 33)
+			if powerLoss {
+				losePower(t, s)
+				s = o.open()
+				r, _ = s.Range("r1")
+				if r.LogStart() != 21 || r.LogEnd() != 33 {
+					t.Fatalf("after the power loss: LogStart, LogEnd = %d, %d; want 21, 33", r.LogStart(), r.LogEnd())
+				}
+				checkConsistent(t, r)
+			} else if err := s.IndexNow(); err != nil {
+				t.Fatal(err)
+			}
+			closeStore(t, s)
+			if got, want := storedBases(t, o, "r1"), []uint64{21, 30}; !slices.Equal(got, want) {
+				t.Fatalf("stored batches = %v, want %v", got, want)
+			}
+		})
 	}
 }
 
@@ -577,4 +597,39 @@ func TestDivergenceWithDifferentLogStarts(t *testing.T) {
 			t.Fatalf("DivergencePoint(%v, %v) = %d, %v; want 30", pair[0].History(), pair[1].History(), p, ok)
 		}
 	}
+}
+
+// A truncation that crashed above an advanced log start is redone at Open
+// without touching the start.
+func TestTruncateCrashAfterAdvanceLogStart(t *testing.T) {
+	o := newOpener(t)
+	crash := errors.New("power cut")
+	o.opts.CrashAt = func(p string) error {
+		if p == logstore.CrashTruncateLog {
+			return crash
+		}
+		return nil
+	}
+	s := o.open()
+	r := mustRange(t, s, "r1")
+	threeEpochs(t, r)
+	if err := r.SetHWM(12); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.AdvanceLogStart(12); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Truncate(15); !errors.Is(err, crash) {
+		t.Fatalf("Truncate(15) with a crash = %v, want the crash", err)
+	}
+	losePower(t, s)
+	o.opts.CrashAt = nil
+	s = o.open()
+	defer closeStore(t, s)
+	r, _ = s.Range("r1")
+	if r.LogStart() != 12 || r.LogEnd() != 15 || r.LastEpoch() != 2 {
+		t.Fatalf("LogStart, LogEnd, LastEpoch = %d, %d, %d; want 12, 15, 2", r.LogStart(), r.LogEnd(), r.LastEpoch())
+	}
+	checkHistory(t, r, es(2, 10))
+	checkConsistent(t, r)
 }
