@@ -292,3 +292,41 @@ func TestFollowerOfALeaderWithoutLogStart(t *testing.T) {
 		t.Fatalf("r2 holds %d records, want all %d", got, st.GetLogEnd())
 	}
 }
+
+// A follower whose HWM lags below the leader's new log start but whose log
+// runs past it under an epoch the leader's trimmed history still holds is
+// checked as always, not reset: it keeps every record it holds at and above
+// the leader's log start, raises its HWM over them, and then follows the log
+// start (deleting only what is committed below it).
+func TestFollowerWithALaggingHWMKeepsItsRecords(t *testing.T) {
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, r1, r2, r3)
+	c.mustAppend(r1, values("a", 10)...)
+	c.waitCaughtUp(r1, r2, r3)
+	held := c.status(r3).GetLogEnd()
+	// r3 fetches from held (receiving the next batch with an HWM that
+	// does not cover it yet) and no further: its HWM stays behind.
+	r3.gate.set(func(m *tenurev1.FetchRequest) bool { return m.GetFetchOffset() <= held })
+	c.mustAppend(r1, values("b", 30)...)
+	end := held + 30
+	waitUntil(t, 10*time.Second, "r3 to hold the batch", func() bool { return c.status(r3).GetLogEnd() == end })
+	lagging := c.status(r3).GetHighWaterMark()
+	start := end - 10
+	if lagging >= start {
+		t.Fatalf("r3's HWM %d is not below the log start %d", lagging, start)
+	}
+	c.advanceLogStart(r1, start)
+	r3.gate.open()
+	c.mustAppend(r1, values("c", 2)...)
+	c.waitCaughtUp(r1, r2, r3)
+	waitUntil(t, 10*time.Second, "r3 to follow the log start", func() bool { return c.status(r3).GetLogStart() == start })
+	st := c.status(r3)
+	if st.GetHalted() != "" || st.GetFetchTruncations() != 0 {
+		t.Fatalf("r3: halted %q, fetch truncations %d; want serving, none", st.GetHalted(), st.GetFetchTruncations())
+	}
+	if strings.Contains(c.logs.String(), "reset to the leader's log start") {
+		t.Fatalf("r3 was reset though the leader could check its log:\n%s", c.logs.String())
+	}
+	c.sameLogs(c.logFrom(r1, start), r3)
+}
