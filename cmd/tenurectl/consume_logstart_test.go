@@ -65,13 +65,23 @@ func testConsumeBelowLogStart(t *testing.T, c *testCluster) {
 		return code == exitOK
 	})
 
+	// status --json names each replica's log start.
+	_, out, _ := c.ctl("", "status", "retained", "--json")
+	var st []statusJSON
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st) != 1 {
+		t.Fatalf("status retained --json: %v\n%s", err, out)
+	}
+	for _, r := range st[0].Replicas {
+		if r.ID == next && r.LogStart != 6 {
+			t.Errorf("status --json: %s log_start = %d, want 6", r.ID, r.LogStart)
+		}
+	}
 	code, _, stderr := c.ctl("", "consume", "retained", "--from", "3")
 	for _, want := range []string{"offset 3 is below the log start 6: records below it were deleted by retention", "--from 6", "--from-start"} {
 		if code != exitFail || !strings.Contains(stderr, want) {
 			t.Errorf("consume --from 3 below the log start 6: status %d, stderr:\n%s\nwant %q", code, stderr, want)
 		}
 	}
-	var out string
 	waitFor(t, "consume --from-start to read from the new leader", 20*time.Second, func() bool {
 		code, out, stderr = c.ctl("", "consume", "retained", "--from-start")
 		return code == exitOK

@@ -481,13 +481,16 @@ type leaseJSON struct {
 }
 
 type replicaStatusJSON struct {
-	ID            string  `json:"id"`
-	Address       string  `json:"address"`
-	Reachable     bool    `json:"reachable"`
-	Error         string  `json:"error,omitempty"`
-	Role          string  `json:"role,omitempty"`
-	Epoch         uint64  `json:"epoch"`
-	FencedEpoch   uint64  `json:"fenced_epoch"`
+	ID          string `json:"id"`
+	Address     string `json:"address"`
+	Reachable   bool   `json:"reachable"`
+	Error       string `json:"error,omitempty"`
+	Role        string `json:"role,omitempty"`
+	Epoch       uint64 `json:"epoch"`
+	FencedEpoch uint64 `json:"fenced_epoch"`
+	// LogStart is the lowest offset the replica holds: retention deleted
+	// the committed records below it (0: never trimmed).
+	LogStart      uint64  `json:"log_start"`
 	LogEnd        uint64  `json:"log_end"`
 	HighWaterMark uint64  `json:"high_water_mark"`
 	LeaseValid    bool    `json:"lease_valid"`
@@ -543,7 +546,7 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 			} else {
 				st := m.status
 				rj.Reachable, rj.Role, rj.Epoch, rj.FencedEpoch = true, roleName(st.GetRole()), st.GetEpoch(), st.GetFencedEpoch()
-				rj.LogEnd, rj.HighWaterMark, rj.LeaseValid = st.GetLogEnd(), st.GetHighWaterMark(), st.GetLeaseValid()
+				rj.LogStart, rj.LogEnd, rj.HighWaterMark, rj.LeaseValid = st.GetLogStart(), st.GetLogEnd(), st.GetHighWaterMark(), st.GetLeaseValid()
 				rj.Halted = st.GetHalted()
 				rj.FetchTruncations, rj.FetchTruncatedRecords = st.GetFetchTruncations(), st.GetFetchTruncatedRecords()
 				if st.GetFetchTruncations() > 0 {
