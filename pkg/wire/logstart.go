@@ -26,3 +26,11 @@ func BelowLogStart(err error) (logStart uint64, ok bool) {
 	}
 	return 0, false
 }
+
+// HistoryKnownFrom is HistoryKnown for a log that starts at logStart: a log
+// reset to a leader's log start holds no record (logStart == logEnd) and has
+// an empty journal, and is known like a log that never held anything (every
+// offset below its start is committed, and it has nothing to reconcile).
+func HistoryKnownFrom(h []*tenurev1.EpochStart, logStart, logEnd uint64) bool {
+	return HistoryKnown(h, logEnd) || (logStart > 0 && logStart == logEnd)
+}

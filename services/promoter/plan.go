@@ -725,10 +725,9 @@ func readAnswer(a Answer, epoch uint64) (replicaState, error) {
 		return s, nil
 	}
 	h := journal.ToWire(a.History)
-	// A log reset to a leader's log start holds nothing (log start = log
-	// end) and has an empty journal: known, like a log that never held
-	// anything, and every offset below its start is committed.
-	if !wire.HistoryKnown(h, a.LogEnd) && (a.LogStart == 0 || a.LogStart != a.LogEnd) {
+	// A log reset to a leader's log start holds nothing and has an empty
+	// journal: known (wire.HistoryKnownFrom).
+	if !wire.HistoryKnownFrom(h, a.LogStart, a.LogEnd) {
 		s.reason = fmt.Sprintf("history unknown: empty history with log end %d (missing or broken journal)", a.LogEnd)
 		return s, nil
 	}

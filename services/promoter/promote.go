@@ -412,7 +412,7 @@ func (m *promotion) fenceAll(ctx context.Context, epoch uint64, waitFor string) 
 				waited = true
 			}
 			inc := m.incarnations[a.ReplicaID]
-			if a.Err == nil && wire.HistoryKnown(journal.ToWire(a.History), a.LogEnd) && (inc == "" || inc == a.Incarnation) {
+			if a.Err == nil && wire.HistoryKnownFrom(journal.ToWire(a.History), a.LogStart, a.LogEnd) && (inc == "" || inc == a.Incarnation) {
 				if isVoter(m.voters, a.ReplicaID) {
 					counted++
 				}
@@ -528,7 +528,7 @@ func summarize(answers []Answer) []*tenurev1.FencedReplica {
 		if a.Err != nil {
 			f.Error = a.Err.Error()
 		} else {
-			f.HistoryKnown = wire.HistoryKnown(journal.ToWire(a.History), a.LogEnd)
+			f.HistoryKnown = wire.HistoryKnownFrom(journal.ToWire(a.History), a.LogStart, a.LogEnd)
 			if n := len(a.History); n > 0 {
 				f.LastEpoch = a.History[n-1].Epoch
 			}
