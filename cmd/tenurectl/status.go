@@ -481,15 +481,13 @@ type leaseJSON struct {
 }
 
 type replicaStatusJSON struct {
-	ID          string `json:"id"`
-	Address     string `json:"address"`
-	Reachable   bool   `json:"reachable"`
-	Error       string `json:"error,omitempty"`
-	Role        string `json:"role,omitempty"`
-	Epoch       uint64 `json:"epoch"`
-	FencedEpoch uint64 `json:"fenced_epoch"`
-	// LogStart is the lowest offset the replica holds: retention deleted
-	// the committed records below it (0: never trimmed).
+	ID            string  `json:"id"`
+	Address       string  `json:"address"`
+	Reachable     bool    `json:"reachable"`
+	Error         string  `json:"error,omitempty"`
+	Role          string  `json:"role,omitempty"`
+	Epoch         uint64  `json:"epoch"`
+	FencedEpoch   uint64  `json:"fenced_epoch"`
 	LogStart      uint64  `json:"log_start"`
 	LogEnd        uint64  `json:"log_end"`
 	HighWaterMark uint64  `json:"high_water_mark"`
