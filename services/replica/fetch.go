@@ -67,6 +67,12 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 			// a hop through the commit loop.
 			l.advanceOrHalt()
 		}
+		if a.GetBelowLogStart() && !expired && l.noteBelow(m.GetReplicaId(), m.GetFetchOffset()) {
+			// The same answer again: this follower does not reset (it is
+			// older than log starts). Hold it for the long poll, as for
+			// nothing new, instead of answering a loop of fetches.
+			news = fetchNothing
+		}
 		if err != nil || news == fetchRecords || expired {
 			if a != nil {
 				l.noteSent(m.GetReplicaId(), a.GetHighWaterMark())

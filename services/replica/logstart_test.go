@@ -330,3 +330,39 @@ func TestFollowerWithALaggingHWMKeepsItsRecords(t *testing.T) {
 	}
 	c.sameLogs(c.logFrom(r1, start), r3)
 }
+
+// A follower older than log starts ignores below_log_start and would ask
+// again at once, forever: the leader answers the first such fetch at once,
+// holds a repeat at the same offset for its long poll, and never gives it
+// an HWM to raise over records the leader did not check.
+func TestBelowLogStartRepeatedIsHeld(t *testing.T) {
+	c := newCluster(t, 2)
+	r1, r2 := c.node(1), c.node(2)
+	c.elect(1, r1, r2)
+	c.mustAppend(r1, values("a", 20)...)
+	c.waitCaughtUp(r1, r2)
+	c.advanceLogStart(r1, 15)
+	c.stop(r2)
+	// The fetches of an old r2 that was down at offset 5.
+	const wait = 600 * time.Millisecond
+	fetch := func() (*tenurev1.FetchResponse, time.Duration) {
+		t.Helper()
+		began := time.Now()
+		resp, err := r1.rc.Fetch(ctxT(t), connect.NewRequest(&tenurev1.FetchRequest{
+			RangeId: rangeID, Epoch: 1, ReplicaId: r2.id, FetchOffset: 5, LastFetchedEpoch: 1, MaxWaitMs: uint32(wait / time.Millisecond),
+		}))
+		if err != nil {
+			t.Fatalf("Fetch below the log start: %v", err)
+		}
+		return resp.Msg, time.Since(began)
+	}
+	for i := range 2 {
+		a, took := fetch()
+		if !a.GetBelowLogStart() || a.GetLogStart() != 15 || a.GetHighWaterMark() != 0 || len(a.GetRecords()) != 0 {
+			t.Fatalf("fetch %d below the log start = %v; want below_log_start at 15, HWM 0, no records", i, a)
+		}
+		if i == 1 && took < wait/2 {
+			t.Fatalf("the repeated below_log_start answer came after %v; want it held for the long poll (%v)", took, wait)
+		}
+	}
+}
