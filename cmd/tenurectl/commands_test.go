@@ -27,6 +27,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 	}{
 		{"range", testRange},
 		{"produce and consume", testProduceConsume},
+		{"consume below the log start", testConsumeBelowLogStart},
 		{"status", testStatus},
 		{"promote and transitions", testPromoteTransitions},
 		{"not-leader answers are followed", testNotLeaderFollowed},

@@ -321,15 +321,23 @@ leader changes, until Ctrl-C (or --limit records); a --from beyond the
 high-water mark then waits for that offset to commit (without --follow it
 is an error: only committed records are read).
 
+Records below the range's log start were deleted by retention (see range
+create --retention-bytes/--retention-age). A --from below the log start is
+an error that names the log start; --from-start reads from wherever the log
+starts now (with --follow too), and if retention moves the start past the
+next record while consume runs, it skips to the new start and says so on
+stderr.
+
 Each epoch begins with an epoch-start record that carries no data; consume
 skips them (--epoch-starts shows them). With --json every record is one JSON
 object per line.
 `
 
 func runConsume(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "consume", "RANGE [--from N] [--follow] [--limit N]", consumeHelp)
+	fs := newFlags(e, "consume", "RANGE [--from N | --from-start] [--follow] [--limit N]", consumeHelp)
 	o := addClusterFlags(e, fs)
 	from := fs.Uint64("from", 0, "first offset to read")
+	fromStart := fs.Bool("from-start", false, "read from the range's log start (the lowest offset retention has kept); not with --from")
 	follow := fs.Bool("follow", false, "keep reading as records commit, until Ctrl-C")
 	limit := fs.Int("limit", 0, "stop after this many records (0: no limit)")
 	starts := fs.Bool("epoch-starts", false, "also print the epoch-start records")
@@ -343,9 +351,12 @@ func runConsume(ctx context.Context, e *env, args []string) error {
 	if *limit < 0 {
 		return usagef("--limit %d: want 0 (no limit) or more", *limit)
 	}
+	if *fromStart && setFlag(fs, "from") {
+		return usagef("--from and --from-start: give one")
+	}
 	c := newClients(o)
 	defer c.close()
-	cs := &consumer{e: e, rangeID: positional[0], next: *from, limit: *limit, json: *o.json, starts: *starts}
+	cs := &consumer{e: e, rangeID: positional[0], next: *from, limit: *limit, json: *o.json, starts: *starts, fromStart: *fromStart}
 	if *follow {
 		return cs.follow(ctx, c)
 	}
@@ -360,6 +371,24 @@ type consumer struct {
 	printed int
 	json    bool
 	starts  bool
+	// fromStart: skip to the log start whenever next is below it
+	// (--from-start), instead of failing.
+	fromStart bool
+}
+
+// skipToLogStart moves next up to the log start a refusal named, when
+// --from-start asked for that; false otherwise (the refusal is the answer).
+func (cs *consumer) skipToLogStart(err error) bool {
+	start, ok := wire.BelowLogStart(err)
+	if !ok || !cs.fromStart || start <= cs.next {
+		return false
+	}
+	if cs.e.stderr != nil && (cs.printed > 0 || cs.next > 0) {
+		// Not said when --from-start merely found where the log begins.
+		fmt.Fprintf(cs.e.stderr, "tenurectl consume: records from offset %d to %d were deleted by retention; continuing at the log start %d\n", cs.next, start, start)
+	}
+	cs.next = start
+	return true
 }
 
 type recordJSON struct {
@@ -443,6 +472,9 @@ func (cs *consumer) readFrom(ctx context.Context, c *clients, leader *tenurev1.R
 		resp, err := lc.Read(cctx, connect.NewRequest(&tenurev1.ReadRequest{RangeId: cs.rangeID, Offset: cs.next}))
 		cancel()
 		if err != nil {
+			if cs.skipToLogStart(err) {
+				continue
+			}
 			if next := redirect(cs.e, "consume", err, leader); next != nil && follows < maxRedirects {
 				follows++
 				leader, lc = next, c.log(next.GetAddress())
@@ -480,10 +512,20 @@ func printable(v []byte) string {
 }
 
 func (cs *consumer) readErr(err error, leader *tenurev1.Replica) error {
+	if start, ok := wire.BelowLogStart(err); ok {
+		return belowStartErr(err, start)
+	}
 	if connect.CodeOf(err) == connect.CodeOutOfRange {
 		return fmt.Errorf("%s; consume reads committed records only: use a lower --from, or add --follow to wait for offset %d to commit", connectMessage(err), cs.next)
 	}
 	return fmt.Errorf("read from leader %s at %s: %v", leader.GetId(), leader.GetAddress(), err)
+}
+
+// belowStartErr is a read or tail refused below the log start: no wait
+// brings those records back, so say where the log starts and how to read
+// from there.
+func belowStartErr(err error, start uint64) error {
+	return fmt.Errorf("%s; consume from the log start with --from %d or --from-start", connectMessage(err), start)
 }
 
 // follow tails the range, finding the leader again whenever the stream
@@ -503,6 +545,11 @@ func (cs *consumer) follow(ctx context.Context, c *clients) error {
 		// follow from beyond it starts the tail at the HWM and print skips
 		// what comes before --from, so it waits for that offset to commit.
 		// The HWM only rises, so the leader accepts the offset it reported.
+		if start := ls.status.GetLogStart(); cs.fromStart && cs.next < start {
+			// The status names the log start already: no refused tail
+			// needed to find it.
+			cs.next = start
+		}
 		from := cs.next
 		if hwm := ls.status.GetHighWaterMark(); from > hwm {
 			from = hwm
@@ -522,6 +569,12 @@ func (cs *consumer) follow(ctx context.Context, c *clients) error {
 		}
 		if ctx.Err() != nil {
 			return nil
+		}
+		if cs.skipToLogStart(err) {
+			continue
+		}
+		if start, ok := wire.BelowLogStart(err); ok {
+			return fmt.Errorf("tail from leader %s at offset %d: %w", leader.GetId(), from, belowStartErr(err, start))
 		}
 		if connect.CodeOf(err) == connect.CodeOutOfRange {
 			// Below the log start: no wait brings those records back.

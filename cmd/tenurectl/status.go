@@ -502,6 +502,7 @@ type replicaStatusJSON struct {
 	Role          string  `json:"role,omitempty"`
 	Epoch         uint64  `json:"epoch"`
 	FencedEpoch   uint64  `json:"fenced_epoch"`
+	LogStart      uint64  `json:"log_start"`
 	LogEnd        uint64  `json:"log_end"`
 	HighWaterMark uint64  `json:"high_water_mark"`
 	LeaseValid    bool    `json:"lease_valid"`
@@ -525,9 +526,8 @@ type replicaStatusJSON struct {
 	FetchTruncations      uint64               `json:"fetch_truncations"`
 	FetchTruncatedRecords uint64               `json:"fetch_truncated_records"`
 	LastFetchTruncation   *fetchTruncationJSON `json:"last_fetch_truncation,omitempty"`
-	// LogStart is the lowest offset the replica holds; StoredBytes the
-	// bytes of its batches from there to the log end (RangeStatus).
-	LogStart    uint64 `json:"log_start"`
+	// StoredBytes is the bytes of the replica's batches from its log start
+	// to its log end (RangeStatus).
 	StoredBytes uint64 `json:"stored_bytes"`
 	// RetentionInForce is the policy a leader applies (absent on
 	// followers, and on a leader that has not learned one yet).
@@ -564,9 +564,9 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 			} else {
 				st := m.status
 				rj.Reachable, rj.Role, rj.Epoch, rj.FencedEpoch = true, roleName(st.GetRole()), st.GetEpoch(), st.GetFencedEpoch()
-				rj.LogEnd, rj.HighWaterMark, rj.LeaseValid = st.GetLogEnd(), st.GetHighWaterMark(), st.GetLeaseValid()
+				rj.LogStart, rj.LogEnd, rj.HighWaterMark, rj.LeaseValid = st.GetLogStart(), st.GetLogEnd(), st.GetHighWaterMark(), st.GetLeaseValid()
 				rj.Halted = st.GetHalted()
-				rj.LogStart, rj.StoredBytes, rj.RetentionInForce = st.GetLogStart(), st.GetStoredBytes(), toRetentionJSON(st.GetRetention())
+				rj.StoredBytes, rj.RetentionInForce = st.GetStoredBytes(), toRetentionJSON(st.GetRetention())
 				rj.FetchTruncations, rj.FetchTruncatedRecords = st.GetFetchTruncations(), st.GetFetchTruncatedRecords()
 				if st.GetFetchTruncations() > 0 {
 					rj.LastFetchTruncation = &fetchTruncationJSON{From: st.GetLastFetchTruncationFrom(), To: st.GetLastFetchTruncationTo(),

@@ -285,7 +285,8 @@ func (c *cluster) readAll(rangeID string) map[uint64]*tenurev1.Record {
 	c.t.Helper()
 	id, _ := c.leader(rangeID, 1, 10*time.Second)
 	out := map[uint64]*tenurev1.Record{}
-	var from uint64
+	// From the log start: records below it were deleted by retention.
+	from := c.status(id, rangeID).GetLogStart()
 	// A new leader serves reads only once its epoch-start record is
 	// committed, a fetch round after its adoption: FailedPrecondition until
 	// then, which is retried (bounded: 10 s).

@@ -39,6 +39,12 @@ type Answer struct {
 	// replica that could not be fenced at all (Fence itself unimplemented)
 	// answers with Err, since its log may still be moving.
 	Unimplemented bool
+	// LogStart is the lowest offset the replica's log holds
+	// (FenceResponse.log_start): records below it were committed and deleted
+	// by retention, and its History was trimmed to keep the entry in force
+	// at LogStart. 0 from a replica never trimmed or older than log starts.
+	// Invariant: LogStart <= HWM (Decide refuses an answer breaking it).
+	LogStart uint64
 	// LogEnd is the next offset the replica would write.
 	// Invariant: HWM <= LogEnd (Decide refuses an answer breaking it).
 	LogEnd uint64
@@ -221,8 +227,8 @@ type replicaState struct {
 	actingLeader bool
 	// known: its history can be used to reconcile it by epoch.
 	known bool
-	// Invariant: hwm <= logEnd.
-	logEnd, hwm uint64
+	// Invariant: logStart <= hwm <= logEnd.
+	logStart, logEnd, hwm uint64
 	// lastEpoch is the last epoch of its history (0 when unknown or empty).
 	lastEpoch uint64
 	// history is the replica's epoch history; nil unless known.
@@ -390,7 +396,8 @@ func Decide(in Input) (Plan, error) {
 			}
 			// At or above its HWM but possibly below the committed bound:
 			// a deposed leader's tail that a later epoch overwrote at the
-			// same offsets. Normal.
+			// same offsets. Normal. Never below its log start either: that
+			// is at or below its HWM (readAnswer).
 			plan.Truncations = append(plan.Truncations, Truncation{ReplicaID: s.id, From: s.logEnd, To: target})
 		}
 		// Cut or not, its log is now a prefix of the candidate's. One that
@@ -567,12 +574,36 @@ func tieRank(rangeID, replicaID string) uint64 {
 // reconcileTarget is the log end r must be cut back to so that its log is a
 // prefix of the candidate's: min(r's log end, divergence point, candidate's
 // log end). Both histories are known.
+//
+// With log starts (retention), only [max of the two starts, min of the two
+// ends) is held by both: below the larger start the records are committed
+// and deleted on one side, and DivergencePoint compares trimmed histories
+// only where both hold records.
+// A replica whose log ends at or below the candidate's log start is not cut:
+// everything it holds is below what the new leader holds, and its fetch is
+// answered below_log_start, which resets it to the leader's start.
 func reconcileTarget(cand, r replicaState) uint64 {
 	// A truncation only ever removes: never beyond r's own end.
 	target := r.logEnd
+	if r.logEnd <= cand.logStart {
+		// Nothing of r's is at or above the candidate's log start: no
+		// record to compare or cut. (r's HWM <= its log end <= the
+		// candidate's start, so the follower path's reset is allowed.)
+		return target
+	}
 	// Beyond the candidate's end r holds records the candidate lacks, and the
 	// new leader writes its epoch-start record at exactly that offset.
 	target = min(target, cand.logEnd)
+	if lo := max(cand.logStart, r.logStart); lo > 0 && (len(cand.history) == 0 || len(r.history) == 0) {
+		// A log reset to a log start holds no record and has an empty
+		// journal (known: readAnswer): nothing of it disagrees with the
+		// other log, and the log ends above bound the target.
+		return target
+	}
+	// DivergencePoint compares trimmed histories where both logs hold
+	// records (pkg/journal). A point below r's log start would be below
+	// its HWM (readAnswer: log start <= HWM), which Decide refuses or
+	// excludes: no truncation is ever planned below a log start.
 	d, ok := journal.DivergencePoint(cand.history, r.history)
 	if !ok {
 		// One history is empty, and both are known, so that log is empty
@@ -682,13 +713,21 @@ func readAnswer(a Answer, epoch uint64) (replicaState, error) {
 	if a.HWM > a.LogEnd {
 		return s, planErrorf(connect.CodeInvalidArgument, "replica %s reports HWM %d above its log end %d", a.ReplicaID, a.HWM, a.LogEnd)
 	}
-	s.fenced, s.logEnd, s.hwm, s.actingLeader = true, a.LogEnd, a.HWM, a.ActingLeader
+	// Retention removes only committed records. A log start above the HWM
+	// would let a truncation that respects the HWM still cut below the log
+	// start.
+	if a.LogStart > a.HWM {
+		return s, planErrorf(connect.CodeInvalidArgument, "replica %s reports log start %d above its HWM %d", a.ReplicaID, a.LogStart, a.HWM)
+	}
+	s.fenced, s.logStart, s.logEnd, s.hwm, s.actingLeader = true, a.LogStart, a.LogEnd, a.HWM, a.ActingLeader
 	if a.Unimplemented {
 		s.reason = "history unknown: the replica does not report it (older version)"
 		return s, nil
 	}
 	h := journal.ToWire(a.History)
-	if !wire.HistoryKnown(h, a.LogEnd) {
+	// A log reset to a leader's log start holds nothing and has an empty
+	// journal: known (wire.HistoryKnownFrom).
+	if !wire.HistoryKnownFrom(h, a.LogStart, a.LogEnd) {
 		s.reason = fmt.Sprintf("history unknown: empty history with log end %d (missing or broken journal)", a.LogEnd)
 		return s, nil
 	}

@@ -417,7 +417,7 @@ func (m *promotion) fenceAll(ctx context.Context, epoch uint64, waitFor string) 
 				waited = true
 			}
 			inc := m.incarnations[a.ReplicaID]
-			if a.Err == nil && wire.HistoryKnown(journal.ToWire(a.History), a.LogEnd) && (inc == "" || inc == a.Incarnation) {
+			if a.Err == nil && wire.HistoryKnownFrom(journal.ToWire(a.History), a.LogStart, a.LogEnd) && (inc == "" || inc == a.Incarnation) {
 				if isVoter(m.voters, a.ReplicaID) {
 					counted++
 				}
@@ -470,13 +470,17 @@ func (m *promotion) fence1(ctx context.Context, r *tenurev1.Replica, epoch uint6
 		a.Err = fmt.Errorf("replica %s sent an invalid history: %w", r.GetId(), err)
 	} else if msg.GetHighWaterMark() > msg.GetLogEnd() {
 		a.Err = fmt.Errorf("replica %s claims HWM %d above its log end %d", r.GetId(), msg.GetHighWaterMark(), msg.GetLogEnd())
+	} else if msg.GetLogStart() > msg.GetHighWaterMark() {
+		// Retention removes only committed records: a log start above the
+		// HWM would make a truncation target at the HWM cut below it.
+		a.Err = fmt.Errorf("replica %s claims log start %d above its HWM %d", r.GetId(), msg.GetLogStart(), msg.GetHighWaterMark())
 	}
 	if a.Err != nil {
 		span.RecordError(a.Err)
 		span.SetStatus(codes.Error, a.Err.Error())
 		return a
 	}
-	a.LogEnd, a.HWM, a.Incarnation = msg.GetLogEnd(), msg.GetHighWaterMark(), msg.GetIncarnation()
+	a.LogStart, a.LogEnd, a.HWM, a.Incarnation = msg.GetLogStart(), msg.GetLogEnd(), msg.GetHighWaterMark(), msg.GetIncarnation()
 	a.ActingLeader = msg.GetActingLeader()
 	a.History = journal.FromWire(msg.GetHistory())
 	var last uint64
@@ -529,7 +533,7 @@ func summarize(answers []Answer) []*tenurev1.FencedReplica {
 		if a.Err != nil {
 			f.Error = a.Err.Error()
 		} else {
-			f.HistoryKnown = wire.HistoryKnown(journal.ToWire(a.History), a.LogEnd)
+			f.HistoryKnown = wire.HistoryKnownFrom(journal.ToWire(a.History), a.LogStart, a.LogEnd)
 			if n := len(a.History); n > 0 {
 				f.LastEpoch = a.History[n-1].Epoch
 			}

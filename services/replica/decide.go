@@ -77,6 +77,65 @@ func checkFetch(h []journal.EpochStart, logEnd, lastFetchedEpoch, fetchOffset ui
 	return nil
 }
 
+// checkFetchFrom is checkFetch for a leader whose log starts at logStart
+// (records below it were committed and deleted by retention) and whose
+// history h was trimmed from the front to keep only the entry in force at
+// logStart. below says the leader cannot answer the follower from what it
+// holds: the follower must start over at logStart (FetchResponse's
+// below_log_start), and d is nil then. Otherwise d is checkFetch's answer.
+//
+// lastFetchedEpoch 0 with a positive fetchOffset is a follower whose log is
+// empty and starts at fetchOffset (it was reset to a leader's log start, so
+// everything below fetchOffset is committed): no record of its own is at
+// stake, so the only question is whether fetchOffset is an offset this leader
+// can continue from.
+func checkFetchFrom(h []journal.EpochStart, logStart, logEnd, lastFetchedEpoch, fetchOffset uint64) (d *tenurev1.DivergingEpoch, below bool) {
+	if lastFetchedEpoch == 0 && fetchOffset > 0 {
+		switch {
+		case fetchOffset < logStart:
+			// The records it needs next were deleted here; it resets again,
+			// to this leader's start.
+			return nil, true
+		case fetchOffset > logEnd:
+			// It claims a committed prefix longer than this leader's whole
+			// log: every committed record is in every leader's log, so one
+			// of the two is wrong. The follower's HWM is fetchOffset, so the
+			// empty divergence stops it with the reason instead of cutting.
+			return &tenurev1.DivergingEpoch{}, false
+		}
+		// logStart <= fetchOffset <= logEnd: what it holds (nothing) is a
+		// prefix of this log from fetchOffset, by commitment. Counting the
+		// offset commits nothing of this epoch alone: the epoch-start record
+		// is at or above it.
+		return nil, false
+	}
+	if logStart == 0 {
+		// Never trimmed (or a leader's log before log starts existed): the
+		// whole history is here and checkFetch decides exactly as always.
+		return checkFetch(h, logEnd, lastFetchedEpoch, fetchOffset), false
+	}
+	if fetchOffset < logStart {
+		// The records from fetchOffset are gone here, and the pair's record
+		// at fetchOffset-1 is below what this leader can vouch for: the
+		// follower lacks only committed records, deleted on purpose.
+		return nil, true
+	}
+	if len(h) > 0 && lastFetchedEpoch < h[0].Epoch {
+		// The follower's last epoch precedes the first entry the trimmed
+		// history keeps: where that epoch ended here was trimmed with the
+		// records, so no divergence point can be computed (an empty
+		// divergence would tell it to cut to 0). Its records from h[0].Start
+		// up to fetchOffset are all under older epochs than this log holds
+		// there; h[0].Start <= logStart, so below_log_start (reset, or stop
+		// if its HWM is above logStart) is the exact answer.
+		return nil, true
+	}
+	// lastFetchedEpoch is at or above the first kept entry: checkFetch's
+	// answer uses only entries that are kept, and ends at or above logStart
+	// (the entry after the one in force at logStart starts above it).
+	return checkFetch(h, logEnd, lastFetchedEpoch, fetchOffset), false
+}
+
 // followerTruncateTarget is where a follower with history own and log end
 // logEnd truncates on a Diverging answer d (KIP-279): the smaller of where
 // the covering epoch d.Epoch ends on the leader and where the follower's own
@@ -124,6 +183,24 @@ func validateFetchAnswer(epoch, fetchOffset, lastFetchedEpoch uint64, a *tenurev
 	if a.GetHighWaterMark() > a.GetLogEnd() {
 		return invalidf("fetch answer HWM %d is beyond its log end %d", a.GetHighWaterMark(), a.GetLogEnd())
 	}
+	if a.GetBelowLogStart() {
+		if len(a.GetRecords()) > 0 || a.GetDiverging() != nil {
+			return invalidf("fetch answer below the log start carries records or a divergence")
+		}
+		// 0 is "not trimmed": nothing can be below it. (Its HWM is 0, for
+		// followers that do not know the field: see the leader's
+		// belowLogStart.)
+		if a.GetLogStart() == 0 || a.GetLogStart() > a.GetLogEnd() {
+			return invalidf("fetch answer says below the log start, but the log start is %d (log end %d)", a.GetLogStart(), a.GetLogEnd())
+		}
+		return nil
+	}
+	// Retention removes only committed records: a leader's log start is
+	// never above its HWM. A follower raises its own log start to it, so an
+	// impossible one is refused before it deletes anything.
+	if a.GetLogStart() > a.GetHighWaterMark() {
+		return invalidf("fetch answer log start %d is beyond its HWM %d", a.GetLogStart(), a.GetHighWaterMark())
+	}
 	if d := a.GetDiverging(); d != nil {
 		if len(a.GetRecords()) > 0 {
 			return invalidf("fetch answer has both records and a divergence")
@@ -144,6 +221,12 @@ func validateFetchAnswer(epoch, fetchOffset, lastFetchedEpoch uint64, a *tenurev
 	}
 	if fetchOffset > a.GetLogEnd() {
 		return invalidf("fetch answer accepted offset %d beyond the leader's log end %d", fetchOffset, a.GetLogEnd())
+	}
+	// The leader accepted our offset, so it holds the records from there:
+	// an offset below its log start would have been answered
+	// below_log_start.
+	if fetchOffset < a.GetLogStart() {
+		return invalidf("fetch answer accepted offset %d below the leader's log start %d", fetchOffset, a.GetLogStart())
 	}
 	if uint64(len(recs)) > a.GetLogEnd()-fetchOffset {
 		return invalidf("fetch answer has %d records from %d, past the leader's log end %d", len(recs), fetchOffset, a.GetLogEnd())

@@ -26,12 +26,13 @@ import (
 //	                   carries a NotLeaderDetail)
 //	                   or refuses an idempotent producer's append (a
 //	                   sequence gap naming the expected one, a fenced
-//	                   producer epoch)
+//	                   producer epoch), or the range is quarantined (its
+//	                   stored data failed its checks at startup:
+//	                   logstore.ErrQuarantined)
 //	OutOfRange         an offset the log does not hold (a read past the
-//	                   HWM), or a producer sequence older than the range's
-//	                   dedupe window
-//	                   or the range is quarantined (its stored data failed
-//	                   its checks at startup: logstore.ErrQuarantined)
+//	                   HWM, or below the log start: that one carries a
+//	                   LogStartDetail), or a producer sequence older than
+//	                   the range's dedupe window
 //	DataLoss           the range stopped after a safety violation
 //	Unavailable        the replica is closing, or a leader could not
 //	                   confirm with a quorum that it still leads (a read)
@@ -78,6 +79,13 @@ func notLeaderf(d *tenurev1.NotLeaderDetail, format string, args ...any) error {
 // outOfRangef: an offset outside what the log can serve.
 func outOfRangef(format string, args ...any) error {
 	return coded(connect.CodeOutOfRange, format, args...)
+}
+
+// belowLogStartf: a read below the range's log start. The records there
+// were committed and deleted by retention; the LogStartDetail tells a reader
+// where the log now starts, so it can start there (tenurectl consume does).
+func belowLogStartf(start uint64, format string, args ...any) error {
+	return &statusError{code: connect.CodeOutOfRange, msg: fmt.Sprintf(format, args...), detail: &tenurev1.LogStartDetail{LogStart: start}}
 }
 
 // deadlinef: the request did not complete within the replica's own bound.

@@ -12,8 +12,10 @@ func (s *Replica) LogForTest(rangeID string) ([]*tenurev1.Record, error) {
 		return nil, err
 	}
 	var out []*tenurev1.Record
-	for end := h.r.LogEnd(); uint64(len(out)) < end; {
-		recs, err := h.r.Read(uint64(len(out)), 0, 0)
+	// From the log start: records below it were deleted by retention.
+	start := h.r.LogStart()
+	for end := h.r.LogEnd(); start+uint64(len(out)) < end; {
+		recs, err := h.r.Read(start+uint64(len(out)), 0, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -33,4 +35,14 @@ func (s *Replica) SyncsOnDemandForTest(rangeID string) (bool, error) {
 		return false, err
 	}
 	return h.r.SyncsOnDemand(), nil
+}
+
+// AdvanceLogStartForTest raises a range's log start as retention would
+// (helper policy's loop calls the same store method on the leader).
+func (s *Replica) AdvanceLogStartForTest(rangeID string, to uint64) (uint64, error) {
+	h, err := s.lookup(rangeID)
+	if err != nil {
+		return 0, err
+	}
+	return h.r.AdvanceLogStart(to)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/services/replica/logstore"
 )
 
 // Fetch is a follower's long poll: check its position against this
@@ -47,9 +48,6 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 	if err := l.checkMember(m); err != nil {
 		return nil, err
 	}
-	if start := h.r.LogStart(); m.GetFetchOffset() < start {
-		return nil, outOfRangef("range %q: fetch offset %d is below the log start %d", h.id, m.GetFetchOffset(), start)
-	}
 	// While this fetch is held, the follower is not overdue (status).
 	l.fetchBegins(m.GetReplicaId())
 	defer l.fetchEnds(m.GetReplicaId())
@@ -68,6 +66,12 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 			// the HWM and answer the appends it commits from here, without
 			// a hop through the commit loop.
 			l.advanceOrHalt()
+		}
+		if a.GetBelowLogStart() && !expired && l.noteBelow(m.GetReplicaId(), m.GetFetchOffset()) {
+			// The same answer again: this follower does not reset (it is
+			// older than log starts). Hold it for the long poll, as for
+			// nothing new, instead of answering a loop of fetches.
+			news = fetchNothing
 		}
 		if err != nil || news == fetchRecords || expired {
 			if a != nil {
@@ -162,11 +166,21 @@ func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev
 		// every follower to truncate to 0.
 		return nil, fetchNothing, false, &storeError{fmt.Errorf("range %q: leader's epoch history became unreadable at epoch %d", h.id, l.epoch)}
 	}
+	// The log start is read after the history: both move only forward (the
+	// start up, the history's front trimmed to the entry in force at the
+	// start), so the history read is at least as complete as the start
+	// needs, and the start is at most the HWM read above (retention removes
+	// only committed records).
+	start := min(h.r.LogStart(), hwm)
 	now := time.Now()
-	if d := checkFetch(hist, logEnd, m.GetLastFetchedEpoch(), m.GetFetchOffset()); d != nil {
+	d, below := checkFetchFrom(hist, start, logEnd, m.GetLastFetchedEpoch(), m.GetFetchOffset())
+	if below {
+		return l.belowLogStart(m, start, logEnd, now), fetchRecords, false, nil
+	}
+	if d != nil {
 		// Not counted: this follower's offset includes bytes we lack.
 		l.record(m.GetReplicaId(), 0, false, logEnd, now)
-		return &tenurev1.FetchResponse{Epoch: l.epoch, HighWaterMark: hwm, LogEnd: logEnd, Diverging: d}, fetchRecords, false, nil
+		return &tenurev1.FetchResponse{Epoch: l.epoch, HighWaterMark: hwm, LogEnd: logEnd, LogStart: start, Diverging: d}, fetchRecords, false, nil
 	}
 	var recs []*tenurev1.Record
 	if off := m.GetFetchOffset(); logEnd > off {
@@ -177,6 +191,16 @@ func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev
 		// own once its fsync returned.
 		n := min(uint64(wire.MaxBatchRecords), logEnd-off)
 		recs, err = h.r.ReadTail(off, int(n), maxBytes)
+		if errors.Is(err, logstore.ErrBelowLogStart) {
+			// Retention moved the log start past off since it was read
+			// above (it runs beside fetches): the follower lacks only
+			// committed records now deleted, the answer a fetch from below
+			// the start gets. Not a store failure.
+			// Unclamped: the start is at most the HWM now, which may be
+			// above the HWM read before it.
+			start = max(start, h.r.LogStart())
+			return l.belowLogStart(m, start, logEnd, now), fetchRecords, false, nil
+		}
 		if err != nil {
 			return nil, fetchNothing, false, &storeError{fmt.Errorf("range %q: read from %d for %s: %w", h.id, off, m.GetReplicaId(), err)}
 		}
@@ -188,5 +212,18 @@ func (l *leader) answerFetch(m *tenurev1.FetchRequest, maxBytes int) (a *tenurev
 	case hwm > sent:
 		news = fetchHWM
 	}
-	return &tenurev1.FetchResponse{Epoch: l.epoch, Records: recs, HighWaterMark: hwm, LogEnd: logEnd}, news, moved, nil
+	return &tenurev1.FetchResponse{Epoch: l.epoch, Records: recs, HighWaterMark: hwm, LogEnd: logEnd, LogStart: start}, news, moved, nil
+}
+
+// belowLogStart is the answer to a follower this leader cannot serve from
+// its log: it lacks records below the log start, or its last epoch precedes
+// the trimmed history. Not counted: its offset says nothing this leader can
+// check. The answer's HWM is 0: a follower older than log starts does not
+// know below_log_start and reads this as "nothing new, your position
+// checked", raising its HWM to min(HWM, its log end), which would mark
+// records the leader never checked as committed. With 0 it raises nothing
+// and asks again.
+func (l *leader) belowLogStart(m *tenurev1.FetchRequest, start, logEnd uint64, now time.Time) *tenurev1.FetchResponse {
+	l.record(m.GetReplicaId(), 0, false, logEnd, now)
+	return &tenurev1.FetchResponse{Epoch: l.epoch, LogEnd: logEnd, LogStart: start, BelowLogStart: true}
 }

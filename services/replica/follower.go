@@ -167,7 +167,28 @@ func (f *follower) step() error {
 	if err := r.WaitDurable(f.ctx, newEnd); err != nil {
 		return &storeError{fmt.Errorf("wait durable to %d: %w", newEnd, err)}
 	}
-	return f.raiseHWM(min(a.GetHighWaterMark(), newEnd))
+	if err := f.raiseHWM(min(a.GetHighWaterMark(), newEnd)); err != nil {
+		return err
+	}
+	return f.followLogStart(a.GetLogStart())
+}
+
+// followLogStart raises this replica's log start to the leader's, capped at
+// its own HWM: a follower never applies retention on its own (its log start
+// follows the leader's), and only records committed here are removed.
+// A leader older than log starts sends 0, which moves nothing.
+func (f *follower) followLogStart(leaderStart uint64) error {
+	r := f.h.r
+	// The store clamps to the HWM as well; the check here only saves a
+	// call when nothing would move.
+	to := min(leaderStart, r.HWM())
+	if to <= r.LogStart() {
+		return nil
+	}
+	if _, err := r.AdvanceLogStart(to); err != nil {
+		return &storeError{fmt.Errorf("advance the log start to %d (leader's %d): %w", to, leaderStart, err)}
+	}
+	return nil
 }
 
 // fetch is one long poll, answered within timeout: a message on the loop's
@@ -299,6 +320,9 @@ func (f *follower) apply(end uint64, a *tenurev1.FetchResponse) (newEnd uint64, 
 		h.log.Info("truncated on divergence", "epoch", f.epoch, "leader", f.leaderID, "diverging_epoch", d.GetEpoch(), "leader_end", d.GetEndOffset(), "from", end, "to", target, "removed", removed, "hwm", hwm, "fetch_truncations", n)
 		return target, nil
 	}
+	if a.GetBelowLogStart() {
+		return f.resetToLogStart(end, a.GetLogStart())
+	}
 	recs := a.GetRecords()
 	if len(recs) == 0 {
 		return end, nil
@@ -307,6 +331,51 @@ func (f *follower) apply(end uint64, a *tenurev1.FetchResponse) (newEnd uint64, 
 		return 0, &storeError{fmt.Errorf("append %d records at %d: %w", len(recs), end, err)}
 	}
 	return end + uint64(len(recs)), nil
+}
+
+// resetToLogStart acts on a below_log_start answer: the leader cannot serve
+// this log, which ends at end, because it lacks records below its log start
+// leaderStart, or our last epoch precedes its trimmed history. Everything
+// below leaderStart is committed and was deleted there on purpose. h.mu is
+// held shared by the caller (apply).
+func (f *follower) resetToLogStart(end, leaderStart uint64) (newEnd uint64, err error) {
+	h, r := f.h, f.h.r
+	hwm := r.HWM()
+	if hwm > leaderStart {
+		// Our committed prefix runs past the leader's log start, yet the
+		// leader cannot continue our log: a fetch from at or above its
+		// start under an epoch its history still covers is always
+		// decided, so our last epoch precedes its whole kept history,
+		// and our committed records at leaderStart and above are under
+		// epochs its log does not have there. A committed record
+		// disagrees; resetting would discard it. Stop, as a divergence
+		// below the HWM does.
+		return 0, safetyf("range %q: leader %s at epoch %d answers that our log (end %d, last epoch %d) is below its log start %d, but our HWM %d is above that: a committed record disagrees; not resetting, not fetching",
+			h.id, f.leaderID, f.epoch, end, r.LastEpoch(), leaderStart, hwm)
+	}
+	// hwm <= leaderStart: every record we hold at or above leaderStart is
+	// above our HWM, so cutting them never removes a committed record, and
+	// every record below it is committed (deleted on the leader by
+	// retention) and goes with the reset.
+	var removed uint64
+	if end > leaderStart {
+		// ResetTo takes a log wholly below the start; cut to it first
+		// (never below our HWM, which is at or below it).
+		if removed, err = r.Truncate(leaderStart); err != nil {
+			return 0, &storeError{fmt.Errorf("truncate to the leader's log start %d: %w", leaderStart, err)}
+		}
+		// A cut at fetch time like a divergence's: status counts it.
+		h.cuts.add(fetchTruncation{epoch: f.epoch, leader: f.leaderID, from: end, to: leaderStart, removed: removed, at: time.Now()})
+	}
+	start := r.LogStart()
+	if err := r.ResetTo(leaderStart); err != nil {
+		return 0, &storeError{fmt.Errorf("reset to the leader's log start %d: %w", leaderStart, err)}
+	}
+	n := h.resets.Add(1)
+	h.log.Info("reset to the leader's log start: the records this replica lacks were committed and deleted by retention",
+		"epoch", f.epoch, "leader", f.leaderID, "leader_log_start", leaderStart,
+		"old_log_start", start, "old_log_end", end, "old_hwm", hwm, "truncated_above_start", removed, "log_start_resets", n)
+	return leaderStart, nil
 }
 
 // fetchTruncation is one truncation a fetch loop made on a divergence.

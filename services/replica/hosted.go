@@ -48,6 +48,9 @@ type hosted struct {
 	halted error
 	// cuts counts the truncations fetch loops made (status).
 	cuts fetchTruncations
+	// resets counts the resets to a leader's log start fetch loops made
+	// (follower.go), for the log line.
+	resets atomic.Uint64
 	// dropped is set once the range's data was dropped (membership.go's
 	// dropLocked): it is no longer in the replica's ranges, and a fence
 	// that finds it looks the range up again.

@@ -102,6 +102,12 @@ type progress struct {
 	// in seconds and under-replication).
 	caughtUp  time.Time
 	leaderEnd uint64
+	// belowAt is 1 + the fetch offset of the last below_log_start answer
+	// to this follower (0: none since it last passed the check). A
+	// follower that knows the field resets and fetches from the log start
+	// next, so a second one at the same offset is a follower older than
+	// log starts, which asks again at once: it is held (fetch.go).
+	belowAt uint64
 }
 
 // newLeader builds the leadership of an epoch already journaled. The caller
@@ -332,11 +338,30 @@ func (l *leader) record(id string, offset uint64, checked bool, logEnd uint64, n
 	}
 	moved = p.checked != checked || p.offset != offset
 	p.offset, p.checked, p.lastFetch = offset, checked, now
+	if checked {
+		p.belowAt = 0
+	}
 	if checked && offset >= p.leaderEnd {
 		p.caughtUp = now
 	}
 	p.leaderEnd = logEnd
 	return p.sentHWM, moved && checked
+}
+
+// noteBelow records a below_log_start answer to follower id at offset off
+// and says whether the previous one was at the same offset: a follower that
+// does not act on it (older than log starts), whose answer is then held for
+// its long poll rather than sent at once, so it does not fetch in a loop.
+func (l *leader) noteBelow(id string, off uint64) (again bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.progress[id]
+	if p == nil {
+		return false
+	}
+	again = p.belowAt == off+1
+	p.belowAt = off + 1
+	return again
 }
 
 // noteSent records the HWM sent to a follower.

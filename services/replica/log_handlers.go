@@ -224,8 +224,11 @@ func (s *Replica) read(ctx context.Context, m *tenurev1.ReadRequest) (*tenurev1.
 
 // checkReadOffset refuses offsets a read cannot start at.
 func checkReadOffset(rangeID string, off, start, hwm uint64) error {
+	// Below the log start the records were committed and then deleted on
+	// purpose: say so and where the log starts now, which is where a
+	// reader that wants what is left begins.
 	if off < start {
-		return outOfRangef("range %q: offset %d is below the log start %d", rangeID, off, start)
+		return belowLogStartf(start, "range %q: offset %d is below the log start %d: records below it were deleted by retention", rangeID, off, start)
 	}
 	if off > hwm {
 		return outOfRangef("range %q: offset %d is beyond the high-water mark %d (only committed records are read)", rangeID, off, hwm)
@@ -240,6 +243,13 @@ func (h *hosted) readCommitted(off, hwm uint64, maxRecords, maxBytes int) ([]*te
 		return nil, nil
 	}
 	recs, err := h.r.Read(off, int(n), maxBytes)
+	if errors.Is(err, logstore.ErrBelowLogStart) {
+		// Retention moved the log start past off after the caller checked
+		// it (a slow tail, or a read racing a retention pass).
+		if start := h.r.LogStart(); off < start {
+			return nil, checkReadOffset(h.id, off, start, hwm)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("range %q: read %d records from %d: %w", h.id, n, off, err)
 	}

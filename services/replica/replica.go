@@ -21,12 +21,18 @@
 //     fetches at E. Its HWM is the highest offset durable on a quorum
 //     (commitPoint), counted only once its own epoch-start record is on a
 //     quorum, and only from followers whose fetch position passed the KIP-320
-//     check (checkFetch).
+//     check (checkFetch; checkFetchFrom once its log start moved: a follower
+//     below it, or whose last epoch its trimmed history no longer holds, is
+//     answered below_log_start).
 //   - A follower runs one fetch loop against the leader it was told of,
 //     writes what it receives (journaling each new epoch from the records' own
 //     epochs), truncates when the leader answers a divergence (never below its
 //     own HWM: a target below it stops the range as a safety violation), and
-//     raises its HWM to min(leader HWM, its durable log end).
+//     raises its HWM to min(leader HWM, its durable log end) and its log start
+//     to min(leader's log start, its HWM). Told it is below the leader's log
+//     start, it resets its log to that start if its HWM is at or below it
+//     (what it lacks is committed and was deleted on purpose), and stops the
+//     range otherwise.
 //
 // # Restart
 //

@@ -530,6 +530,54 @@ func (x *TailResponse) GetHighWaterMark() uint64 {
 	return 0
 }
 
+// LogStartDetail is the Connect error detail of an OutOfRange answered to a
+// Read or Tail below the range's log start: records below it were deleted by
+// retention. A reader that wants what is left starts again at log_start.
+type LogStartDetail struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leader's log start when the request was refused.
+	LogStart      uint64 `protobuf:"varint,1,opt,name=log_start,json=logStart,proto3" json:"log_start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogStartDetail) Reset() {
+	*x = LogStartDetail{}
+	mi := &file_tenure_v1_log_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogStartDetail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogStartDetail) ProtoMessage() {}
+
+func (x *LogStartDetail) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_log_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogStartDetail.ProtoReflect.Descriptor instead.
+func (*LogStartDetail) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_log_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *LogStartDetail) GetLogStart() uint64 {
+	if x != nil {
+		return x.LogStart
+	}
+	return 0
+}
+
 var File_tenure_v1_log_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_log_proto_rawDesc = "" +
@@ -567,7 +615,9 @@ const file_tenure_v1_log_proto_rawDesc = "" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\"c\n" +
 	"\fTailResponse\x12+\n" +
 	"\arecords\x18\x01 \x03(\v2\x11.tenure.v1.RecordR\arecords\x12&\n" +
-	"\x0fhigh_water_mark\x18\x02 \x01(\x04R\rhighWaterMark2\x94\x02\n" +
+	"\x0fhigh_water_mark\x18\x02 \x01(\x04R\rhighWaterMark\"-\n" +
+	"\x0eLogStartDetail\x12\x1b\n" +
+	"\tlog_start\x18\x01 \x01(\x04R\blogStart2\x94\x02\n" +
 	"\n" +
 	"LogService\x12=\n" +
 	"\x06Append\x12\x18.tenure.v1.AppendRequest\x1a\x19.tenure.v1.AppendResponse\x12S\n" +
@@ -587,7 +637,7 @@ func file_tenure_v1_log_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_log_proto_rawDescData
 }
 
-var file_tenure_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_tenure_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_tenure_v1_log_proto_goTypes = []any{
 	(*AppendRequest)(nil),        // 0: tenure.v1.AppendRequest
 	(*AppendResponse)(nil),       // 1: tenure.v1.AppendResponse
@@ -597,13 +647,14 @@ var file_tenure_v1_log_proto_goTypes = []any{
 	(*ReadResponse)(nil),         // 5: tenure.v1.ReadResponse
 	(*TailRequest)(nil),          // 6: tenure.v1.TailRequest
 	(*TailResponse)(nil),         // 7: tenure.v1.TailResponse
-	(*Record)(nil),               // 8: tenure.v1.Record
+	(*LogStartDetail)(nil),       // 8: tenure.v1.LogStartDetail
+	(*Record)(nil),               // 9: tenure.v1.Record
 }
 var file_tenure_v1_log_proto_depIdxs = []int32{
 	0, // 0: tenure.v1.AppendStreamRequest.append:type_name -> tenure.v1.AppendRequest
 	1, // 1: tenure.v1.AppendStreamResponse.append:type_name -> tenure.v1.AppendResponse
-	8, // 2: tenure.v1.ReadResponse.records:type_name -> tenure.v1.Record
-	8, // 3: tenure.v1.TailResponse.records:type_name -> tenure.v1.Record
+	9, // 2: tenure.v1.ReadResponse.records:type_name -> tenure.v1.Record
+	9, // 3: tenure.v1.TailResponse.records:type_name -> tenure.v1.Record
 	0, // 4: tenure.v1.LogService.Append:input_type -> tenure.v1.AppendRequest
 	2, // 5: tenure.v1.LogService.AppendStream:input_type -> tenure.v1.AppendStreamRequest
 	4, // 6: tenure.v1.LogService.Read:input_type -> tenure.v1.ReadRequest
@@ -631,7 +682,7 @@ func file_tenure_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_log_proto_rawDesc), len(file_tenure_v1_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -300,7 +300,23 @@ type FetchResponse struct {
 	LogEnd uint64 `protobuf:"varint,4,opt,name=log_end,json=logEnd,proto3" json:"log_end,omitempty"`
 	// Set when the follower's (last_fetched_epoch, fetch_offset) pair disagrees
 	// with the leader's history.
-	Diverging     *DivergingEpoch `protobuf:"bytes,5,opt,name=diverging,proto3" json:"diverging,omitempty"`
+	Diverging *DivergingEpoch `protobuf:"bytes,5,opt,name=diverging,proto3" json:"diverging,omitempty"`
+	// The leader's log start: the lowest offset it still holds (records below
+	// it were committed and deleted by retention). 0 = not trimmed, and what a
+	// leader older than log starts sends. A follower raises its own log start
+	// to min(this, its HWM); it never applies retention on its own.
+	LogStart uint64 `protobuf:"varint,6,opt,name=log_start,json=logStart,proto3" json:"log_start,omitempty"`
+	// Set, with no records and no divergence, when the follower's fetch_offset
+	// is below log_start, or its last_fetched_epoch precedes the first entry
+	// the leader's trimmed epoch history still holds (the leader cannot compute
+	// the divergence). Everything the follower lacks below log_start is
+	// committed: a follower whose HWM is at or below log_start truncates to
+	// log_start (never below its HWM), discards its log and fetches from
+	// log_start; one whose HWM is above it stops the range (a committed record
+	// disagrees). high_water_mark is 0 in such an answer, so a follower older
+	// than this field, which reads it as an empty checked answer, raises no
+	// HWM on it.
+	BelowLogStart bool `protobuf:"varint,7,opt,name=below_log_start,json=belowLogStart,proto3" json:"below_log_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -368,6 +384,20 @@ func (x *FetchResponse) GetDiverging() *DivergingEpoch {
 		return x.Diverging
 	}
 	return nil
+}
+
+func (x *FetchResponse) GetLogStart() uint64 {
+	if x != nil {
+		return x.LogStart
+	}
+	return 0
+}
+
+func (x *FetchResponse) GetBelowLogStart() bool {
+	if x != nil {
+		return x.BelowLogStart
+	}
+	return false
 }
 
 // FenceRequest fences one replica for one range at an epoch.
@@ -2130,13 +2160,15 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x0eDivergingEpoch\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1d\n" +
 	"\n" +
-	"end_offset\x18\x02 \x01(\x04R\tendOffset\"\xcc\x01\n" +
+	"end_offset\x18\x02 \x01(\x04R\tendOffset\"\x91\x02\n" +
 	"\rFetchResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12+\n" +
 	"\arecords\x18\x02 \x03(\v2\x11.tenure.v1.RecordR\arecords\x12&\n" +
 	"\x0fhigh_water_mark\x18\x03 \x01(\x04R\rhighWaterMark\x12\x17\n" +
 	"\alog_end\x18\x04 \x01(\x04R\x06logEnd\x127\n" +
-	"\tdiverging\x18\x05 \x01(\v2\x19.tenure.v1.DivergingEpochR\tdiverging\"\xa9\x01\n" +
+	"\tdiverging\x18\x05 \x01(\v2\x19.tenure.v1.DivergingEpochR\tdiverging\x12\x1b\n" +
+	"\tlog_start\x18\x06 \x01(\x04R\blogStart\x12&\n" +
+	"\x0fbelow_log_start\x18\a \x01(\bR\rbelowLogStart\"\xa9\x01\n" +
 	"\fFenceRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1b\n" +
