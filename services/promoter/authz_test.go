@@ -127,6 +127,11 @@ func authzCalls(leaderID string) []authzCall {
 			_, err := c.lease.CreateRange(ctx, connect.NewRequest(&tenurev1.CreateRangeRequest{RangeId: "intruder", Replicas: members}))
 			return err
 		}},
+		{tenurev1connect.LeaseServiceSetRetentionProcedure, true, func(ctx context.Context, c authzClients, _ uint64) error {
+			// One byte: obeyed, the leader would delete every committed record.
+			_, err := c.lease.SetRetention(ctx, connect.NewRequest(&tenurev1.SetRetentionRequest{RangeId: "r", Retention: &tenurev1.RetentionPolicy{MaxBytes: 1}}))
+			return err
+		}},
 		{tenurev1connect.LeaseServiceGetRangeProcedure, false, func(ctx context.Context, c authzClients, _ uint64) error {
 			_, err := c.lease.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: "r"}))
 			return err
