@@ -14,7 +14,10 @@
 # instance the leader renews through, then the leader (kill-lease), and the
 # same with an etcd member (kill-etcd-member): the range must go on
 # acknowledging appends through the surviving instances, and be promoted
-# through them. After healing, each range must serve again within the liveness
+# through them; take the free space of replica-3's disk (a tmpfs of the
+# host's, mounted here as root: docker-compose.diskfull.yml) below its
+# reserve, then give it back (disk-full): appends refused, nothing lost,
+# resumed without a restart. After healing, each range must serve again within the liveness
 # bound, with the promoter's view agreeing (the stuck column). It reads
 # the final state through tenurectl, checks every run with
 # internal/chaos/check and ends with the scoreboard. The
@@ -32,7 +35,10 @@
 #   CHAOS_SCENARIOS=a,b run only these (kill-leader, pause-leader,
 #                       disconnect-leader, restart-majority, corrupt-journal,
 #                       pause-lease, replace-replica, kill-lease,
-#                       kill-etcd-member)
+#                       kill-etcd-member, disk-full; disk-full needs root,
+#                       to mount replica-3's tmpfs, and is skipped, saying
+#                       so, without it)
+#   CHAOS_DISKFULL_SIZE=256m  the size of that tmpfs
 #   CHAOS_KEEP_LOGS=1   print every container's log tail also on success
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -51,13 +57,34 @@ for f in "$CHAOS_BIN" "$TENURECTL"; do
 done
 SEED=${CHAOS_SEED:-0}
 if [ "$SEED" = 0 ]; then SEED=$(( ($(date +%s%N) / 1000) % 1000000000 + 1 )); fi
-SCENARIOS=${CHAOS_SCENARIOS:-kill-leader,pause-leader,disconnect-leader,restart-majority,corrupt-journal,pause-lease,replace-replica,kill-lease,kill-etcd-member}
+SCENARIOS=${CHAOS_SCENARIOS:-kill-leader,pause-leader,disconnect-leader,restart-majority,corrupt-journal,pause-lease,replace-replica,kill-lease,kill-etcd-member,disk-full}
 TENURE_IMAGE=${TENURE_IMAGE:-tenure/tenure:dev}
 . deploy/compose/lib.sh
 
 work=$(mktemp -d)
 t0=$SECONDS
 log() { printf '[chaos.sh %4ds] %s\n' "$((SECONDS - t0))" "$*"; }
+
+# disk-full: replica-3's /data is a tmpfs of a fixed size mounted here (the
+# host's mount namespace is the Docker engine's), bound into the container
+# by docker-compose.diskfull.yml; the driver fills it from the host.
+diskdir=
+driver_disk=()
+case ",$SCENARIOS," in
+*,disk-full,*)
+	diskdir=$work/replica-3-data
+	mkdir -p "$diskdir"
+	if [ "$(id -u)" = 0 ] && mount -t tmpfs -o "size=${CHAOS_DISKFULL_SIZE:-256m}" tenure-chaos-disk "$diskdir"; then
+		export TENURE_DISKFULL_DIR=$diskdir
+		COMPOSE_OVERLAY=deploy/compose/docker-compose.diskfull.yml
+		driver_disk=(--disk-full-dir "$diskdir")
+	else
+		log "SKIPPING disk-full: mounting a tmpfs for replica-3's data needs root"
+		diskdir=
+		SCENARIOS=$(printf '%s' ",$SCENARIOS," | sed 's/,disk-full,/,/; s/^,//; s/,$//')
+	fi
+	;;
+esac
 
 teardown() {
 	local rc=$?
@@ -72,6 +99,8 @@ teardown() {
 	docker ps -q --filter "label=com.docker.compose.project=$PROJECT" --filter status=paused | xargs -r docker unpause >/dev/null
 	log "tearing down ${PROJECT} (containers, network, volumes)"
 	compose_down
+	# The tmpfs goes only once no container holds it (after the down).
+	if [ -n "$diskdir" ]; then umount "$diskdir" || umount -l "$diskdir"; fi
 	rm -rf "$work"
 	if [ "$rc" -eq 0 ]; then log "PASS (project $PROJECT, seed $SEED, $((SECONDS - t0))s)"; else log "FAIL (project $PROJECT, seed $SEED, $((SECONDS - t0))s)"; fi
 	exit "$rc"
@@ -90,5 +119,5 @@ COMPOSE="$COMPOSE" timeout --foreground 300 deploy/compose/wait-healthy.sh "$PRO
 log "running the chaos driver ($SCENARIOS)"
 # The driver bounds each of its waits; this bounds the whole.
 timeout --foreground --kill-after=30 "${CHAOS_DRIVER_TIMEOUT:-1500}" \
-	"$CHAOS_BIN" --project "$PROJECT" --tenurectl "$TENURECTL" --work "$work" --seed "$SEED" --scenarios "$SCENARIOS" \
+	"$CHAOS_BIN" --project "$PROJECT" --tenurectl "$TENURECTL" --work "$work" --seed "$SEED" --scenarios "$SCENARIOS" "${driver_disk[@]}" \
 	--cacert "$CERTS/ca.pem" --cert "$CERTS/operator.pem" --key "$CERTS/operator-key.pem"

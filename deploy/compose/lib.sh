@@ -4,7 +4,8 @@
 #     (the Debian package; this machine has only that one);
 #   - every service port published on an ephemeral 127.0.0.1 port, so a test
 #     project never collides with `make up` or with another test project;
-#   - compose: the compose CLI for this project, bounded in time;
+#   - compose: the compose CLI for this project, bounded in time (with
+#     COMPOSE_OVERLAY, a second compose file layered over COMPOSE_FILE);
 #   - compose_down: remove the project's containers, network and volumes.
 
 if [ -z "${COMPOSE:-}" ]; then
@@ -15,7 +16,7 @@ for v in LEASE LEASE_2 REPLICA_1 REPLICA_2 REPLICA_3 REPLICA_4 PROMOTER_1 PROMOT
 done
 export TENURE_IMAGE
 
-compose() { timeout --foreground 300 $COMPOSE -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
+compose() { timeout --foreground 300 $COMPOSE -p "$PROJECT" -f "$COMPOSE_FILE" ${COMPOSE_OVERLAY:+-f "$COMPOSE_OVERLAY"} "$@"; }
 
 # A short stop timeout first; a second, plain try if that one failed.
 compose_down() {

@@ -72,6 +72,9 @@ type config struct {
 	clients   int
 	pace      time.Duration
 	leaseTTL  time.Duration
+	// diskFullDir is the host directory that is diskFullReplica's /data
+	// (a tmpfs of a fixed size), for the disk-full scenario.
+	diskFullDir string
 }
 
 func main() {
@@ -85,6 +88,7 @@ func main() {
 	flag.IntVar(&cfg.clients, "clients", 3, "concurrent workload clients")
 	flag.DurationVar(&cfg.pace, "pace", 10*time.Millisecond, "a client's pause between operations (bounds the history, and so the linearizability check)")
 	flag.DurationVar(&cfg.leaseTTL, "lease-ttl", 2*time.Second, "the replicas' lease TTL in the stack (the lease service's default); the pause lasts past it")
+	flag.StringVar(&cfg.diskFullDir, "disk-full-dir", "", "the host directory bound as "+diskFullReplica+"'s /data, a small tmpfs (disk-full fills it; chaos.sh mounts it)")
 	var files auth.Files
 	flag.StringVar(&files.CA, "cacert", "", "CA certificate of a stack that runs mutual TLS (with --cert and --key: the operator's, which may also produce and consume)")
 	flag.StringVar(&files.Cert, "cert", "", "client certificate")

@@ -308,3 +308,9 @@ func newReplicaClients(s *stack) map[string]tenurev1connect.ReplicaServiceClient
 	}
 	return m
 }
+
+// newLogClient is a LogService client of one replica, at its compose URL
+// (the stack's HTTP client dials its published port).
+func newLogClient(s *stack, id string) tenurev1connect.LogServiceClient {
+	return tenurev1connect.NewLogServiceClient(s.httpClient(), replicaURL(id), transport.ClientOptions()...)
+}

@@ -21,7 +21,7 @@ import (
 )
 
 // allScenarios is the default order. Each names one fault kind.
-var allScenarios = []string{"kill-leader", "pause-leader", "disconnect-leader", "restart-majority", "corrupt-journal", "pause-lease", "replace-replica", "kill-lease", "kill-etcd-member"}
+var allScenarios = []string{"kill-leader", "pause-leader", "disconnect-leader", "restart-majority", "corrupt-journal", "pause-lease", "replace-replica", "kill-lease", "kill-etcd-member", "disk-full"}
 
 var scenarioFuncs = map[string]func(*scenario, context.Context) error{
 	"kill-leader":       (*scenario).killLeader,
@@ -33,6 +33,7 @@ var scenarioFuncs = map[string]func(*scenario, context.Context) error{
 	"replace-replica":   (*scenario).replaceReplica,
 	"kill-lease":        (*scenario).killLease,
 	"kill-etcd-member":  (*scenario).killEtcdMember,
+	"disk-full":         (*scenario).diskFull,
 }
 
 // Bounds of the scenario's waits.

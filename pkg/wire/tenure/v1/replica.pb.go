@@ -1700,6 +1700,9 @@ type ReplicaServiceGetStatusResponse struct {
 	// its store), Unix milliseconds.
 	Pid           int64 `protobuf:"varint,5,opt,name=pid,proto3" json:"pid,omitempty"`
 	StartedUnixMs int64 `protobuf:"varint,6,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
+	// The filesystem holding this replica's data directory, and whether the
+	// replica refuses appends because it is (nearly) full.
+	Disk          *DiskStatus `protobuf:"bytes,7,opt,name=disk,proto3" json:"disk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1776,6 +1779,113 @@ func (x *ReplicaServiceGetStatusResponse) GetStartedUnixMs() int64 {
 	return 0
 }
 
+func (x *ReplicaServiceGetStatusResponse) GetDisk() *DiskStatus {
+	if x != nil {
+		return x.Disk
+	}
+	return nil
+}
+
+// DiskStatus is a replica's view of the filesystem its data lives on. A
+// full disk is a state, not a crash: the replica refuses appends
+// (ResourceExhausted) while free space is below its reserve or a write
+// failed with ENOSPC, keeps serving reads, fences and truncations, and
+// resumes by itself once space is back.
+type DiskStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Appends are refused: free space fell below reserve_bytes, or a write
+	// failed for want of space.
+	Full bool `protobuf:"varint,1,opt,name=full,proto3" json:"full,omitempty"`
+	// Why, when full (free space and reserve, or the write that failed).
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Bytes free for this replica's writes on the data directory's
+	// filesystem (statfs: blocks available to an unprivileged writer).
+	FreeBytes uint64 `protobuf:"varint,3,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
+	// The free space the replica keeps for fences, truncations, retention
+	// and the indexing of what it already accepted (--disk-reserve; 0 = no
+	// preventive check, only a write's ENOSPC makes it full).
+	ReserveBytes uint64 `protobuf:"varint,4,opt,name=reserve_bytes,json=reserveBytes,proto3" json:"reserve_bytes,omitempty"`
+	// Bytes the data directory's files take on disk (allocated blocks:
+	// segments, WAL, Badger, journals).
+	UsedBytes uint64 `protobuf:"varint,5,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// When it last became full, Unix milliseconds (0: never since start).
+	FullSinceUnixMs int64 `protobuf:"varint,6,opt,name=full_since_unix_ms,json=fullSinceUnixMs,proto3" json:"full_since_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DiskStatus) Reset() {
+	*x = DiskStatus{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskStatus) ProtoMessage() {}
+
+func (x *DiskStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskStatus.ProtoReflect.Descriptor instead.
+func (*DiskStatus) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DiskStatus) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *DiskStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DiskStatus) GetFreeBytes() uint64 {
+	if x != nil {
+		return x.FreeBytes
+	}
+	return 0
+}
+
+func (x *DiskStatus) GetReserveBytes() uint64 {
+	if x != nil {
+		return x.ReserveBytes
+	}
+	return 0
+}
+
+func (x *DiskStatus) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *DiskStatus) GetFullSinceUnixMs() int64 {
+	if x != nil {
+		return x.FullSinceUnixMs
+	}
+	return 0
+}
+
 // LostRange is a range a replica's disk lost.
 type LostRange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1791,7 +1901,7 @@ type LostRange struct {
 
 func (x *LostRange) Reset() {
 	*x = LostRange{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[22]
+	mi := &file_tenure_v1_replica_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1913,7 @@ func (x *LostRange) String() string {
 func (*LostRange) ProtoMessage() {}
 
 func (x *LostRange) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[22]
+	mi := &file_tenure_v1_replica_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1926,7 @@ func (x *LostRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostRange.ProtoReflect.Descriptor instead.
 func (*LostRange) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LostRange) GetRangeId() string {
@@ -1853,7 +1963,7 @@ type DropRangeRequest struct {
 
 func (x *DropRangeRequest) Reset() {
 	*x = DropRangeRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[23]
+	mi := &file_tenure_v1_replica_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1975,7 @@ func (x *DropRangeRequest) String() string {
 func (*DropRangeRequest) ProtoMessage() {}
 
 func (x *DropRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[23]
+	mi := &file_tenure_v1_replica_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1988,7 @@ func (x *DropRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropRangeRequest.ProtoReflect.Descriptor instead.
 func (*DropRangeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DropRangeRequest) GetRangeId() string {
@@ -1906,7 +2016,7 @@ type DropRangeResponse struct {
 
 func (x *DropRangeResponse) Reset() {
 	*x = DropRangeResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[24]
+	mi := &file_tenure_v1_replica_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2028,7 @@ func (x *DropRangeResponse) String() string {
 func (*DropRangeResponse) ProtoMessage() {}
 
 func (x *DropRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[24]
+	mi := &file_tenure_v1_replica_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2041,7 @@ func (x *DropRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropRangeResponse.ProtoReflect.Descriptor instead.
 func (*DropRangeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{24}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DropRangeResponse) GetExisted() bool {
@@ -1952,7 +2062,7 @@ type GetEpochHistoryRequest struct {
 
 func (x *GetEpochHistoryRequest) Reset() {
 	*x = GetEpochHistoryRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[25]
+	mi := &file_tenure_v1_replica_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2074,7 @@ func (x *GetEpochHistoryRequest) String() string {
 func (*GetEpochHistoryRequest) ProtoMessage() {}
 
 func (x *GetEpochHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[25]
+	mi := &file_tenure_v1_replica_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2087,7 @@ func (x *GetEpochHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEpochHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetEpochHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{25}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetEpochHistoryRequest) GetRangeId() string {
@@ -2002,7 +2112,7 @@ type GetEpochHistoryResponse struct {
 
 func (x *GetEpochHistoryResponse) Reset() {
 	*x = GetEpochHistoryResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[26]
+	mi := &file_tenure_v1_replica_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2124,7 @@ func (x *GetEpochHistoryResponse) String() string {
 func (*GetEpochHistoryResponse) ProtoMessage() {}
 
 func (x *GetEpochHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[26]
+	mi := &file_tenure_v1_replica_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2137,7 @@ func (x *GetEpochHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEpochHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetEpochHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{26}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetEpochHistoryResponse) GetHistory() []*EpochStart {
@@ -2075,7 +2185,7 @@ type NotLeaderDetail struct {
 
 func (x *NotLeaderDetail) Reset() {
 	*x = NotLeaderDetail{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[27]
+	mi := &file_tenure_v1_replica_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2197,7 @@ func (x *NotLeaderDetail) String() string {
 func (*NotLeaderDetail) ProtoMessage() {}
 
 func (x *NotLeaderDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[27]
+	mi := &file_tenure_v1_replica_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2210,7 @@ func (x *NotLeaderDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeaderDetail.ProtoReflect.Descriptor instead.
 func (*NotLeaderDetail) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{27}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NotLeaderDetail) GetRangeId() string {
@@ -2261,7 +2371,7 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x1clast_fetch_truncation_leader\x18\x19 \x01(\tR\x19lastFetchTruncationLeader\x12@\n" +
 	"\x1dlast_fetch_truncation_unix_ms\x18\x1a \x01(\x03R\x19lastFetchTruncationUnixMs\x12!\n" +
 	"\fstored_bytes\x18\x1e \x01(\x04R\vstoredBytes\x128\n" +
-	"\tretention\x18\x1f \x01(\v2\x1a.tenure.v1.RetentionPolicyR\tretention\"\x83\x02\n" +
+	"\tretention\x18\x1f \x01(\v2\x1a.tenure.v1.RetentionPolicyR\tretention\"\xae\x02\n" +
 	"\x1fReplicaServiceGetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12.\n" +
@@ -2270,7 +2380,18 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\vlost_ranges\x18\x04 \x03(\v2\x14.tenure.v1.LostRangeR\n" +
 	"lostRanges\x12\x10\n" +
 	"\x03pid\x18\x05 \x01(\x03R\x03pid\x12&\n" +
-	"\x0fstarted_unix_ms\x18\x06 \x01(\x03R\rstartedUnixMs\"y\n" +
+	"\x0fstarted_unix_ms\x18\x06 \x01(\x03R\rstartedUnixMs\x12)\n" +
+	"\x04disk\x18\a \x01(\v2\x15.tenure.v1.DiskStatusR\x04disk\"\xc8\x01\n" +
+	"\n" +
+	"DiskStatus\x12\x12\n" +
+	"\x04full\x18\x01 \x01(\bR\x04full\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\x03 \x01(\x04R\tfreeBytes\x12#\n" +
+	"\rreserve_bytes\x18\x04 \x01(\x04R\freserveBytes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x05 \x01(\x04R\tusedBytes\x12+\n" +
+	"\x12full_since_unix_ms\x18\x06 \x01(\x03R\x0ffullSinceUnixMs\"y\n" +
 	"\tLostRange\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12-\n" +
 	"\x12member_incarnation\x18\x02 \x01(\tR\x11memberIncarnation\x12\"\n" +
@@ -2318,7 +2439,7 @@ func file_tenure_v1_replica_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_replica_proto_rawDescData
 }
 
-var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_tenure_v1_replica_proto_goTypes = []any{
 	(*FetchStreamRequest)(nil),              // 0: tenure.v1.FetchStreamRequest
 	(*FetchStreamResponse)(nil),             // 1: tenure.v1.FetchStreamResponse
@@ -2342,30 +2463,31 @@ var file_tenure_v1_replica_proto_goTypes = []any{
 	(*FollowerProgress)(nil),                // 19: tenure.v1.FollowerProgress
 	(*RangeStatus)(nil),                     // 20: tenure.v1.RangeStatus
 	(*ReplicaServiceGetStatusResponse)(nil), // 21: tenure.v1.ReplicaServiceGetStatusResponse
-	(*LostRange)(nil),                       // 22: tenure.v1.LostRange
-	(*DropRangeRequest)(nil),                // 23: tenure.v1.DropRangeRequest
-	(*DropRangeResponse)(nil),               // 24: tenure.v1.DropRangeResponse
-	(*GetEpochHistoryRequest)(nil),          // 25: tenure.v1.GetEpochHistoryRequest
-	(*GetEpochHistoryResponse)(nil),         // 26: tenure.v1.GetEpochHistoryResponse
-	(*NotLeaderDetail)(nil),                 // 27: tenure.v1.NotLeaderDetail
-	(*Record)(nil),                          // 28: tenure.v1.Record
-	(*EpochStart)(nil),                      // 29: tenure.v1.EpochStart
-	(Role)(0),                               // 30: tenure.v1.Role
-	(*Replica)(nil),                         // 31: tenure.v1.Replica
-	(*RetentionPolicy)(nil),                 // 32: tenure.v1.RetentionPolicy
+	(*DiskStatus)(nil),                      // 22: tenure.v1.DiskStatus
+	(*LostRange)(nil),                       // 23: tenure.v1.LostRange
+	(*DropRangeRequest)(nil),                // 24: tenure.v1.DropRangeRequest
+	(*DropRangeResponse)(nil),               // 25: tenure.v1.DropRangeResponse
+	(*GetEpochHistoryRequest)(nil),          // 26: tenure.v1.GetEpochHistoryRequest
+	(*GetEpochHistoryResponse)(nil),         // 27: tenure.v1.GetEpochHistoryResponse
+	(*NotLeaderDetail)(nil),                 // 28: tenure.v1.NotLeaderDetail
+	(*Record)(nil),                          // 29: tenure.v1.Record
+	(*EpochStart)(nil),                      // 30: tenure.v1.EpochStart
+	(Role)(0),                               // 31: tenure.v1.Role
+	(*Replica)(nil),                         // 32: tenure.v1.Replica
+	(*RetentionPolicy)(nil),                 // 33: tenure.v1.RetentionPolicy
 }
 var file_tenure_v1_replica_proto_depIdxs = []int32{
 	2,  // 0: tenure.v1.FetchStreamRequest.fetch:type_name -> tenure.v1.FetchRequest
 	4,  // 1: tenure.v1.FetchStreamResponse.fetch:type_name -> tenure.v1.FetchResponse
-	28, // 2: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
+	29, // 2: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
 	3,  // 3: tenure.v1.FetchResponse.diverging:type_name -> tenure.v1.DivergingEpoch
-	29, // 4: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
-	30, // 5: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
-	29, // 6: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
-	30, // 7: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
-	31, // 8: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
-	32, // 9: tenure.v1.AdoptRequest.retention:type_name -> tenure.v1.RetentionPolicy
-	29, // 10: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
+	30, // 4: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
+	31, // 5: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
+	30, // 6: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
+	31, // 7: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
+	32, // 8: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
+	33, // 9: tenure.v1.AdoptRequest.retention:type_name -> tenure.v1.RetentionPolicy
+	30, // 10: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
 	5,  // 11: tenure.v1.FenceRangesRequest.fences:type_name -> tenure.v1.FenceRequest
 	6,  // 12: tenure.v1.FenceRangeResult.fence:type_name -> tenure.v1.FenceResponse
 	11, // 13: tenure.v1.FenceRangeResult.error:type_name -> tenure.v1.ReplicaError
@@ -2374,37 +2496,38 @@ var file_tenure_v1_replica_proto_depIdxs = []int32{
 	10, // 16: tenure.v1.AdoptRangeResult.adopt:type_name -> tenure.v1.AdoptResponse
 	11, // 17: tenure.v1.AdoptRangeResult.error:type_name -> tenure.v1.ReplicaError
 	16, // 18: tenure.v1.AdoptRangesResponse.results:type_name -> tenure.v1.AdoptRangeResult
-	30, // 19: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
+	31, // 19: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
 	19, // 20: tenure.v1.RangeStatus.followers:type_name -> tenure.v1.FollowerProgress
-	32, // 21: tenure.v1.RangeStatus.retention:type_name -> tenure.v1.RetentionPolicy
+	33, // 21: tenure.v1.RangeStatus.retention:type_name -> tenure.v1.RetentionPolicy
 	20, // 22: tenure.v1.ReplicaServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangeStatus
-	22, // 23: tenure.v1.ReplicaServiceGetStatusResponse.lost_ranges:type_name -> tenure.v1.LostRange
-	29, // 24: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
-	2,  // 25: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
-	0,  // 26: tenure.v1.ReplicaService.FetchStream:input_type -> tenure.v1.FetchStreamRequest
-	5,  // 27: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
-	7,  // 28: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
-	9,  // 29: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
-	12, // 30: tenure.v1.ReplicaService.FenceRanges:input_type -> tenure.v1.FenceRangesRequest
-	15, // 31: tenure.v1.ReplicaService.AdoptRanges:input_type -> tenure.v1.AdoptRangesRequest
-	18, // 32: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
-	25, // 33: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
-	23, // 34: tenure.v1.ReplicaService.DropRange:input_type -> tenure.v1.DropRangeRequest
-	4,  // 35: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
-	1,  // 36: tenure.v1.ReplicaService.FetchStream:output_type -> tenure.v1.FetchStreamResponse
-	6,  // 37: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
-	8,  // 38: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
-	10, // 39: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
-	14, // 40: tenure.v1.ReplicaService.FenceRanges:output_type -> tenure.v1.FenceRangesResponse
-	17, // 41: tenure.v1.ReplicaService.AdoptRanges:output_type -> tenure.v1.AdoptRangesResponse
-	21, // 42: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
-	26, // 43: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
-	24, // 44: tenure.v1.ReplicaService.DropRange:output_type -> tenure.v1.DropRangeResponse
-	35, // [35:45] is the sub-list for method output_type
-	25, // [25:35] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	23, // 23: tenure.v1.ReplicaServiceGetStatusResponse.lost_ranges:type_name -> tenure.v1.LostRange
+	22, // 24: tenure.v1.ReplicaServiceGetStatusResponse.disk:type_name -> tenure.v1.DiskStatus
+	30, // 25: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
+	2,  // 26: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
+	0,  // 27: tenure.v1.ReplicaService.FetchStream:input_type -> tenure.v1.FetchStreamRequest
+	5,  // 28: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
+	7,  // 29: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
+	9,  // 30: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
+	12, // 31: tenure.v1.ReplicaService.FenceRanges:input_type -> tenure.v1.FenceRangesRequest
+	15, // 32: tenure.v1.ReplicaService.AdoptRanges:input_type -> tenure.v1.AdoptRangesRequest
+	18, // 33: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
+	26, // 34: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
+	24, // 35: tenure.v1.ReplicaService.DropRange:input_type -> tenure.v1.DropRangeRequest
+	4,  // 36: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
+	1,  // 37: tenure.v1.ReplicaService.FetchStream:output_type -> tenure.v1.FetchStreamResponse
+	6,  // 38: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
+	8,  // 39: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
+	10, // 40: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
+	14, // 41: tenure.v1.ReplicaService.FenceRanges:output_type -> tenure.v1.FenceRangesResponse
+	17, // 42: tenure.v1.ReplicaService.AdoptRanges:output_type -> tenure.v1.AdoptRangesResponse
+	21, // 43: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
+	27, // 44: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
+	25, // 45: tenure.v1.ReplicaService.DropRange:output_type -> tenure.v1.DropRangeResponse
+	36, // [36:46] is the sub-list for method output_type
+	26, // [26:36] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_replica_proto_init() }
@@ -2419,7 +2542,7 @@ func file_tenure_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_replica_proto_rawDesc), len(file_tenure_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
