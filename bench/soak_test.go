@@ -30,8 +30,24 @@ import (
 // replica's data directory is measured every soakSampleEvery. The same
 // load on a range without retention, in the same run, is the baseline for
 // throughput.
+//
+// The replicas run with their defaults (the retention interval too: the
+// leader applies a size limit as soon as a range passes it by an eighth,
+// services/replica/retention.go) but for the segment file size, 1 MiB
+// (tenure replica --segment-bytes): space goes back a file at a time, and
+// the default 64 MiB files alone would exceed a bound of 1.5 x 16 MiB.
+//
+// Why 16 MiB by default and not 8: the bound leaves 0.5 x max_bytes for
+// everything above max_bytes, and part of that does not scale with it.
+// Measured at 8 MiB (bench/README.md): the slack before an early pass (1
+// MiB), the batches indexed while a pass runs (~0.5-1 MiB at ~50 MB/s),
+// the oldest segment file, partly below the log start (up to 1 MiB), the
+// WAL's files past their nominal size by the entry that crossed the switch
+// size (up to 0.7 MiB) and Badger's memtable log (0.1-0.5 MiB over such a
+// run): peaks of 43.0-44.4 MiB against 44.5. At 16 MiB they were 52-53
+// against 56.5.
 var (
-	soakRetentionBytes = flag.Int64("bench.soak-retention-bytes", 8<<20, "BenchmarkRetentionSoak: the range's retention max_bytes (1 MiB at most under -race or a -bench.duration below 1s)")
+	soakRetentionBytes = flag.Int64("bench.soak-retention-bytes", 16<<20, "BenchmarkRetentionSoak: the range's retention max_bytes (1 MiB at most under -race or a -bench.duration below 1s, as make bench-check runs it)")
 	soakFactor         = flag.Float64("bench.soak-factor", 20, "BenchmarkRetentionSoak: write this many times the retention, in record bytes (at least 20 asserts the issue's soak)")
 	soakSegmentBytes   = flag.Int64("bench.soak-segment-bytes", 1<<20, "BenchmarkRetentionSoak: the replicas' segment file size (logstore.Options.SegmentBytes)")
 	soakInterval       = flag.Duration("bench.soak-retention-interval", 0, "BenchmarkRetentionSoak: the replicas' retention interval (replica.Config.RetentionInterval; 0: the default, replica.DefaultRetentionInterval)")
@@ -167,17 +183,24 @@ type diskSample struct {
 	// The parts, as logstore's DiskUsage splits them (reclaim.go), and
 	// other: anything else in the directory (the incarnation, range state).
 	segments, wal, badger, journals, other int64
+	// deleted: files of the directory unlinked but still open in this
+	// process (the replicas run in it), whose blocks stay allocated until
+	// the last descriptor closes: a reclaimed segment file's is closed at
+	// the next reclaim pass (a read may still hold it). du misses them.
+	deleted int64
 	// stored is the range's stored bytes on the replica at the sample
 	// (RangeStatus.stored_bytes: its batches from its log start, what
 	// max_bytes is measured against), -1 if status did not answer.
 	stored int64
 }
 
-func (s diskSample) total() int64 { return s.segments + s.wal + s.badger + s.journals + s.other }
+func (s diskSample) total() int64 {
+	return s.segments + s.wal + s.badger + s.journals + s.other + s.deleted
+}
 
 func (s diskSample) describe() string {
-	return fmt.Sprintf("%.1f MiB (segments %.1f, WAL %.1f, Badger %.1f, journals %.2f, other %.2f; the range's stored bytes %.1f)",
-		mib(s.total()), mib(s.segments), mib(s.wal), mib(s.badger), mib(s.journals), mib(s.other), mib(s.stored))
+	return fmt.Sprintf("%.1f MiB (segments %.1f, WAL %.1f, Badger %.1f, journals %.2f, other %.2f, deleted but open %.2f; the range's stored bytes %.1f)",
+		mib(s.total()), mib(s.segments), mib(s.wal), mib(s.badger), mib(s.journals), mib(s.other), mib(s.deleted), mib(s.stored))
 }
 
 // measureDataDir walks dir and adds up each file's allocated blocks by
@@ -244,11 +267,46 @@ func startDiskSampler(dirs []string, stored func(i int) int64, every time.Durati
 
 func (s *diskSampler) sample() {
 	at := time.Since(s.start)
+	deleted := deletedOpen(s.dirs)
 	for i, dir := range s.dirs {
 		m := measureDataDir(dir)
-		m.at, m.replica, m.stored = at, i, s.stored(i)
+		m.at, m.replica, m.deleted, m.stored = at, i, deleted[i], s.stored(i)
 		s.samples = append(s.samples, m)
 	}
+}
+
+// deletedOpen adds up, per directory, the allocated blocks of the files
+// under it that this process holds open after they were unlinked
+// (/proc/self/fd links ending " (deleted)"; stat through the link reaches
+// the file). Zeros where /proc is not there.
+func deletedOpen(dirs []string) []int64 {
+	out := make([]int64, len(dirs))
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return out
+	}
+	for _, fd := range fds {
+		link := filepath.Join("/proc/self/fd", fd.Name())
+		target, err := os.Readlink(link)
+		if err != nil {
+			continue
+		}
+		path, ok := strings.CutSuffix(target, " (deleted)")
+		if !ok {
+			continue
+		}
+		for i, dir := range dirs {
+			if !strings.HasPrefix(path, dir+string(filepath.Separator)) {
+				continue
+			}
+			if fi, err := os.Stat(link); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					out[i] += st.Blocks * 512
+				}
+			}
+		}
+	}
+	return out
 }
 
 // stop ends the sampling, takes a last sample (the load's end), and
@@ -280,10 +338,10 @@ func writeSeries(b *testing.B, name string, c *tenureCluster, samples []diskSamp
 	sorted := slices.SortedStableFunc(slices.Values(samples), func(x, y diskSample) int { return cmp.Compare(x.at, y.at) })
 	if testing.Verbose() {
 		var t strings.Builder
-		fmt.Fprintf(&t, "%s: disk samples (MiB)\n%8s %-7s %8s %8s %8s %8s %8s %8s\n", name, "t_s", "replica", "total", "segments", "wal", "badger", "journals", "stored")
+		fmt.Fprintf(&t, "%s: disk samples (MiB)\n%8s %-7s %8s %8s %8s %8s %8s %8s %8s\n", name, "t_s", "replica", "total", "segments", "wal", "badger", "journals", "deleted", "stored")
 		for _, s := range sorted {
-			fmt.Fprintf(&t, "%8.2f %-7s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", s.at.Seconds(), c.nodes[s.replica].id,
-				mib(s.total()), mib(s.segments), mib(s.wal), mib(s.badger), mib(s.journals), mib(s.stored))
+			fmt.Fprintf(&t, "%8.2f %-7s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", s.at.Seconds(), c.nodes[s.replica].id,
+				mib(s.total()), mib(s.segments), mib(s.wal), mib(s.badger), mib(s.journals), mib(s.deleted), mib(s.stored))
 		}
 		b.Log(t.String())
 	}
@@ -296,11 +354,11 @@ func writeSeries(b *testing.B, name string, c *tenureCluster, samples []diskSamp
 	}
 	var t strings.Builder
 	if fi, err := f.Stat(); err == nil && fi.Size() == 0 {
-		t.WriteString("bench\tt_s\treplica\tbytes\tsegments\twal\tbadger\tjournals\tother\tstored\n")
+		t.WriteString("bench\tt_s\treplica\tbytes\tsegments\twal\tbadger\tjournals\tother\tdeleted\tstored\n")
 	}
 	for _, s := range sorted {
-		fmt.Fprintf(&t, "%s\t%.3f\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", name, s.at.Seconds(), c.nodes[s.replica].id,
-			s.total(), s.segments, s.wal, s.badger, s.journals, s.other, s.stored)
+		fmt.Fprintf(&t, "%s\t%.3f\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", name, s.at.Seconds(), c.nodes[s.replica].id,
+			s.total(), s.segments, s.wal, s.badger, s.journals, s.other, s.deleted, s.stored)
 	}
 	_, err = f.WriteString(t.String())
 	return errors.Join(err, f.Close())
