@@ -62,7 +62,6 @@ func Parse(s string) (uint64, error) {
 	return uint64(v), nil
 }
 
-
 // Format prints n exactly, in the largest binary unit that divides it, else
 // the largest decimal one, else bytes ("0" for 0): what Parse reads back.
 func Format(n uint64) string {
