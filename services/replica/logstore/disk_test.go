@@ -1,10 +1,13 @@
 package logstore_test
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/services/replica/logstore"
@@ -172,5 +175,84 @@ func TestDiskReserveZeroNeverRefuses(t *testing.T) {
 	s.ReadDiskNow()
 	if st := s.DiskStatus(); st.Full {
 		t.Fatalf("DiskStatus() = %+v with reserve 0, want not full", st)
+	}
+}
+
+// A segment write that fails with ENOSPC (the indexer's, behind the WAL)
+// does not fail the store: the store turns full and refuses new records,
+// what it acknowledged stays readable (from memory, and durable in the
+// WAL), fences go on, and once the filesystem has room again the indexer
+// writes the batches and appends resume, with everything there after a
+// reopen. Reserve 0: only the failed write makes it full.
+func TestSegmentENOSPCIsFullNotFailed(t *testing.T) {
+	var free fakeFree
+	free.n.Store(1 << 20) // under the 8 MiB an ENOSPC needs to clear
+	o := newOpener(t)
+	o.opts.FreeBytes = free.free
+	s := o.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	appendN(t, r, 1, 10)
+
+	var faults atomic.Int64
+	restore := logstore.SetSegmentWriteFault(func(uint32) error {
+		faults.Add(1)
+		return syscall.ENOSPC
+	})
+	defer restore()
+	base := appendN(t, r, 1, 10) // the WAL takes it; the indexer will not
+	waitDurable(t, r, r.LogEnd())
+	waitFor(t, "the store to turn full after the indexer's ENOSPC", func() bool { return s.DiskStatus().Full })
+	if st := s.DiskStatus(); !strings.Contains(st.Reason, "no space left on device") {
+		t.Fatalf("DiskStatus() = %+v, want the failed write as the reason", st)
+	}
+	_, err := r.Append(1, false, [][]byte{[]byte("refused")})
+	if !errors.Is(err, logstore.ErrDiskFull) || !strings.Contains(err.Error(), "a write failed") {
+		t.Fatalf("Append after the ENOSPC = %v, want ErrDiskFull naming the failed write", err)
+	}
+	if got := readAll(t, r); len(got) != 21 || string(got[base].GetValue()) != string(value("r1", base)) {
+		t.Fatalf("read %d records after the ENOSPC, want all 21 acknowledged", len(got))
+	}
+	// A durable state write (a fence at the epoch it leads) goes through.
+	if err := r.SetState(logstore.State{FencedEpoch: 1, Epoch: 1, Role: tenurev1.Role_ROLE_LEADER, LeaderID: "me"}); err != nil {
+		t.Fatalf("SetState after the ENOSPC = %v", err)
+	}
+
+	// Room again: the fault ends and the filesystem shows space.
+	restore()
+	n := faults.Load()
+	free.n.Store(1 << 30)
+	waitFor(t, "the store to clear full", func() bool { return !s.DiskStatus().Full })
+	if n == 0 {
+		t.Fatal("no segment write was refused")
+	}
+	appendN(t, r, 1, 5)
+	end := r.LogEnd()
+	waitDurable(t, r, end)
+	closeStore(t, s)
+
+	s = o.open()
+	defer closeStore(t, s)
+	r, _ = s.Range("r1")
+	if r.LogEnd() != end {
+		t.Fatalf("after reopen the log ends at %d, want %d", r.LogEnd(), end)
+	}
+	got := readAll(t, r)
+	for i := uint64(1); i < end; i++ {
+		if !bytes.Equal(got[i].GetValue(), value("r1", i)) {
+			t.Fatalf("record %d = %q after reopen, want %q", i, got[i].GetValue(), value("r1", i))
+		}
+	}
+}
+
+// waitFor polls cond every 10 ms for up to 10 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -411,7 +411,9 @@ func (s *Store) Close() error {
 	// both have ended (the writer exited, and Truncate holds life).
 	s.bg.Wait()
 	var errs []error
-	clean := s.writeErrAfterClose() == nil
+	// Batches the segments refused for want of space (index.go) are in
+	// the WAL only: a clean close would move w/gen past them.
+	clean := s.writeErrAfterClose() == nil && s.allIndexed()
 	if clean {
 		errs = append(errs, s.writeFinalMarkers())
 	}
