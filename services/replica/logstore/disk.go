@@ -98,6 +98,12 @@ type diskState struct {
 	// room since (see clearBytesLocked).
 	enospc bool
 
+	// used is DiskUsage().Total() as of usedAt: a status call per range
+	// (tenurectl status asks each range) lists the directories at most
+	// every diskUsedRefresh.
+	used   uint64
+	usedAt time.Time
+
 	kick chan struct{} // asks the monitor for a reading now
 	stop chan struct{}
 	done chan struct{}
@@ -249,18 +255,24 @@ func (s *Store) diskRefusal(op, id string, bytes int) error {
 	return fmt.Errorf("%w: %s on %s refused: %s; appends resume by themselves once space is back", ErrDiskFull, op, id, reason)
 }
 
+// diskUsedRefresh bounds how stale DiskStatus's UsedBytes may be.
+const diskUsedRefresh = time.Second
+
 // DiskStatus reports the store's full-disk state and space.
 func (s *Store) DiskStatus() DiskStatus {
 	d := s.disk
-	used := s.DiskUsage().Total()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if now := time.Now(); now.Sub(d.usedAt) >= diskUsedRefresh {
+		// Under d.mu: concurrent callers list the directories once.
+		d.used, d.usedAt = uint64(max(s.DiskUsage().Total(), 0)), now
+	}
 	return DiskStatus{
 		Full:           d.full.Load(),
 		Reason:         d.reason,
 		FreeBytes:      d.freeBytes,
 		ReserveBytes:   d.reserve,
-		UsedBytes:      uint64(max(used, 0)),
+		UsedBytes:      d.used,
 		FullSince:      d.since,
 		RefusedAppends: d.refused.Load(),
 	}
