@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -197,9 +199,19 @@ func (g *segments) write(keys, batches [][]byte) (pointers [][]byte, err error) 
 			pointers[i] = encodeSegmentPointer(keys[i], uint32(storedCount(batches[i])), n, start+int64(len(buf)), batches[i])
 			buf = append(buf, batches[i]...)
 		}
-		_, err = f.WriteAt(buf, start)
+		if h := segmentWriteHook.Load(); h != nil && err == nil {
+			err = (*h)(n)
+		}
+		if err == nil {
+			_, err = f.WriteAt(buf, start)
+		}
 		g.mu.Lock()
-		if err != nil {
+		if err != nil && errors.Is(err, syscall.ENOSPC) {
+			// Not sticky: pos did not move, so the next write overwrites
+			// whatever part of this one landed, and no pointer names it
+			// (the indexer retries the batches later: index.go).
+			err = fmt.Errorf("logstore: write segment %d: %w", n, err)
+		} else if err != nil {
 			g.failed = fmt.Errorf("logstore: write segment %d: %w", n, err)
 			err = g.failed
 		} else {
@@ -228,6 +240,10 @@ func (g *segments) write(keys, batches [][]byte) (pointers [][]byte, err error) 
 func (g *segments) startLocked() error {
 	n := g.next
 	f, err := os.OpenFile(segmentPath(g.dir, n), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil && errors.Is(err, syscall.ENOSPC) {
+		// Nothing created, nothing to undo: the next write tries again.
+		return fmt.Errorf("logstore: create segment: %w", err)
+	}
 	if err != nil {
 		g.failed = fmt.Errorf("logstore: create segment: %w", err)
 		return g.failed
@@ -400,6 +416,10 @@ func encodeSegmentPointer(key []byte, count, segment uint32, position int64, bat
 	binary.BigEndian.PutUint32(b[21:25], crc)
 	return b
 }
+
+// segmentWriteHook, when set (tests only), runs before each segment pwrite;
+// an error it returns is that write's: the seam that injects ENOSPC.
+var segmentWriteHook atomic.Pointer[func(segment uint32) error]
 
 // maxSegmentBatchBytes bounds the length a pointer may claim, so a damaged
 // pointer cannot make a reader allocate more than a batch can hold: a

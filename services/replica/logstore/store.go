@@ -54,6 +54,7 @@ var (
 	// until it is dropped (DropRange) and rebuilt from its peers. The
 	// message names the reason.
 	ErrQuarantined = errors.New("logstore: range quarantined")
+	// ErrDiskFull is in disk.go.
 )
 
 // Options configure a Store. The zero value is valid.
@@ -96,6 +97,16 @@ type Options struct {
 	// Now is the clock of the time marks RetainSince reads (marks.go); nil
 	// means time.Now. Tests inject one rather than sleep.
 	Now func() time.Time
+	// DiskReserveBytes is the free space the store keeps on its
+	// filesystem: below it, new records are refused (ErrDiskFull) while
+	// fences, HWMs, truncations, retention and reads go on out of the
+	// reserve (disk.go). 0 means no preventive check: only a write that
+	// fails with ENOSPC makes the store full.
+	DiskReserveBytes uint64
+	// FreeBytes reports the free space of the store's filesystem; nil
+	// means statfs of the store's directory (the blocks available to an
+	// unprivileged user). Tests inject one to stage a full disk.
+	FreeBytes func() (uint64, error)
 }
 
 // Crash points, the arguments Options.CrashAt receives.
@@ -231,6 +242,9 @@ type Store struct {
 	// marksPruned: Open deleted time marks above a log end, to be synced
 	// before the store takes writes.
 	marksPruned bool
+
+	// disk is the full-disk state (disk.go).
+	disk *diskState
 }
 
 // Stats are counters for tests and metrics.
@@ -280,6 +294,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		done:       make(chan struct{}),
 		sealed:     map[string]bool{},
 		syncFiles:  map[string]*os.File{},
+		disk:       &diskState{reserve: opts.DiskReserveBytes, free: opts.FreeBytes},
+	}
+	if s.disk.free == nil {
+		s.disk.free = statfsFree(dir)
 	}
 	s.walSyncSeconds = opts.WALSyncSeconds
 	s.now = opts.Now
@@ -358,6 +376,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	// HWMs lowered at load are persisted at once, not after a delay.
 	s.hwmDue = len(s.dirty) > 0
+	// Before the first write is accepted: a store opened on a full disk
+	// opens full.
+	s.startDiskMonitor()
 	go s.run()
 	s.startReclaimer()
 	return s, nil
@@ -381,6 +402,7 @@ func (s *Store) Close() error {
 	s.wakeAll()
 	// Before life: a pass holds it shared while it syncs.
 	s.stopReclaimer()
+	s.stopDiskMonitor()
 
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -389,7 +411,9 @@ func (s *Store) Close() error {
 	// both have ended (the writer exited, and Truncate holds life).
 	s.bg.Wait()
 	var errs []error
-	clean := s.writeErrAfterClose() == nil
+	// Batches the segments refused for want of space (index.go) are in
+	// the WAL only: a clean close would move w/gen past them.
+	clean := s.writeErrAfterClose() == nil && s.allIndexed()
 	if clean {
 		errs = append(errs, s.writeFinalMarkers())
 	}
@@ -562,6 +586,9 @@ func (s *Store) waitErr() error {
 // prefix of what was written, so continuing could acknowledge records that
 // are not there; only reopening, which recovers from what is on disk, knows.
 func (s *Store) fail(cause error) error {
+	// A write that failed for want of space fails the store all the same
+	// (what reached the disk is unknown), but status says why.
+	s.noteNoSpace(cause)
 	err := cause
 	if !errors.Is(cause, ErrFailed) {
 		err = fmt.Errorf("%w: %w", ErrFailed, cause)

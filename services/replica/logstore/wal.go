@@ -444,7 +444,7 @@ func (s *Store) switchLocked() {
 func (s *Store) checkpoint(gen uint64) {
 	err := s.crash(CrashWALCheckpoint)
 	if err == nil {
-		err = s.indexPending()
+		err = s.indexPendingRetrying()
 	}
 	if err == nil {
 		// The batches the old generation's pointers point to, before the
@@ -478,6 +478,28 @@ func (s *Store) checkpoint(gen uint64) {
 	w.mu.Unlock()
 	if err != nil {
 		_ = s.fail(err)
+	}
+}
+
+// indexPendingRetrying is indexPending for a checkpoint: while the
+// segments refuse writes for want of space it waits and tries again, since
+// w/gen must not move past batches not yet in Badger, and failing the
+// store would lose nothing but availability. Until the store closes: then
+// the want of space is the checkpoint's failure, and the next Open
+// replays the WAL.
+func (s *Store) indexPendingRetrying() error {
+	for {
+		err := s.indexPending()
+		if !errors.Is(err, ErrDiskFull) {
+			return err
+		}
+		s.qmu.Lock()
+		closing := s.closing
+		s.qmu.Unlock()
+		if closing {
+			return err
+		}
+		time.Sleep(indexRetryDelay)
 	}
 }
 
