@@ -110,22 +110,17 @@ func (r *retentionFlags) any() bool { return r.bytes.set || r.age.set }
 // "1.5GiB", "10GB", "0" or "unlimited" (0).
 func parseSize(s string) (uint64, error) { return bytesize.Parse(s) }
 
-// formatSize prints a size exactly, in the largest binary unit that divides
-// it, else the largest decimal one, else bytes: what parseSize reads back.
+// formatSize prints a size exactly (bytesize.Format), "unlimited" for 0
+// and a bare count of bytes with a "B": what parseSize reads back.
 func formatSize(n uint64) string {
 	if n == 0 {
 		return "unlimited"
 	}
-	for _, u := range []struct {
-		suffix string
-		mult   uint64
-	}{{"PiB", 1 << 50}, {"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
-		{"PB", 1e15}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}} {
-		if n%u.mult == 0 {
-			return strconv.FormatUint(n/u.mult, 10) + u.suffix
-		}
+	f := bytesize.Format(n)
+	if f == strconv.FormatUint(n, 10) {
+		return f + "B"
 	}
-	return strconv.FormatUint(n, 10) + "B"
+	return f
 }
 
 // ageUnits are the age units parseAge knows, in milliseconds.
