@@ -34,12 +34,16 @@ import (
 //	                   LogStartDetail), or a producer sequence older than
 //	                   the range's dedupe window
 //	DataLoss           the range stopped after a safety violation
-//	Unavailable        the replica is closing, or a leader could not
-//	                   confirm with a quorum that it still leads (a read)
+//	Unavailable        the replica is closing, or reopening its store
+//	                   after a want of space (reopen.go), or a leader
+//	                   could not confirm with a quorum that it still
+//	                   leads (a read)
 //	DeadlineExceeded   an append that did not commit within its bound
 //	ResourceExhausted  the replica's disk is full (below its reserve, or a
-//	                   write failed for want of space: logstore.ErrDiskFull);
-//	                   appends resume by themselves once space is back
+//	                   write failed for want of space: logstore.ErrDiskFull;
+//	                   or its store failed for want of space and reopens
+//	                   by itself: reopen.go); appends resume by themselves
+//	                   once space is back
 
 // statusError is an error with the Connect code it maps to, and the
 // Connect error detail it carries, if any.
@@ -157,6 +161,10 @@ func toConnect(err error) error {
 		// Nothing of the refused append was written; it may be retried
 		// once space is back (see diskFullf).
 		return connect.NewError(connect.CodeResourceExhausted, err)
+	case errors.Is(err, logstore.ErrClosed):
+		// A handler that looked the range up before its store was closed
+		// for a reopen (reopen.go): the range is back in a moment.
+		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, logstore.ErrBusy):
 		// The dedupe state is being rebuilt or was just cut: retry.
 		return connect.NewError(connect.CodeUnavailable, err)

@@ -73,7 +73,7 @@ type follower struct {
 // startFollowerLocked starts the fetch loop for the leader in h.st.
 // h.mu is held exclusively.
 func (h *hosted) startFollowerLocked() {
-	ctx, cancel := context.WithCancelCause(h.s.ctx)
+	ctx, cancel := context.WithCancelCause(h.gen.ctx)
 	f := &follower{
 		h:             h,
 		epoch:         h.st.Epoch,
@@ -84,7 +84,7 @@ func (h *hosted) startFollowerLocked() {
 		cancel:        cancel,
 	}
 	h.follow = f
-	h.s.goLoop(f.run)
+	h.goLoop(f.run)
 }
 
 // run fetches until following ends. Errors from the leader or the network

@@ -129,6 +129,11 @@ func (h *hosted) appendLocal(values [][]byte, prod *logstore.ProducerAppend) (_ 
 		// The log's state after a failed write is unknown: stop leading.
 		err = fmt.Errorf("range %q: append %d records at epoch %d: %w", h.id, len(values), l.epoch, err)
 		h.halt(err)
+		if failedForSpace(err) {
+			// The store refused the batch before assigning it offsets
+			// (it had already failed): nothing of it was written.
+			return nil, 0, false, h.haltedErrShared()
+		}
 		return nil, 0, false, err
 	}
 	return l, base, dup, nil

@@ -259,7 +259,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLagSecondsMax, prometheus.GaugeValue, behindMax.Seconds())
 	ch <- prometheus.MustNewConstMetric(descRangesExported, prometheus.GaugeValue, exported)
 	ch <- prometheus.MustNewConstMetric(descDataDirBytes, prometheus.GaugeValue, float64(dirBytes(s.cfg.DataDir)))
-	disk := s.store.DiskStatus()
+	disk := s.diskStatus()
 	full := 0.0
 	if disk.Full {
 		full = 1
@@ -278,7 +278,7 @@ func (c *collector) logBytes(id string, now time.Time) (uint64, bool) {
 	if b, ok := c.bytes[id]; ok && now.Sub(b.at) < logBytesRefresh {
 		return b.n, true
 	}
-	n, err := c.s.store.LogBytes(id)
+	n, err := c.s.currentStore().LogBytes(id)
 	if err != nil {
 		return 0, false
 	}

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"os"
 
 	"connectrpc.com/connect"
@@ -30,7 +31,12 @@ func (s *Replica) status(m *tenurev1.ReplicaServiceGetStatusRequest) (*tenurev1.
 		hs = []*hosted{h}
 	} else {
 		var err error
-		if hs, err = s.hostedRanges(); err != nil {
+		if hs, err = s.hostedRanges(); errors.Is(err, errStoreReopening) {
+			// A moment without ranges: the replica itself still answers
+			// (its disk says why).
+			return s.statusHeader(s.lostRanges("")), nil
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -44,11 +50,11 @@ func (s *Replica) status(m *tenurev1.ReplicaServiceGetStatusRequest) (*tenurev1.
 // statusHeader is what GetStatus says of the replica itself.
 func (s *Replica) statusHeader(lost []*tenurev1.LostRange) *tenurev1.ReplicaServiceGetStatusResponse {
 	return &tenurev1.ReplicaServiceGetStatusResponse{ReplicaId: s.cfg.ID, Incarnation: s.incarnation, LostRanges: lost,
-		Pid: int64(os.Getpid()), StartedUnixMs: s.started.UnixMilli(), Disk: diskStatus(s.store.DiskStatus())}
+		Pid: int64(os.Getpid()), StartedUnixMs: s.started.UnixMilli(), Disk: diskStatusWire(s.diskStatus())}
 }
 
-// diskStatus is the store's full-disk state on the wire.
-func diskStatus(d logstore.DiskStatus) *tenurev1.DiskStatus {
+// diskStatusWire is the store's full-disk state on the wire.
+func diskStatusWire(d logstore.DiskStatus) *tenurev1.DiskStatus {
 	out := &tenurev1.DiskStatus{Full: d.Full, Reason: d.Reason, FreeBytes: d.FreeBytes, ReserveBytes: d.ReserveBytes, UsedBytes: d.UsedBytes}
 	if !d.FullSince.IsZero() {
 		out.FullSinceUnixMs = d.FullSince.UnixMilli()

@@ -303,12 +303,12 @@ func (g *segments) sync() error {
 func (g *segments) syncFiles(files map[uint32]*os.File, newDir bool) error {
 	for n, f := range files {
 		if err := unix.Fdatasync(int(f.Fd())); err != nil {
-			return fmt.Errorf("logstore: fdatasync segment %d: %w", n, err)
+			return syncFailure(fmt.Errorf("logstore: fdatasync segment %d: %w", n, err))
 		}
 	}
 	if newDir {
 		if err := (journal.OSFS{}).SyncDir(g.dir); err != nil {
-			return fmt.Errorf("logstore: sync directory %s: %w", g.dir, err)
+			return syncFailure(fmt.Errorf("logstore: sync directory %s: %w", g.dir, err))
 		}
 	}
 	return nil

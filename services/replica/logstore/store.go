@@ -103,6 +103,11 @@ type Options struct {
 	// reserve (disk.go). 0 means no preventive check: only a write that
 	// fails with ENOSPC makes the store full.
 	DiskReserveBytes uint64
+	// WALWriteFault, when set (tests only), runs before each WAL entry is
+	// written; an error it returns is that write's, as if the write had
+	// failed (wrap syscall.ENOSPC to stage a full disk where the store
+	// cannot refuse a write whole: its records have offsets already).
+	WALWriteFault func() error
 	// FreeBytes reports the free space of the store's filesystem; nil
 	// means statfs of the store's directory (the blocks available to an
 	// unprivileged user). Tests inject one to stage a full disk.
@@ -132,6 +137,8 @@ type Store struct {
 	jfs        journal.FS
 	log        *slog.Logger
 	crashAt    func(string) error
+	// walWriteFault is Options.WALWriteFault.
+	walWriteFault func() error
 	// walSyncSeconds is Options.WALSyncSeconds.
 	walSyncSeconds interface{ Observe(float64) }
 
@@ -186,7 +193,9 @@ type Store struct {
 	writerDone  bool  // the writer exited; the syncer drains and exits
 	stopped     bool  // the writer and the syncer exited
 	failed      error // first fatal failure; see ErrFailed
-	done        chan struct{}
+	// syncFailed: an fsync the store issued failed (failed.go).
+	syncFailed bool
+	done       chan struct{}
 	// takes counts takeLocked calls: a commit that began after a given
 	// count took the dirty HWMs as they were then (DropRange's forgetHWM).
 	takes uint64
@@ -283,18 +292,19 @@ func Open(dir string, opts Options) (*Store, error) {
 		jfs = journal.OSFS{}
 	}
 	s := &Store{
-		badgerDir:  filepath.Join(dir, "badger"),
-		journalDir: filepath.Join(dir, "journal"),
-		jfs:        jfs,
-		log:        log,
-		crashAt:    opts.CrashAt,
-		ranges:     map[string]*Range{},
-		dirty:      map[*Range]struct{}{},
-		unsynced:   map[*Range]syncEnd{},
-		done:       make(chan struct{}),
-		sealed:     map[string]bool{},
-		syncFiles:  map[string]*os.File{},
-		disk:       &diskState{reserve: opts.DiskReserveBytes, free: opts.FreeBytes},
+		badgerDir:     filepath.Join(dir, "badger"),
+		journalDir:    filepath.Join(dir, "journal"),
+		jfs:           syncWatchFS{jfs},
+		log:           log,
+		crashAt:       opts.CrashAt,
+		walWriteFault: opts.WALWriteFault,
+		ranges:        map[string]*Range{},
+		dirty:         map[*Range]struct{}{},
+		unsynced:      map[*Range]syncEnd{},
+		done:          make(chan struct{}),
+		sealed:        map[string]bool{},
+		syncFiles:     map[string]*os.File{},
+		disk:          &diskState{reserve: opts.DiskReserveBytes, free: opts.FreeBytes},
 	}
 	if s.disk.free == nil {
 		s.disk.free = statfsFree(dir)
@@ -589,6 +599,9 @@ func (s *Store) fail(cause error) error {
 	// A write that failed for want of space fails the store all the same
 	// (what reached the disk is unknown), but status says why.
 	s.noteNoSpace(cause)
+	// Whether or not it is the first failure: a failed fsync anywhere
+	// means a reopen in this process is no recovery (failed.go).
+	s.noteSyncFailed(cause)
 	err := cause
 	if !errors.Is(cause, ErrFailed) {
 		err = fmt.Errorf("%w: %w", ErrFailed, cause)

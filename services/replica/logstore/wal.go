@@ -398,6 +398,12 @@ func (s *Store) appendWAL(ib *indexBatch) error {
 	binary.BigEndian.PutUint32(buf[8:12], uint32(n))
 	crc := walCRC(f.prevCRC, f.pos, buf[0:12], buf[walHeaderBytes:])
 	binary.BigEndian.PutUint32(buf[12:16], crc)
+	if fault := s.walWriteFault; fault != nil {
+		if err := fault(); err != nil {
+			w.failed = fmt.Errorf("logstore: write WAL: %w", err)
+			return w.failed
+		}
+	}
 	if err := f.zeroAhead(f.pos + int64(len(buf))); err != nil {
 		w.failed = err
 		return w.failed
@@ -553,7 +559,7 @@ func (s *Store) syncWAL() error {
 	began := time.Now()
 	for _, p := range todo {
 		if err := unix.Fdatasync(int(p.f.f.Fd())); err != nil {
-			err = fmt.Errorf("logstore: fdatasync %s: %w", p.f.f.Name(), err)
+			err = syncFailure(fmt.Errorf("logstore: fdatasync %s: %w", p.f.f.Name(), err))
 			w.mu.Lock()
 			w.failed = err
 			w.mu.Unlock()
