@@ -120,14 +120,15 @@ test: fmt-check vet lint proto-check gotest bench-check chaos-short fuzz ## Ever
 bench: ## Benchmarks (journal Record cost).
 	$(GO) test -run='^$$' -bench=. -benchtime=2s -count=3 ./pkg/journal
 
-# SEEDS seeds of every fault kind; each run takes 5-12 s under -race.
+# SEEDS seeds of every fault kind (14; the timeout allows a minute a run);
+# each run takes 5-12 s under -race.
 SEEDS ?= 5
 CHAOS_FLAGS ?=
 
 .PHONY: chaos
 chaos: ## In-process chaos: SEEDS (default 5) seeded runs of every fault kind, ending with the scoreboard.
 	@mkdir -p $(BIN)
-	$(GO) test -race -count=1 -timeout $$(( $(SEEDS) * 13 * 60 + 300 ))s -run '^TestChaos$$' ./internal/chaos \
+	$(GO) test -race -count=1 -timeout $$(( $(SEEDS) * 14 * 60 + 300 ))s -run '^TestChaos$$' ./internal/chaos \
 		-chaos.seeds=$(SEEDS) -chaos.scoreboard=$(BIN)/chaos-scoreboard.txt $(CHAOS_FLAGS) -v 2>&1 | grep -v '^=== RUN'
 	@echo ">> scoreboard also in $(BIN)/chaos-scoreboard.txt"
 

@@ -11,6 +11,7 @@ import (
 
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"github.com/tenurelog/tenure/internal/bytesize"
 	"github.com/tenurelog/tenure/internal/flagusage"
 	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/pkg/leaseclient"
@@ -48,7 +49,10 @@ func runReplica(ctx context.Context, args []string) error {
 	leaseTTL := fs.Duration("lease-ttl", 0, "TTL of this replica's lease session, whole seconds (0: the lease service's default); only with --lease")
 	fetchWait := fs.Duration("fetch-wait", time.Second, fmt.Sprintf("how long a follower lets its leader hold a fetch with nothing new (at most %dms)", wire.MaxFetchWaitMillis))
 	retentionInterval := fs.Duration("retention-interval", replica.DefaultRetentionInterval, "how often the leader of each range applies its retention policy (removes committed records outside it) and re-reads the policies of the ranges it leads from --lease, so 'tenurectl range set' takes effect within one interval; 0: never remove anything")
-	segmentBytes := fs.Int64("segment-bytes", defaultSegmentBytes, fmt.Sprintf("size at which a segment file (stored batches, shared by every range) is full, %d to %d; space goes back a whole file at a time, so the disk holds up to about a file more than the ranges keep: lower it (e.g. 1048576) where retention keeps only a few MiB, at the cost of more files (each stays open once read)", minSegmentBytes, maxSegmentBytes))
+	diskReserve := sizeFlag(defaultDiskReserve)
+	fs.Var(&diskReserve, "disk-reserve", "free space to keep on the data directory's filesystem: below it the replica refuses appends (ResourceExhausted; a follower stops taking records and lags) while fences, reads, truncations and retention go on, and it resumes by itself once space is back (README \"A full disk\"); bytes or KiB/MiB/GiB; 0: no preventive check, only a write failing with ENOSPC stops appends")
+	segmentBytes := sizeFlag(defaultSegmentBytes)
+	fs.Var(&segmentBytes, "segment-bytes", fmt.Sprintf("size at which a segment file (stored batches, shared by every range) is full, %s to %s; space goes back a whole file at a time, so the disk holds up to about a file more than the ranges keep: lower it (e.g. 1MiB) where retention keeps only a few MiB, at the cost of more files (each stays open once read); bytes or KiB/MiB/GiB", bytesize.Format(minSegmentBytes), bytesize.Format(maxSegmentBytes)))
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
 	metricsListen := metricsListenFlag(fs)
@@ -69,8 +73,8 @@ func runReplica(ctx context.Context, args []string) error {
 	if *dataDir == "" {
 		*dataDir = filepath.Join("data", *id)
 	}
-	if *segmentBytes < minSegmentBytes || *segmentBytes > maxSegmentBytes {
-		return fmt.Errorf("--segment-bytes %d: want %d to %d", *segmentBytes, minSegmentBytes, maxSegmentBytes)
+	if segmentBytes < minSegmentBytes || segmentBytes > maxSegmentBytes {
+		return fmt.Errorf("--segment-bytes %d: want %d to %d (%s to %s)", segmentBytes, minSegmentBytes, maxSegmentBytes, bytesize.Format(minSegmentBytes), bytesize.Format(maxSegmentBytes))
 	}
 	log, err := newLogger(*logFormat)
 	if err != nil {
@@ -98,10 +102,11 @@ func runReplica(ctx context.Context, args []string) error {
 		return fmt.Errorf("--retention-interval %v: want a positive duration, or 0 to never remove anything", *retentionInterval)
 	}
 	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait, Metrics: reg, RetentionInterval: *retentionInterval}
-	cfg.StoreOptions.SegmentBytes = *segmentBytes
+	cfg.StoreOptions.SegmentBytes = int64(segmentBytes)
 	if *retentionInterval == 0 {
 		cfg.RetentionInterval = -1 // replica.Config: negative is never
 	}
+	cfg.StoreOptions.DiskReserveBytes = uint64(diskReserve)
 	var keeper *lease.Keeper
 	if *leaseURL != "" {
 		lURLs, err := serviceURLs("lease", *leaseURL)
@@ -171,6 +176,27 @@ func runReplica(ctx context.Context, args []string) error {
 		}
 	}
 	log.Info("replica stopped")
+	return nil
+}
+
+// defaultDiskReserve is --disk-reserve's default: room for Badger's
+// memtable and its flush, a WAL switch and a few index commits, written
+// after appends stop (fences, HWMs, retention, the indexing of what was
+// accepted), and about half a second of appends at this box's disk speed,
+// the time between two readings of the free space.
+const defaultDiskReserve = 256 << 20
+
+// sizeFlag is a byte count flag: plain bytes or a unit (internal/bytesize).
+type sizeFlag uint64
+
+func (f *sizeFlag) String() string { return bytesize.Format(uint64(*f)) }
+
+func (f *sizeFlag) Set(s string) error {
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return err
+	}
+	*f = sizeFlag(n)
 	return nil
 }
 

@@ -334,6 +334,8 @@ type memberStatus struct {
 	lost        *tenurev1.LostRange
 	// pid and startedUnixMs name the replica's process, when it answered.
 	pid, startedUnixMs int64
+	// disk is the replica's full-disk state and space, when it answered.
+	disk *tenurev1.DiskStatus
 }
 
 // mismatch says whether the replica answering is not the member's disk.
@@ -372,6 +374,7 @@ func (c *clients) memberStatuses(ctx context.Context, r *tenurev1.RangeInfo) []m
 			if err == nil {
 				out[i].incarnation, out[i].lost = resp.Msg.GetIncarnation(), lostRange(resp.Msg, r.GetRangeId())
 				out[i].pid, out[i].startedUnixMs = resp.Msg.GetPid(), resp.Msg.GetStartedUnixMs()
+				out[i].disk = resp.Msg.GetDisk()
 			}
 			switch {
 			case out[i].mismatch():

@@ -358,6 +358,7 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 		return err
 	}
 	writeUnresolvedHint(w, rs)
+	writeDiskFullLines(w, rs)
 	writeRetentionLines(w, rs)
 	// A change in flight matters until it completes: promotions need a
 	// quorum of the old and of the new voters meanwhile.
@@ -375,6 +376,27 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 		}
 	}
 	return nil
+}
+
+// writeDiskFullLines says, once per replica, that its disk is full: it
+// refuses appends (a leader answers ResourceExhausted, a follower lags)
+// until space is back, which matters more than any one range's line.
+func writeDiskFullLines(w io.Writer, rs []rangeStatus) {
+	seen := map[string]bool{}
+	for _, r := range rs {
+		for _, m := range r.members {
+			id := m.replica.GetId()
+			if d := m.disk; d.GetFull() && !seen[id] {
+				seen[id] = true
+				since := ""
+				if ms := d.GetFullSinceUnixMs(); ms > 0 {
+					since = " since " + time.UnixMilli(ms).UTC().Format("15:04:05")
+				}
+				fmt.Fprintf(w, "\nreplica %s: DISK FULL%s: %s (free %s, reserve %s, its files use %s); it refuses appends until space is back: free space on its filesystem, or lower the ranges' retention\n",
+					id, since, shortText(d.GetReason()), formatBytes(d.GetFreeBytes()), formatBytes(d.GetReserveBytes()), formatBytes(d.GetUsedBytes()))
+			}
+		}
+	}
 }
 
 // processOf is the PID and UP cells of a member that answered: its
@@ -521,6 +543,15 @@ type replicaStatusJSON struct {
 	// PID and StartedUnixMs name the replica's process, when it answered.
 	PID           int64 `json:"pid,omitempty"`
 	StartedUnixMs int64 `json:"started_unix_ms,omitempty"`
+	// The replica's disk (GetStatus's disk), when it answered: DiskFull
+	// while it refuses appends for want of space (below its
+	// --disk-reserve, or a write failed), with the filesystem's free
+	// bytes, the reserve and what the store's files take.
+	DiskFull         bool   `json:"disk_full"`
+	DiskFullReason   string `json:"disk_full_reason,omitempty"`
+	DiskFreeBytes    uint64 `json:"disk_free_bytes"`
+	DiskReserveBytes uint64 `json:"disk_reserve_bytes"`
+	DiskUsedBytes    uint64 `json:"disk_used_bytes"`
 	// The truncations the replica made at fetch time since it started
 	// (RangeStatus.fetch_truncations and the fields after it).
 	FetchTruncations      uint64               `json:"fetch_truncations"`
@@ -559,6 +590,10 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 			rj := replicaStatusJSON{ID: m.replica.GetId(), Address: m.replica.GetAddress(), Learner: m.replica.GetLearner(),
 				Incarnation: m.replica.GetIncarnation(), Answered: m.incarnation, IncarnationMismatch: m.mismatch(),
 				PID: m.pid, StartedUnixMs: m.startedUnixMs}
+			if d := m.disk; d != nil {
+				rj.DiskFull, rj.DiskFullReason = d.GetFull(), d.GetReason()
+				rj.DiskFreeBytes, rj.DiskReserveBytes, rj.DiskUsedBytes = d.GetFreeBytes(), d.GetReserveBytes(), d.GetUsedBytes()
+			}
 			if m.status == nil {
 				rj.Error = m.err.Error()
 			} else {

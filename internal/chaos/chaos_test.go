@@ -68,6 +68,16 @@ func TestChaos(t *testing.T) {
 				boardMu.Unlock()
 				t.Logf("seed %d kind %s: ops %d, traffic before %d during %d, final epoch %d, truncations %d (%d at fetch), linearizable %s in %v",
 					seed, kind, len(run.History), run.TrafficBefore, run.TrafficDuring, finalEpoch(run), len(run.Truncations), fetchCuts(run), rep.Linearizable, rep.CheckTime)
+				if kind == "retention" {
+					proof := retentionProof(run, rep)
+					t.Logf("seed %d kind retention: %s", seed, proof)
+					// A counted run whose log start never moved, or whose
+					// checkers never met a deleted record or a read below
+					// the log start, proved nothing about retention.
+					if run.Void() == "" && !proof.ok() {
+						t.Errorf("seed %d kind retention: retention did not really run: %s (reproduce: go test ./internal/chaos -run TestChaos -chaos.kinds=retention -chaos.seed=%d)", seed, proof, seed)
+					}
+				}
 				if v := run.Void(); v != "" {
 					// A void run proved nothing, but is no safety finding:
 					// on a starved box, 2 s lease sessions can lapse
@@ -108,6 +118,55 @@ func TestChaos(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// retentionEvidence is what a retention run showed of retention at work.
+type retentionEvidence struct {
+	finalStarts []string // every final log's replica and log start
+	zeroFinal   int      // final logs that start at 0
+	starts      int      // distinct log starts above 0 the status samples saw
+	trimmed     int      // committed client records below the reported log start
+	belowReads  int      // reads answered below the log start
+}
+
+// ok says the run is evidence: every replica ends with a log start above
+// 0, the log start moved more than once while sampled, some committed
+// record was deleted (and so judged as deleted by the checkers), and some
+// read was answered below the log start (and started again at it).
+func (e retentionEvidence) ok() bool {
+	return e.zeroFinal == 0 && e.starts >= 2 && e.trimmed > 0 && e.belowReads > 0
+}
+
+func (e retentionEvidence) String() string {
+	return fmt.Sprintf("final log starts %s, %d distinct log starts sampled, %d committed records trimmed, %d reads below the log start",
+		strings.Join(e.finalStarts, " "), e.starts, e.trimmed, e.belowReads)
+}
+
+func retentionProof(run check.Run, rep check.Report) retentionEvidence {
+	var e retentionEvidence
+	for _, l := range run.Final {
+		e.finalStarts = append(e.finalStarts, fmt.Sprintf("%s=%d", l.Replica, l.LogStart))
+		if l.LogStart == 0 {
+			e.zeroFinal++
+		}
+	}
+	if len(run.Final) == 0 {
+		e.zeroFinal++ // no final log at all shows nothing
+	}
+	seen := map[uint64]bool{}
+	for _, s := range run.HWMs {
+		if s.LogStart > 0 && !seen[s.LogStart] {
+			seen[s.LogStart] = true
+			e.starts++
+		}
+	}
+	for _, op := range run.History {
+		if op.Kind == check.Read && op.BelowLogStart {
+			e.belowReads++
+		}
+	}
+	e.trimmed = rep.Trimmed
+	return e
 }
 
 // finalEpoch is the highest epoch any replica was fenced at: how many

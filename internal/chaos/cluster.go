@@ -59,6 +59,10 @@ type Cluster struct {
 	// direct reaches servers around the Network: the harness's own status
 	// polls must not be faulted.
 	direct *http.Client
+	// retentionInterval is every replica's RetentionInterval: how often a
+	// leader applies the range's retention policy and re-reads it from
+	// the lease service (0: the replica's default).
+	retentionInterval time.Duration
 	// mu guards each replica node's running server, replica, keeper and
 	// incarnation: faults restart nodes while the HWM sampler polls them.
 	mu sync.Mutex
@@ -98,10 +102,12 @@ func testLogger() *slog.Logger {
 }
 
 // startCluster starts etcd (etcdMembers members), the lease service, n
-// replicas and m promoters.
-func startCluster(t testing.TB, seed uint64, n, m, etcdMembers int) *Cluster {
+// replicas, whose leaders apply retention every retentionInterval (0: the
+// replica's default), and m promoters.
+func startCluster(t testing.TB, seed uint64, n, m, etcdMembers int, retentionInterval time.Duration) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, log: testLogger(), net: NewNetwork(seed), obs: newObserver(), direct: transport.NewHTTPClient()}
+	c := &Cluster{t: t, log: testLogger(), net: NewNetwork(seed), obs: newObserver(), direct: transport.NewHTTPClient(),
+		retentionInterval: retentionInterval}
 	c.obs.install()
 	t.Cleanup(c.obs.uninstall)
 	c.etcd = startEtcd(t, etcdMembers)
@@ -221,6 +227,9 @@ func (c *Cluster) startReplica(rn *replicaNode) {
 		ID: rn.id, Address: "http://" + ln.Addr().String(), DataDir: rn.dir, Logger: c.log, Lease: k,
 		HTTPClient: c.net.Client(rn.id), FetchWait: 200 * time.Millisecond,
 		StoreOptions: logstore.Options{Logger: c.log, JournalFS: rn.jfs},
+		// As the replica binary: leaders re-read the policies through the
+		// keeper (over the fault network) every retention interval.
+		RetentionInterval: c.retentionInterval, Policies: k,
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -315,7 +324,10 @@ func (c *Cluster) stopAll() {
 	c.killLease()
 }
 
-func (c *Cluster) createRange(id string) {
+// createRange creates range id on every replica, with retention policy
+// retention (nil: the lease service's defaults, which remove nothing
+// within a run).
+func (c *Cluster) createRange(id string, retention *tenurev1.RetentionPolicy) {
 	c.t.Helper()
 	var members []*tenurev1.Replica
 	for _, r := range c.replicas {
@@ -323,7 +335,7 @@ func (c *Cluster) createRange(id string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.leaseCli.CreateRange(ctx, connect.NewRequest(&tenurev1.CreateRangeRequest{RangeId: id, Replicas: members, PreferredReplicaId: "r1"})); err != nil {
+	if _, err := c.leaseCli.CreateRange(ctx, connect.NewRequest(&tenurev1.CreateRangeRequest{RangeId: id, Replicas: members, PreferredReplicaId: "r1", Retention: retention})); err != nil {
 		c.t.Fatalf("CreateRange(%s): %v", id, err)
 	}
 }
@@ -361,6 +373,18 @@ func (c *Cluster) leader(rangeID string) *replicaNode {
 	return best
 }
 
+// logStart is the highest log start of rangeID a live replica reports
+// (0 when none answers).
+func (c *Cluster) logStart(rangeID string) uint64 {
+	var start uint64
+	for _, rn := range c.replicas {
+		if st := c.status(rn, rangeID); st != nil {
+			start = max(start, st.GetLogStart())
+		}
+	}
+	return start
+}
+
 // waitLeader waits (bounded) for a leader of rangeID.
 func (c *Cluster) waitLeader(rangeID string, within time.Duration) *replicaNode {
 	deadline := time.Now().Add(within)
@@ -373,8 +397,8 @@ func (c *Cluster) waitLeader(rangeID string, within time.Duration) *replicaNode 
 	return nil
 }
 
-// sampleHWMs polls every live replica's HWM of rangeID every 50ms until
-// ctx is done, and returns the samples.
+// sampleHWMs polls every live replica's HWM and log start of rangeID every
+// 50ms until ctx is done, and returns the samples.
 func (c *Cluster) sampleHWMs(ctx context.Context, rangeID string) []check.HWMSample {
 	var out []check.HWMSample
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -391,7 +415,8 @@ func (c *Cluster) sampleHWMs(ctx context.Context, rangeID string) []check.HWMSam
 			same := inc == rn.incarnation
 			c.mu.Unlock()
 			if st != nil && same {
-				out = append(out, check.HWMSample{Replica: rn.id, Incarnation: inc, Range: rangeID, HWM: st.GetHighWaterMark(), At: time.Now()})
+				out = append(out, check.HWMSample{Replica: rn.id, Incarnation: inc, Range: rangeID, HWM: st.GetHighWaterMark(),
+					LogStart: st.GetLogStart(), At: time.Now()})
 				c.obs.fetchTruncations(rn.id, inc, st)
 			}
 		}

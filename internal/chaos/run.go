@@ -35,6 +35,15 @@
 //	                under its id (a new incarnation), then the leader dies:
 //	                the lagging and the wiped one must not lead (issue 24's
 //	                hole); once healed the wiped one is removed and added again
+//	retention       the range keeps only retentionPolicy's few KiB (its
+//	                leader applies it every retentionInterval), so its log
+//	                start advances many times a run; each episode is one of
+//	                retentionFaults, chosen by the seed: followers fall
+//	                below the leader's log start and reset to it, and
+//	                promotions happen across trimmed logs. The checkers
+//	                take what is below a reported log start as deleted on
+//	                purpose (check.Report.Trimmed) and everything above it
+//	                as owed
 //
 // After each episode heals, the liveness checker (checkLiveness) requires
 // the range to serve an acknowledged append and a read, and the elected
@@ -63,6 +72,7 @@ import (
 
 	"github.com/tenurelog/tenure/internal/chaos/check"
 	"github.com/tenurelog/tenure/internal/chaos/workload"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
 // Kind is a fault kind.
@@ -70,7 +80,24 @@ type Kind string
 
 // Kinds are every fault kind, in the scoreboard's order.
 var Kinds = []Kind{"kill", "pause", "partition", "flaky", "majority", "promoter", "cascade",
-	"lease-pause", "lease-kill", "etcd-pause", "etcd-partition", "reconfigure", "wipe"}
+	"lease-pause", "lease-kill", "etcd-pause", "etcd-partition", "reconfigure", "wipe", "retention"}
+
+// The retention kind's range keeps at most retentionPolicy's bytes of
+// batches: a small record's batch takes some tens of bytes, so with a few
+// hundred appends a run the log start moves every retention pass once
+// the first few KiB are written. The leaders apply it every
+// retentionInterval (the replica's default, 30 s, would never run in a
+// run of a few seconds).
+var retentionPolicy = &tenurev1.RetentionPolicy{MaxBytes: 4 << 10}
+
+const retentionInterval = 100 * time.Millisecond
+
+// retentionFaults are the faults a retention run's episodes choose from:
+// each leaves a replica behind the others (killed, cut off, or the first
+// of a cascade) while the leader keeps trimming, so it comes back below
+// the leader's log start, and each promotes a new leader over trimmed
+// logs.
+var retentionFaults = []Kind{"kill", "partition", "majority", "cascade"}
 
 // etcdMembers is how many etcd members a run of kind needs: three for the
 // etcd kinds, which fault one member or a majority, else one (cheaper).
@@ -108,9 +135,14 @@ func RunOne(t testing.TB, rc RunConfig) check.Run {
 		// One episode is two faults already (a member, then a majority).
 		rc.Episodes = 1
 	}
+	var retention *tenurev1.RetentionPolicy
+	var interval time.Duration
+	if rc.Kind == "retention" {
+		retention, interval = retentionPolicy, retentionInterval
+	}
 	run := check.Run{Seed: rc.Seed, Faults: map[string]int{}}
-	c := startCluster(t, uint64(rc.Seed), rc.Replicas, 2, etcdMembers(rc.Kind))
-	c.createRange(rangeID)
+	c := startCluster(t, uint64(rc.Seed), rc.Replicas, 2, etcdMembers(rc.Kind), interval)
+	c.createRange(rangeID, retention)
 	if c.waitLeader(rangeID, 20*time.Second) == nil {
 		t.Fatalf("seed %d: no first leader within 20s", rc.Seed)
 	}
@@ -145,6 +177,12 @@ func RunOne(t testing.TB, rc RunConfig) check.Run {
 	// Traffic before the first fault.
 	waitUntil(15*time.Second, func() bool { return w.OK() >= 20 })
 	run.TrafficBefore = w.OK()
+	if retention != nil {
+		// The faults are to hit a trimmed log: wait (bounded) for the
+		// first retention pass that removes something. A run where it
+		// never does fails TestChaos's proof that retention ran.
+		waitUntil(15*time.Second, func() bool { return c.logStart(rangeID) > 0 })
+	}
 
 	for ep := 0; ep < rc.Episodes; ep++ {
 		okBefore := w.OK()
@@ -322,6 +360,10 @@ func (c *Cluster) inject(kind Kind, ep int, rng *rand.Rand) {
 		c.reconfigure(ep, rng)
 	case "wipe":
 		c.wipe(rng)
+	case "retention":
+		f := retentionFaults[rng.IntN(len(retentionFaults))]
+		c.t.Logf("retention: episode %d is a %s fault, log start %d", ep+1, f, c.logStart(rangeID))
+		c.inject(f, ep, rng)
 	default:
 		c.t.Fatalf("unknown fault kind %q", kind)
 	}

@@ -34,9 +34,16 @@ import (
 //	                   LogStartDetail), or a producer sequence older than
 //	                   the range's dedupe window
 //	DataLoss           the range stopped after a safety violation
-//	Unavailable        the replica is closing, or a leader could not
-//	                   confirm with a quorum that it still leads (a read)
+//	Unavailable        the replica is closing, or reopening its store
+//	                   after a want of space (reopen.go), or a leader
+//	                   could not confirm with a quorum that it still
+//	                   leads (a read)
 //	DeadlineExceeded   an append that did not commit within its bound
+//	ResourceExhausted  the replica's disk is full (below its reserve, or a
+//	                   write failed for want of space: logstore.ErrDiskFull;
+//	                   or its store failed for want of space and reopens
+//	                   by itself: reopen.go); appends resume by themselves
+//	                   once space is back
 
 // statusError is an error with the Connect code it maps to, and the
 // Connect error detail it carries, if any.
@@ -93,6 +100,13 @@ func deadlinef(format string, args ...any) error {
 	return coded(connect.CodeDeadlineExceeded, format, args...)
 }
 
+// diskFullf: this replica's store refused an append because its disk is
+// full. Nothing of it was written: the client may retry, here or at a new
+// leader, and the range goes on serving reads and fences meanwhile.
+func diskFullf(format string, args ...any) error {
+	return coded(connect.CodeResourceExhausted, format, args...)
+}
+
 // errSafety marks a safety violation: the range stops serving (see halt).
 var errSafety = errors.New("safety violation")
 
@@ -143,6 +157,14 @@ func toConnect(err error) error {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, logstore.ErrProducerWindow):
 		return connect.NewError(connect.CodeOutOfRange, err)
+	case errors.Is(err, logstore.ErrDiskFull):
+		// Nothing of the refused append was written; it may be retried
+		// once space is back (see diskFullf).
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	case errors.Is(err, logstore.ErrClosed):
+		// A handler that looked the range up before its store was closed
+		// for a reopen (reopen.go): the range is back in a moment.
+		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, logstore.ErrBusy):
 		// The dedupe state is being rebuilt or was just cut: retry.
 		return connect.NewError(connect.CodeUnavailable, err)

@@ -210,8 +210,10 @@ func (s *Replica) adopt(m *tenurev1.AdoptRequest) (*tenurev1.AdoptResponse, erro
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s.ctx.Err() != nil {
-		return nil, errClosed
+	// Closing, or this range's store is being reopened (errStoreReopening):
+	// no loop may start on it any more.
+	if h.gen.ctx.Err() != nil {
+		return nil, context.Cause(h.gen.ctx)
 	}
 	if h.halted != nil {
 		return nil, h.haltedErr()
@@ -381,7 +383,7 @@ func (h *hosted) adoptLeaderLocked(want logstore.State, committedBound uint64) e
 	// only beside one, so its syncs wait for a fetch to take the records
 	// (sync on demand, logstore/commit.go). A leader alone syncs at once.
 	h.r.SetSyncOnDemand(wire.Quorum(voterCount(want.Replicas)) > 1)
-	h.s.goLoop(l.commitLoop)
+	h.goLoop(l.commitLoop)
 	h.log.Info("adopted as leader", "epoch", e, "epoch_start", je.start, "committed_bound", committedBound, "hwm", h.r.HWM(), "replicas", len(want.Replicas))
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+	"github.com/tenurelog/tenure/services/replica/logstore"
 )
 
 const (
@@ -27,6 +28,13 @@ const (
 	// fetchSlack is how much longer than the long poll a fetch may take
 	// before the follower gives up on it (network and a full batch read).
 	fetchSlack = 5 * time.Second
+	// diskFullBackoffMin and diskFullBackoffMax bound the wait between
+	// fetches while this replica's disk is full (logstore.ErrDiskFull):
+	// each fetch then takes a batch it cannot store, so it is not repeated
+	// at fetch speed, yet a disk that has room again is noticed within
+	// about 2 s.
+	diskFullBackoffMin = 200 * time.Millisecond
+	diskFullBackoffMax = 2 * time.Second
 )
 
 // errStaleAnswer: the log moved under a fetch (a Truncate command while the
@@ -77,7 +85,7 @@ type follower struct {
 // startFollowerLocked starts the fetch loop for the leader in h.st.
 // h.mu is held exclusively.
 func (h *hosted) startFollowerLocked() {
-	ctx, cancel := context.WithCancelCause(h.s.ctx)
+	ctx, cancel := context.WithCancelCause(h.gen.ctx)
 	f := &follower{
 		h:             h,
 		epoch:         h.st.Epoch,
@@ -88,7 +96,7 @@ func (h *hosted) startFollowerLocked() {
 		cancel:        cancel,
 	}
 	h.follow = f
-	h.s.goLoop(f.run)
+	h.goLoop(f.run)
 }
 
 // run fetches until following ends. Errors from the leader or the network
@@ -98,6 +106,7 @@ func (f *follower) run() {
 	defer f.closeStream()
 	log := f.h.log.With("epoch", f.epoch, "leader", f.leaderID)
 	var bo backoff
+	diskFull := backoff{min: diskFullBackoffMin, max: diskFullBackoffMax}
 	fails := failureLog{every: fetchFailureLogEvery}
 	for f.ctx.Err() == nil {
 		// A leader address refusing connections is probed by one of this
@@ -117,6 +126,7 @@ func (f *follower) run() {
 		switch {
 		case err == nil:
 			bo.reset()
+			diskFull.reset()
 			if d := fails.succeeded(time.Now()); d > 0 {
 				log.Info("fetching again", "after", d.Round(time.Millisecond))
 			}
@@ -125,6 +135,15 @@ func (f *follower) run() {
 			f.h.halt(err)
 			return
 		case errors.Is(err, errStaleAnswer):
+			continue
+		case errors.Is(err, logstore.ErrDiskFull):
+			// Not a failure of the store, nor of the leader: this disk is
+			// below its reserve (the store logged it once). Fetch again
+			// later, not at fetch speed: the lag shows in status and
+			// metrics meanwhile.
+			if !sleepCtx(f.ctx, diskFull.next()) {
+				return
+			}
 			continue
 		}
 		// Not every retry is logged: a follower adopted before its leader
@@ -171,6 +190,13 @@ func (f *follower) step() error {
 		return fmt.Errorf("answer from leader %s: %w", f.leaderID, err)
 	}
 	newEnd, err := f.apply(end, a)
+	// A full disk refused the records (apply wrote nothing): the HWM and
+	// the log start still follow the leader below, since retention is what
+	// frees this replica's space, and then the loop backs off (run).
+	var full error
+	if errors.Is(err, logstore.ErrDiskFull) {
+		full, err = err, nil
+	}
 	if err != nil || a.GetDiverging() != nil {
 		return err
 	}
@@ -183,7 +209,7 @@ func (f *follower) step() error {
 		return err
 	}
 	f.followLogStart(a.GetLogStart())
-	return nil
+	return full
 }
 
 // followLogStart has this replica's log start follow the leader's, capped
@@ -200,7 +226,9 @@ func (f *follower) followLogStart(leaderStart uint64) {
 		}
 	}
 	if f.logStartBehind() && f.advancing.CompareAndSwap(false, true) {
-		f.h.s.goLoop(f.advanceLogStart)
+		// Counted in the store generation's loops, as the fetch loop is:
+		// a reopen waits for it before closing the store.
+		f.h.goLoop(f.advanceLogStart)
 	}
 }
 
@@ -235,6 +263,14 @@ func (f *follower) advanceLogStart() {
 		// when this replica has not yet learned the leader's HWM up there.
 		to := min(leaderStart, r.HWM())
 		if _, err := r.AdvanceLogStart(to); err != nil {
+			if errors.Is(err, logstore.ErrDiskFull) {
+				// The index could not write for want of space (the
+				// advance indexes what waits first): a state, not a
+				// failure, and deleting is what gives space back. The
+				// next answer tries again.
+				f.advancing.Store(false)
+				return
+			}
 			if f.ctx.Err() == nil {
 				f.h.halt(&storeError{fmt.Errorf("advance the log start to %d (leader's %d): %w", to, leaderStart, err)})
 			}
@@ -381,6 +417,12 @@ func (f *follower) apply(end uint64, a *tenurev1.FetchResponse) (newEnd uint64, 
 		return end, nil
 	}
 	if err := r.AppendRecords(recs); err != nil {
+		if errors.Is(err, logstore.ErrDiskFull) {
+			// Refused before anything was journaled or written: the log
+			// still ends at end, and the same records are fetched again
+			// once space is back (step).
+			return end, fmt.Errorf("append %d records at %d: %w", len(recs), end, err)
+		}
 		return 0, &storeError{fmt.Errorf("append %d records at %d: %w", len(recs), end, err)}
 	}
 	return end + uint64(len(recs)), nil
@@ -535,14 +577,22 @@ func (l *failureLog) succeeded(now time.Time) time.Duration {
 	return d
 }
 
-type backoff struct{ cur time.Duration }
+type backoff struct {
+	cur time.Duration
+	// min and max bound cur; zero means fetchBackoffMin and fetchBackoffMax.
+	min, max time.Duration
+}
 
 func (b *backoff) reset() { b.cur = 0 }
 
 // next returns a wait drawn from [cur/2, cur] and doubles cur up to the cap,
 // so followers of a dead leader do not retry in lockstep.
 func (b *backoff) next() time.Duration {
-	b.cur = min(max(b.cur*2, fetchBackoffMin), fetchBackoffMax)
+	lo, hi := fetchBackoffMin, fetchBackoffMax
+	if b.min > 0 {
+		lo, hi = b.min, b.max
+	}
+	b.cur = min(max(b.cur*2, lo), hi)
 	return b.cur/2 + rand.N(b.cur/2+1)
 }
 

@@ -15,8 +15,11 @@ import (
 // last persisted, and what it is doing about it (leading, following, or
 // nothing).
 type hosted struct {
-	s   *Replica
-	id  string
+	s  *Replica
+	id string
+	// gen is the store opening r belongs to; r is used only while it lasts
+	// (a reopen replaces every hosted range: reopen.go).
+	gen *storeGen
 	r   *logstore.Range
 	log *slog.Logger
 
@@ -64,8 +67,19 @@ type hosted struct {
 	retentionLeft atomic.Uint64
 }
 
-func (s *Replica) newHosted(r *logstore.Range) *hosted {
-	return &hosted{s: s, id: r.ID(), r: r, st: r.State(), log: s.log.With("range", r.ID())}
+func (s *Replica) newHosted(g *storeGen, r *logstore.Range) *hosted {
+	return &hosted{s: s, id: r.ID(), gen: g, r: r, st: r.State(), log: s.log.With("range", r.ID())}
+}
+
+// goLoop runs f, a loop on this range's store (a leader's committer, a
+// fetch loop), as one Close and a reopen of the store wait for.
+func (h *hosted) goLoop(f func()) {
+	g := h.gen
+	g.loops.Add(1)
+	h.s.goLoop(func() {
+		defer g.loops.Done()
+		f()
+	})
 }
 
 // resume restores what a range was doing before a restart. Only followers
@@ -172,6 +186,12 @@ func (h *hosted) quarantinedLocked() bool {
 
 // haltedErr is what a halted range answers. h.mu is held.
 func (h *hosted) haltedErr() error {
+	if failedForSpace(h.halted) {
+		// Nothing new is taken until the store reopens, which it does by
+		// itself once space is back: a client should retry (elsewhere,
+		// once the range is led elsewhere), not report a bug.
+		return diskFullf("replica %s: range %q: disk full: its store failed for want of space and reopens by itself once space is back (the range comes back as after a restart): %v", h.s.cfg.ID, h.id, h.halted)
+	}
 	return fmt.Errorf("range %q stopped serving: %w", h.id, h.halted)
 }
 
@@ -199,4 +219,11 @@ func (h *hosted) leaseValid(epoch uint64) bool {
 		return true
 	}
 	return h.s.cfg.Lease.Valid(h.id, epoch)
+}
+
+// haltedErrShared is haltedErr for a caller that does not hold h.mu.
+func (h *hosted) haltedErrShared() error {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.haltedErr()
 }

@@ -113,7 +113,7 @@ type progress struct {
 // newLeader builds the leadership of an epoch already journaled. The caller
 // installs it as h.lead under h.mu and then starts its committer.
 func (h *hosted) newLeader(je journaledEpoch, replicas []*tenurev1.Replica) *leader {
-	ctx, cancel := context.WithCancelCause(h.s.ctx)
+	ctx, cancel := context.WithCancelCause(h.gen.ctx)
 	l := &leader{
 		h:          h,
 		epoch:      je.epoch,

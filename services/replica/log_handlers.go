@@ -116,6 +116,11 @@ func (h *hosted) appendLocal(values [][]byte, prod *logstore.ProducerAppend) (_ 
 		base, dup, err = h.r.AppendProduced(l.epoch, *prod, values)
 	}
 	h.mu.RUnlock()
+	if errors.Is(err, logstore.ErrDiskFull) {
+		// Refused before any offset was assigned: nothing was written,
+		// so the range keeps leading (unlike a failed write, below).
+		return nil, 0, false, diskFullf("replica %s: range %q: disk full, append of %d records refused: %v", h.s.cfg.ID, h.id, len(values), err)
+	}
 	if refusedByDedupe(err) {
 		// The dedupe state refused the batch before anything was written.
 		return nil, 0, false, fmt.Errorf("range %q: %w", h.id, err)
@@ -124,6 +129,11 @@ func (h *hosted) appendLocal(values [][]byte, prod *logstore.ProducerAppend) (_ 
 		// The log's state after a failed write is unknown: stop leading.
 		err = fmt.Errorf("range %q: append %d records at epoch %d: %w", h.id, len(values), l.epoch, err)
 		h.halt(err)
+		if failedForSpace(err) {
+			// The store refused the batch before assigning it offsets
+			// (it had already failed): nothing of it was written.
+			return nil, 0, false, h.haltedErrShared()
+		}
 		return nil, 0, false, err
 	}
 	return l, base, dup, nil

@@ -161,7 +161,7 @@ func (h *hosted) checkGenerationLocked(gen uint64) (again bool, err error) {
 func (h *hosted) dropLocked() error {
 	gone := notFoundf("range %q was dropped from replica %s", h.id, h.s.cfg.ID)
 	h.stopActingLocked(gone)
-	if _, err := h.s.store.DropRange(h.id); err != nil {
+	if _, err := h.gen.store.DropRange(h.id); err != nil {
 		return h.storeFailedLocked(fmt.Errorf("drop: %w", err))
 	}
 	h.dropped = true

@@ -98,6 +98,14 @@ var (
 		"On the leader: how long since the follower last caught up (reached the log end the leader had at its previous fetch); near 0 for a follower in sync.", []string{"range", "follower"}, nil)
 	descDataDirBytes = prometheus.NewDesc("tenure_replica_data_dir_bytes",
 		"Bytes of every file in the replica's data directory (Badger, segments, WAL, journals).", nil, nil)
+	descDiskFull = prometheus.NewDesc("tenure_replica_disk_full",
+		"1 while the replica's disk is full (free space below --disk-reserve, or a write failed for want of space) and appends are refused; 0 otherwise.", nil, nil)
+	descDiskFree = prometheus.NewDesc("tenure_replica_disk_free_bytes",
+		"Free bytes of the filesystem the replica's data directory is on, at the store's last reading (every 500 ms).", nil, nil)
+	descDiskUsed = prometheus.NewDesc("tenure_replica_disk_used_bytes",
+		"Bytes allocated to the store's files (segments, WAL, Badger, journals).", nil, nil)
+	descDiskRefused = prometheus.NewDesc("tenure_replica_appends_refused_disk_full_total",
+		"Appends (leader's and follower's) the store refused because the disk was full.", nil, nil)
 )
 
 // collector reads the replica's state at scrape time, so the data path
@@ -116,7 +124,8 @@ type logBytes struct {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRanges, descUnderReplicated, descUnderQuorum, descLagRecordsMax, descLagSecondsMax,
-		descRangesExported, descHWM, descLogEnd, descEpoch, descLeader, descLogStart, descStoredBytes, descLogBytes, descLagRecords, descLagSeconds, descDataDirBytes, descQuarantined} {
+		descRangesExported, descHWM, descLogEnd, descEpoch, descLeader, descLogStart, descStoredBytes, descLogBytes, descLagRecords, descLagSeconds, descDataDirBytes, descQuarantined,
+		descDiskFull, descDiskFree, descDiskUsed, descDiskRefused} {
 		ch <- d
 	}
 }
@@ -250,6 +259,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLagSecondsMax, prometheus.GaugeValue, behindMax.Seconds())
 	ch <- prometheus.MustNewConstMetric(descRangesExported, prometheus.GaugeValue, exported)
 	ch <- prometheus.MustNewConstMetric(descDataDirBytes, prometheus.GaugeValue, float64(dirBytes(s.cfg.DataDir)))
+	disk := s.diskStatus()
+	full := 0.0
+	if disk.Full {
+		full = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descDiskFull, prometheus.GaugeValue, full)
+	ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(disk.FreeBytes))
+	ch <- prometheus.MustNewConstMetric(descDiskUsed, prometheus.GaugeValue, float64(disk.UsedBytes))
+	ch <- prometheus.MustNewConstMetric(descDiskRefused, prometheus.CounterValue, float64(disk.RefusedAppends))
 }
 
 // logBytes returns range id's stored bytes, re-read when older than
@@ -260,7 +278,7 @@ func (c *collector) logBytes(id string, now time.Time) (uint64, bool) {
 	if b, ok := c.bytes[id]; ok && now.Sub(b.at) < logBytesRefresh {
 		return b.n, true
 	}
-	n, err := c.s.store.LogBytes(id)
+	n, err := c.s.currentStore().LogBytes(id)
 	if err != nil {
 		return 0, false
 	}

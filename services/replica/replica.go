@@ -138,9 +138,8 @@ const (
 // Replica serves one process's hosted ranges. It implements
 // tenurev1connect.LogServiceHandler and tenurev1connect.ReplicaServiceHandler.
 type Replica struct {
-	cfg   Config
-	log   *slog.Logger
-	store *logstore.Store
+	cfg Config
+	log *slog.Logger
 	// metrics are the event series (metrics.go), kept whether or not
 	// Config.Metrics exports them.
 	metrics *replicaMetrics
@@ -165,8 +164,14 @@ type Replica struct {
 	// an operator which process answers, and since when.
 	started time.Time
 
-	mu     sync.Mutex
-	ranges map[string]*hosted
+	mu sync.Mutex
+	// gen is the store as opened now and the loops on its ranges; a
+	// reopen after a want of space replaces it (reopen.go).
+	gen *storeGen
+	// reopening: the store is being closed and opened again; ranges is
+	// empty meanwhile and lookups answer Unavailable (errStoreReopening).
+	reopening bool
+	ranges    map[string]*hosted
 	// lost are the ranges a fence named with a member incarnation that is
 	// not this one (membership.go), by range id. They are not hosted.
 	lost   map[string]*tenurev1.LostRange
@@ -227,7 +232,8 @@ func New(cfg Config) (*Replica, error) {
 		return nil, fmt.Errorf("replica: open store in %s: %w", cfg.DataDir, err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &Replica{cfg: cfg, log: log, store: store, metrics: m, incarnation: inc, started: time.Now(), ctx: ctx, cancel: cancel, ranges: map[string]*hosted{}, lost: map[string]*tenurev1.LostRange{}}
+	s := &Replica{cfg: cfg, log: log, metrics: m, incarnation: inc, started: time.Now(), ctx: ctx, cancel: cancel, lost: map[string]*tenurev1.LostRange{}}
+	s.gen = s.newGen(store)
 	s.retentionDue = newRetentionQueue(cfg.RetentionInterval > 0)
 	if cfg.Metrics != nil {
 		if err := s.registerMetrics(cfg.Metrics); err != nil {
@@ -236,26 +242,38 @@ func New(cfg Config) (*Replica, error) {
 			return nil, fmt.Errorf("replica: register metrics: %w", err)
 		}
 	}
-	ids := store.RangeIDs()
+	s.ranges = s.loadRanges(s.gen)
+	if cfg.RetentionInterval > 0 {
+		s.goLoop(func() { s.retentionLoop(cfg.RetentionInterval) })
+	}
+	s.goLoop(s.storeWatchLoop)
+	log.Info("replica started", "incarnation", inc, "data_dir", cfg.DataDir, "ranges", len(s.ranges), "quarantined", len(store.Quarantined()))
+	return s, nil
+}
+
+// loadRanges hosts every range of g's store as a restart does: its durable
+// state comes back, followers resume fetching, a range that was leading
+// comes back not serving, a quarantined one halted. New and a reopen
+// (reopen.go) share it. The ranges are not visible yet: the caller
+// installs them.
+func (s *Replica) loadRanges(g *storeGen) map[string]*hosted {
+	ids := g.store.RangeIDs()
 	slices.Sort(ids)
+	ranges := make(map[string]*hosted, len(ids))
 	for _, id := range ids {
-		r, ok := store.Range(id)
+		r, ok := g.store.Range(id)
 		if !ok {
 			continue
 		}
-		h := s.newHosted(r)
-		s.ranges[id] = h
+		h := s.newHosted(g, r)
+		ranges[id] = h
 		if q := r.Quarantined(); q != nil {
 			h.quarantine(q)
 			continue
 		}
 		h.resume()
 	}
-	if cfg.RetentionInterval > 0 {
-		s.goLoop(func() { s.retentionLoop(cfg.RetentionInterval) })
-	}
-	log.Info("replica started", "incarnation", inc, "data_dir", cfg.DataDir, "ranges", len(ids), "quarantined", len(store.Quarantined()))
-	return s, nil
+	return ranges
 }
 
 // Start builds a replica and serves it on listenAddr ("127.0.0.1:0" picks a
@@ -319,8 +337,17 @@ func (s *Replica) Close() error {
 		h.stopActingLocked(errClosed)
 		h.mu.Unlock()
 	}
+	// Every loop, the store watcher with any reopen in progress included,
+	// has exited: the store is the last one opened, and nothing replaces it.
 	s.loops.Wait()
-	if err := s.store.Close(); err != nil {
+	s.mu.Lock()
+	store, gone := s.gen.store, s.reopening
+	s.mu.Unlock()
+	if gone {
+		// A reopen closed the failed store and could not open it again.
+		return nil
+	}
+	if err := store.Close(); err != nil {
 		return fmt.Errorf("replica: close store: %w", err)
 	}
 	return nil
@@ -331,7 +358,7 @@ func (s *Replica) Close() error {
 // disk, and after Close its files keep only what a machine losing power
 // could keep (logstore.Store.PowerLoss).
 func (s *Replica) Crash() error {
-	after := s.store.PowerLoss()
+	after := s.currentStore().PowerLoss()
 	// Close reports the failure the crash caused; that is the point.
 	_ = s.Close()
 	if err := after(); err != nil {
@@ -361,6 +388,9 @@ func (s *Replica) lookup(rangeID string) (*hosted, error) {
 	if s.closed {
 		return nil, errClosed
 	}
+	if s.reopening {
+		return nil, errStoreReopening
+	}
 	h, ok := s.ranges[rangeID]
 	if !ok {
 		return nil, notFoundf("range %q is not hosted by replica %s (no fence has named it)", rangeID, s.cfg.ID)
@@ -379,14 +409,17 @@ func (s *Replica) host(rangeID string) (*hosted, error) {
 	if s.closed {
 		return nil, errClosed
 	}
+	if s.reopening {
+		return nil, errStoreReopening
+	}
 	if h, ok := s.ranges[rangeID]; ok {
 		return h, nil
 	}
-	r, err := s.store.CreateRange(rangeID)
+	r, err := s.gen.store.CreateRange(rangeID)
 	if err != nil {
 		return nil, fmt.Errorf("replica: create range %q: %w", rangeID, err)
 	}
-	h := s.newHosted(r)
+	h := s.newHosted(s.gen, r)
 	s.ranges[rangeID] = h
 	return h, nil
 }
@@ -397,6 +430,9 @@ func (s *Replica) hostedRanges() ([]*hosted, error) {
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errClosed
+	}
+	if s.reopening {
+		return nil, errStoreReopening
 	}
 	out := make([]*hosted, 0, len(s.ranges))
 	for _, h := range s.ranges {

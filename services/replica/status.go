@@ -2,12 +2,14 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"os"
 
 	"connectrpc.com/connect"
 
 	"github.com/tenurelog/tenure/pkg/journal"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/services/replica/logstore"
 )
 
 // GetStatus reports one hosted range, or all of them sorted by id.
@@ -29,7 +31,12 @@ func (s *Replica) status(m *tenurev1.ReplicaServiceGetStatusRequest) (*tenurev1.
 		hs = []*hosted{h}
 	} else {
 		var err error
-		if hs, err = s.hostedRanges(); err != nil {
+		if hs, err = s.hostedRanges(); errors.Is(err, errStoreReopening) {
+			// A moment without ranges: the replica itself still answers
+			// (its disk says why).
+			return s.statusHeader(s.lostRanges("")), nil
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -43,7 +50,16 @@ func (s *Replica) status(m *tenurev1.ReplicaServiceGetStatusRequest) (*tenurev1.
 // statusHeader is what GetStatus says of the replica itself.
 func (s *Replica) statusHeader(lost []*tenurev1.LostRange) *tenurev1.ReplicaServiceGetStatusResponse {
 	return &tenurev1.ReplicaServiceGetStatusResponse{ReplicaId: s.cfg.ID, Incarnation: s.incarnation, LostRanges: lost,
-		Pid: int64(os.Getpid()), StartedUnixMs: s.started.UnixMilli()}
+		Pid: int64(os.Getpid()), StartedUnixMs: s.started.UnixMilli(), Disk: diskStatusWire(s.diskStatus())}
+}
+
+// diskStatusWire is the store's full-disk state on the wire.
+func diskStatusWire(d logstore.DiskStatus) *tenurev1.DiskStatus {
+	out := &tenurev1.DiskStatus{Full: d.Full, Reason: d.Reason, FreeBytes: d.FreeBytes, ReserveBytes: d.ReserveBytes, UsedBytes: d.UsedBytes}
+	if !d.FullSince.IsZero() {
+		out.FullSinceUnixMs = d.FullSince.UnixMilli()
+	}
+	return out
 }
 
 // status reports the range's state.

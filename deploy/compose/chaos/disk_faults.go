@@ -53,6 +53,21 @@ func (sc *scenario) diskFull(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Half the seeds fill the leader's disk: a planned handover to the
+	// replica first (the other half fill a follower's, or the leader's
+	// when it already leads).
+	if leader != id && sc.rng.IntN(2) == 0 {
+		if err := sc.handover(ctx, id, "chaos: lead from the replica whose disk fills"); err != nil {
+			return err
+		}
+		if leader, err = sc.waitLeader(ctx, epoch, ""); err != nil {
+			return err
+		}
+		if leader != id {
+			return fmt.Errorf("handover to %s: %s leads", id, leader)
+		}
+		epoch = sc.statuses(ctx)[id].GetEpoch()
+	}
 	role := "a follower"
 	if leader == id {
 		role = "the leader"

@@ -182,7 +182,7 @@ func (sc *scenario) corruptJournal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := sc.handover(ctx); err != nil {
+	if err := sc.handover(ctx, "", "chaos: a second epoch before damaging a journal"); err != nil {
 		return err
 	}
 	leader, err := sc.waitLeader(ctx, epoch, "")
@@ -263,12 +263,16 @@ func dockerLogs(ctx context.Context, id string, since time.Time) (string, error)
 }
 
 // handover asks the elected promoter for a planned promotion through
-// tenurectl promote (the other promoter refuses; either may be elected).
-func (sc *scenario) handover(ctx context.Context) error {
+// tenurectl promote (the other promoter refuses; either may be elected),
+// to replica to when it is not empty.
+func (sc *scenario) handover(ctx context.Context, to, reason string) error {
 	var errs []error
 	for _, p := range []string{"promoter-1", "promoter-2"} {
-		out, err := runTenurectl(ctx, sc.cfg.tenurectl, "--lease", sc.stack.leaseURLs(), "--promoter", sc.stack.url(p, "7200"),
-			"promote", sc.rangeID, "--reason", "chaos: a second epoch before damaging a journal")
+		args := []string{"--lease", sc.stack.leaseURLs(), "--promoter", sc.stack.url(p, "7200"), "promote", sc.rangeID, "--reason", reason}
+		if to != "" {
+			args = append(args, "--to", to)
+		}
+		out, err := runTenurectl(ctx, sc.cfg.tenurectl, args...)
 		if err == nil {
 			logf("%s: planned handover through %s: %s", sc.name, p, strings.Join(strings.Fields(string(out)), " "))
 			return nil

@@ -282,6 +282,14 @@ func finalLog(ctx context.Context, tenurectl, replica, dataDir, rng string) (che
 	if err != nil {
 		return check.ReplicaLog{}, err
 	}
+	return parseLogDump(replica, out)
+}
+
+// parseLogDump turns `tenurectl log dump --json` output into the replica's
+// final log. A log retention trimmed starts at log_start, with records from
+// there: the checkers (package check) take what is below it as deleted on
+// purpose, as for the in-process harness's logs.
+func parseLogDump(replica string, out []byte) (check.ReplicaLog, error) {
 	var d dumpJSON
 	if err := json.Unmarshal(out, &d); err != nil {
 		return check.ReplicaLog{}, fmt.Errorf("tenurectl log dump: %w", err)

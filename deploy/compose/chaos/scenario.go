@@ -365,7 +365,7 @@ func (sc *scenario) finalLogs(ctx context.Context) ([]check.ReplicaLog, error) {
 		if err != nil {
 			return logs, fmt.Errorf("final log of %s: %w", id, err)
 		}
-		logf("%s: final log of %s: log end %d, HWM %d, fenced epoch %d, epochs %v", sc.name, id, l.LogEnd, l.HWM, l.FencedEpoch, l.History)
+		logf("%s: final log of %s: log start %d, log end %d, HWM %d, fenced epoch %d, epochs %v", sc.name, id, l.LogStart, l.LogEnd, l.HWM, l.FencedEpoch, l.History)
 		logs = append(logs, l)
 	}
 	// The copies are large-ish (Badger preallocates): keep only what a

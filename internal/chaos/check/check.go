@@ -51,11 +51,20 @@ type Report struct {
 
 	OpsByOutcome OpCounts
 
+	// Trimmed counts committed client records (one per value) below the
+	// log start the system reported for their range (a final replica's,
+	// or one a read answered): deleted by retention on purpose, so no
+	// quorum need hold them; a replica whose committed prefix still holds
+	// the offset must hold the record all the same (Lost). Not a safety
+	// column: it says how much of a run retention removed.
+	Trimmed int
+
 	// Lost counts committed records (acknowledged appends and client
 	// records an OK read returned, one per value) missing from the final
 	// state: absent or different at their offset on a replica whose final
-	// HWM is past it, or held by fewer than a majority of the replicas in
-	// Final.
+	// committed prefix [LogStart, HWM) holds it, or, at or above the
+	// reported log start (Trimmed), held by fewer than a majority of the
+	// replicas in Final.
 	Lost int
 	// Duplicates counts append values seen at two or more offsets of one
 	// range, across acknowledgements, replicas' committed prefixes and reads.
@@ -161,7 +170,9 @@ func CheckWith(run Run, opts Options) Report {
 		rs := ranges[name]
 		rep.InconsistentOffsets += rs.checkInconsistentOffsets(p)
 		rep.Duplicates += rs.checkDuplicates(p)
-		rep.Lost += rs.checkLost(p)
+		lost, trimmed := rs.checkLost(p)
+		rep.Lost += lost
+		rep.Trimmed += trimmed
 		rep.DivergentPrefixes += rs.checkDivergentPrefixes(p)
 		rep.FailedButApplied += rs.checkFailedButApplied(p)
 		rep.AckedTruncated += rs.checkAckedTruncated(p)

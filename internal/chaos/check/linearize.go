@@ -46,6 +46,12 @@ import (
 //     Limited, only up to the last offset it returned).
 // The last two do not depend on k once k is fixed, so they are decided
 // before the search; a read failing them can never linearize.
+// A read answered OutOfRange below the log start L (Op.BelowLogStart)
+// returns nothing, but says that every record below L was committed when
+// the replica answered (retention removes only records below the HWM, and
+// a replica's HWM is never ahead of the range's): k >= the number of kept
+// appends with offset < L. It says nothing of records at or above L. An
+// OK read's answered log start says no more than its HWM does.
 // Failed and Unknown reads tell nothing and are left out.
 
 // rangeLin is one range's linearizability problem.
@@ -64,10 +70,13 @@ type linInput struct {
 	// append: pos is the append's position among the kept appends.
 	// read: want is the k the read requires; valid is whether its
 	// returned records are consistent with the kept appends at that k.
-	isAppend bool
-	pos      int
-	want     int
-	valid    bool
+	// belowStart: the read was answered below the log start, and want is
+	// the least k it requires.
+	isAppend   bool
+	belowStart bool
+	pos        int
+	want       int
+	valid      bool
 }
 
 func linStep(state, input, _ any) (bool, any) {
@@ -81,6 +90,9 @@ func linStep(state, input, _ any) (bool, any) {
 			return false, nil
 		}
 		return true, k + 1
+	}
+	if in.belowStart {
+		return in.valid && k >= in.want, k
 	}
 	return in.valid && k == in.want, k
 }
@@ -107,6 +119,9 @@ var logModel = porcupine.Model{
 		in := input.(linInput)
 		if in.isAppend {
 			return fmt.Sprintf("append @%d", in.r.offsets[in.pos])
+		}
+		if in.belowStart {
+			return fmt.Sprintf("read below the log start sees at least %d records", in.want)
 		}
 		return fmt.Sprintf("read sees %d records", in.want)
 	},
@@ -194,6 +209,22 @@ func buildLin(rs *rangeRun, base time.Time, p *problems) *rangeLin {
 		if op.Kind != Read || op.Outcome != OK {
 			continue
 		}
+		if op.BelowLogStart {
+			in := linInput{r: r, belowStart: true, want: below(op.LogStart), valid: true}
+			why := fmt.Sprintf("read by client %d from %d answered below the log start %d", op.Client, op.Offset, op.LogStart)
+			// The replica refuses only offsets below its log start: one
+			// at or above it was readable, or the answer names no start.
+			if op.LogStart <= op.Offset {
+				in.valid = false
+				reason := fmt.Sprintf("offset %d is not below the log start %d", op.Offset, op.LogStart)
+				p.add("illegal-read", "range %s %s: %s", rs.name, why, reason)
+				if r.impossible == "" {
+					r.impossible = why + ": " + reason
+				}
+			}
+			add(op, in, ts(op.Return), why)
+			continue
+		}
 		in := linInput{r: r, want: below(op.HWM), valid: true}
 		why := fmt.Sprintf("read by client %d from %d answering hwm %d with %d records", op.Client, op.Offset, op.HWM, len(op.Records))
 		if reason := readInvalid(op, r.offsets, pos, in.want, below); reason != "" {
@@ -219,6 +250,14 @@ func readInvalid(op Op, offsets []uint64, pos map[string]int, want int, below fu
 		if n := len(op.Records); n > 0 {
 			upper = op.Records[n-1].Offset + 1
 		}
+	}
+	// Retention removes only committed records, and a read is served
+	// from at or above the log start it answers (below it, it is refused).
+	if op.LogStart > op.HWM {
+		return fmt.Sprintf("answered log start %d, above its own hwm %d", op.LogStart, op.HWM)
+	}
+	if op.LogStart > op.Offset {
+		return fmt.Sprintf("served offset %d, below the log start %d it answered", op.Offset, op.LogStart)
 	}
 	lo, hi := below(op.Offset), min(below(upper), want)
 	returned := map[int]bool{}

@@ -17,6 +17,14 @@ type rangeRun struct {
 	// per value, acknowledgements first, then records OK reads returned
 	// that no acknowledgement already named.
 	claims []claim
+	// logStart is the highest log start the system reported for the range:
+	// a final replica's (ReplicaLog.LogStart) or one a read answered
+	// (Op.LogStart, an OutOfRange's LogStartDetail included). Every record
+	// below it was committed and then deleted by retention on purpose: a
+	// replica only ever removes records below its HWM (logstore
+	// AdvanceLogStart, ResetTo). Never inferred from a missing record: a
+	// missing record above it is a loss.
+	logStart uint64
 }
 
 type replicaFinal struct {
@@ -28,6 +36,14 @@ type replicaFinal struct {
 // HWM is exclusive: every offset below it is committed.
 func (f *replicaFinal) committed(o uint64) bool {
 	return f.LogStart <= o && o < f.HWM
+}
+
+// span describes the replica's committed prefix for a problem line.
+func (f *replicaFinal) span() string {
+	if f.LogStart == 0 {
+		return fmt.Sprintf("hwm %d", f.HWM)
+	}
+	return fmt.Sprintf("log start %d, hwm %d", f.LogStart, f.HWM)
 }
 
 // record returns the replica's record at o, if it stores one.
@@ -60,6 +76,9 @@ func indexRanges(run Run) map[string]*rangeRun {
 	for _, op := range run.History {
 		rs := get(op.Range)
 		rs.ops = append(rs.ops, op)
+		if op.Kind == Read && op.Outcome == OK {
+			rs.logStart = max(rs.logStart, op.LogStart)
+		}
 	}
 	seen := map[[2]string]bool{}
 	for _, l := range run.Final {
@@ -76,6 +95,7 @@ func indexRanges(run Run) map[string]*rangeRun {
 		}
 		rs := get(l.Range)
 		rs.finals = append(rs.finals, f)
+		rs.logStart = max(rs.logStart, l.LogStart)
 	}
 	for _, t := range run.Truncations {
 		rs := get(t.Range)
@@ -252,14 +272,22 @@ func sortedOffsets[V any](m map[uint64]V) []uint64 {
 }
 
 // checkLost counts committed client records (claims) that the final state
-// does not hold where it must. A committed record must be (a) at its offset
-// with its value on every replica whose final HWM is past that offset,
-// since a replica's committed prefix is the committed log; and (b) stored,
-// committed yet or not, on a majority of the range's replicas, since it
-// was committed by reaching a quorum and no truncation may remove it. The
-// majority is of the voters (ReplicaLog.NotVoter): a removed replica or a
-// learner neither makes one up nor is needed for one.
-func (rs *rangeRun) checkLost(p *problems) int {
+// does not hold where it must, and returns how many claims it excused as
+// deleted by retention (trimmed). A committed record must be (a) at its
+// offset with its value on every replica whose committed prefix,
+// [LogStart, HWM), holds that offset, since a replica's committed prefix is
+// the committed log; and (b) stored, committed yet or not, on a majority
+// of the range's replicas, since it was committed by reaching a quorum and
+// no truncation may remove it. The majority is of the voters
+// (ReplicaLog.NotVoter): a removed replica or a learner neither makes one
+// up nor is needed for one.
+//
+// Retention is the one way a committed record may go: a claim below the
+// range's reported log start (rangeRun.logStart) was deleted on purpose,
+// so (b) no longer applies to it, and no replica whose own log starts
+// above it is asked for it. (a) still applies: a replica that reports
+// holding the offset in its committed prefix must hold the record.
+func (rs *rangeRun) checkLost(p *problems) (lost, trimmed int) {
 	voters := 0
 	for i := range rs.finals {
 		if !rs.finals[i].NotVoter {
@@ -267,18 +295,19 @@ func (rs *rangeRun) checkLost(p *problems) int {
 		}
 	}
 	quorum := voters/2 + 1
-	lost := 0
 	for _, c := range rs.claims {
+		// Strictly below: the log start itself is the first offset kept.
+		deleted := c.offset < rs.logStart
+		if deleted {
+			trimmed++
+		}
 		holders := 0
 		var missing []string
 		for i := range rs.finals {
 			f := &rs.finals[i]
-			if f.LogStart > c.offset {
-				// Compacted past the offset: a replica only drops a prefix
-				// it has committed, so it counts as holding the record.
-				if !f.NotVoter {
-					holders++
-				}
+			if c.offset < f.LogStart {
+				// Deleted here by retention (or below the leader's log
+				// start this replica was reset to); then deleted is true.
 				continue
 			}
 			r, ok := f.record(c.offset)
@@ -291,23 +320,26 @@ func (rs *rangeRun) checkLost(p *problems) int {
 				if ok {
 					what = recordKey{string(r.Value), r.Epoch, r.EpochStart}.String()
 				}
-				missing = append(missing, fmt.Sprintf("%s (hwm %d) holds %s", f.Replica, f.HWM, what))
+				missing = append(missing, fmt.Sprintf("%s (%s) holds %s", f.Replica, f.span(), what))
 			}
 		}
-		if len(missing) == 0 && holders >= quorum {
+		if len(missing) == 0 && (deleted || holders >= quorum) {
 			continue
 		}
 		lost++
 		detail := strings.Join(missing, "; ")
-		if holders < quorum {
+		if !deleted && holders < quorum {
 			if detail != "" {
 				detail += "; "
 			}
 			detail += fmt.Sprintf("held by %d of %d replicas, quorum %d", holders, voters, quorum)
+			if rs.logStart > 0 {
+				detail += fmt.Sprintf(", at or above the reported log start %d", rs.logStart)
+			}
 		}
 		p.add("lost", "range %s offset %d value %s (%s): %s", rs.name, c.offset, short(c.value), c.source, detail)
 	}
-	return lost
+	return lost, trimmed
 }
 
 // checkDivergentPrefixes counts pairs of replicas whose committed prefixes

@@ -87,6 +87,7 @@ func (s *Scoreboard) Counted() int {
 type row struct {
 	runs, void, faults int
 	ops                OpCounts
+	trimmed            int
 	lost, dups, incons int
 	divergent, stale   int
 	truncated, failed  int
@@ -116,6 +117,7 @@ func (r *row) add(x scored) {
 			r.ops[k][o] += rep.OpsByOutcome[k][o]
 		}
 	}
+	r.trimmed += rep.Trimmed
 	r.lost += rep.Lost
 	r.dups += rep.Duplicates
 	r.incons += rep.InconsistentOffsets
@@ -144,7 +146,7 @@ func (r *row) cells(kind string) string {
 	lin := fmt.Sprintf("%d/%d/%d", r.verdicts[VerdictOK], r.verdicts[VerdictIllegal], r.verdicts[VerdictUnknown])
 	return strings.Join([]string{kind,
 		fmt.Sprint(r.runs), fmt.Sprint(r.void), fmt.Sprint(r.faults),
-		outcomes(Append), outcomes(Read),
+		outcomes(Append), outcomes(Read), fmt.Sprint(r.trimmed),
 		fmt.Sprint(r.lost), fmt.Sprint(r.dups), fmt.Sprint(r.incons), fmt.Sprint(r.divergent),
 		fmt.Sprint(r.stale), fmt.Sprint(r.truncated), fmt.Sprint(r.failed), fmt.Sprint(r.hwm),
 		fmt.Sprint(r.stuck), lin, check}, "\t")
@@ -152,8 +154,10 @@ func (r *row) cells(kind string) string {
 
 // scoreboardHeader names the columns; the safety columns are lost through
 // hwm-back, each of which must read 0, and so must stuck (liveness).
+// trimmed (Report.Trimmed) is no safety column: the committed records
+// retention deleted on purpose, which lost therefore did not require.
 var scoreboardHeader = strings.Join([]string{"kind", "runs", "void", "faults",
-	"appends ok/failed/unknown", "reads ok/failed/unknown",
+	"appends ok/failed/unknown", "reads ok/failed/unknown", "trimmed",
 	"lost", "dup", "inconsistent", "divergent", "stale-epoch", "acked-truncated", "failed-applied", "hwm-back",
 	"stuck", "linearizable ok/illegal/unknown", "check p50/max"}, "\t")
 

@@ -206,9 +206,9 @@ func TestScoreboardStuck(t *testing.T) {
 			row = strings.Fields(l)
 		}
 	}
-	// kind runs void faults appends reads lost dup inconsistent divergent
-	// stale acked-truncated failed-applied hwm-back stuck ...
-	if len(row) < 15 || row[14] != "1" {
+	// kind runs void faults appends reads trimmed lost dup inconsistent
+	// divergent stale acked-truncated failed-applied hwm-back stuck ...
+	if len(row) < 16 || row[15] != "1" {
 		t.Errorf("lease-pause row %q: stuck column is not 1", row)
 	}
 }

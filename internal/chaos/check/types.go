@@ -85,8 +85,18 @@ type Op struct {
 	// Limited is true when an OK Read stopped at its record or byte limit
 	// rather than at the HWM.
 	Limited bool
-	Outcome Outcome
-	Err     string // the error, for Failed and Unknown
+	// BelowLogStart marks an OK Read the replica answered OutOfRange with
+	// a LogStartDetail (wire.BelowLogStart): Offset is below the range's
+	// log start, whose records were committed and deleted by retention on
+	// purpose. Such a read returns no records and no HWM; it is a normal
+	// answer, and the reader starts again at LogStart.
+	BelowLogStart bool `json:",omitempty"`
+	// LogStart is, for an OK Read, the log start the replica reported: the
+	// one ReadResponse.log_start answered, or the one a BelowLogStart
+	// answer named. 0 when it named none.
+	LogStart uint64 `json:",omitempty"`
+	Outcome  Outcome
+	Err      string // the error, for Failed and Unknown
 	// Call and Return bound the operation in real time. Return of an
 	// Unknown op is when the client gave up; the checker treats it as
 	// possibly taking effect at any time after Call.
@@ -122,8 +132,12 @@ type EpochStart struct {
 // ReplicaLog is one replica's final state of one range, read after the run
 // (from its store, with the replica stopped, or through tenurectl).
 type ReplicaLog struct {
-	Replica     string
-	Range       string
+	Replica string
+	Range   string
+	// LogStart is the lowest offset the replica holds, as it reports it:
+	// the records below it were committed and deleted by retention on
+	// purpose (or, on a follower reset to its leader's log start, never
+	// copied), and are judged nowhere on this replica.
 	LogStart    uint64
 	LogEnd      uint64
 	HWM         uint64
@@ -149,7 +163,10 @@ type HWMSample struct {
 	Incarnation int
 	Range       string
 	HWM         uint64
-	At          time.Time
+	// LogStart is the replica's log start in the same status answer
+	// (RangeStatus.log_start): the harness's evidence that retention ran.
+	LogStart uint64 `json:",omitempty"`
+	At       time.Time
 }
 
 // EventKind names what a replica accepted at an epoch.

@@ -22,6 +22,7 @@ import (
 	"github.com/tenurelog/tenure/internal/chaos/check"
 	"github.com/tenurelog/tenure/pkg/appender"
 	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
@@ -53,6 +54,13 @@ type Config struct {
 	// belief and move on together at the first failed append, so without
 	// these no read would reach a deposed leader that still answers.
 	Readers int
+	// FromStartEvery makes about one read in n start at offset 0, as a
+	// consumer reading the range from its beginning does; default 8
+	// (negative: none). Under retention such a read lands below the log
+	// start: the replica answers OutOfRange naming the log start, the
+	// history records that answer (check.Op.BelowLogStart), and the read
+	// starts again at the log start, as a consumer does.
+	FromStartEvery int
 	// OpTimeout bounds one operation; default 2s.
 	OpTimeout time.Duration
 	// Pace is a client's pause between operations; default 5ms. It bounds
@@ -93,6 +101,9 @@ func New(cfg Config) (*Workload, error) {
 	}
 	if cfg.Readers == 0 {
 		cfg.Readers = 1
+	}
+	if cfg.FromStartEvery == 0 {
+		cfg.FromStartEvery = 8
 	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 2 * time.Second
@@ -313,8 +324,15 @@ func (w *Workload) appendTry(ctx context.Context, id string, req *tenurev1.Appen
 	return resp.Msg, nil
 }
 
-// read reads from a little below the highest HWM seen to the tail, at the
-// leader belief names, and returns the read's error.
+// maxLogStartRestarts bounds how many times one read starts again at the
+// log start a below-log-start answer named: retention may move the start
+// past the new offset before the next read arrives, but not every time.
+const maxLogStartRestarts = 3
+
+// read reads from a little below the highest HWM seen to the tail, or now
+// and then from offset 0 (FromStartEvery), at the leader belief names, and
+// returns the read's error. An answer that the offset is below the log
+// start is no error: it is recorded, and the read starts again there.
 func (w *Workload) read(ctx context.Context, c int, belief *atomic.Pointer[string], rng *rand.Rand) error {
 	id := w.findLeader(ctx, belief)
 	if id == "" {
@@ -322,12 +340,46 @@ func (w *Workload) read(ctx context.Context, c int, belief *atomic.Pointer[strin
 	}
 	from := w.hwm.Load()
 	from -= min(from, uint64(rng.IntN(16)))
+	if w.cfg.FromStartEvery > 0 && rng.IntN(w.cfg.FromStartEvery) == 0 {
+		from = 0
+	}
+	for restarts := 0; ; restarts++ {
+		start, below, err := w.readAt(ctx, c, id, belief, from)
+		if !below {
+			return err
+		}
+		if start <= from {
+			// The replica refused an offset at or above the start it
+			// named: the checker flags that answer; reading there again
+			// would only repeat it.
+			return fmt.Errorf("%s: read from %d answered below the log start %d", id, from, start)
+		}
+		if restarts == maxLogStartRestarts {
+			return fmt.Errorf("%s: read still below the log start (%d) after %d restarts", id, start, restarts)
+		}
+		from = start
+	}
+}
+
+// readAt reads from offset from at replica id and records the operation.
+// below says the replica answered that from is below its log start (start).
+func (w *Workload) readAt(ctx context.Context, c int, id string, belief *atomic.Pointer[string], from uint64) (start uint64, below bool, err error) {
 	const maxRecords = 64
 	op := check.Op{Client: c, Range: w.cfg.Range, Kind: check.Read, Offset: from, Call: time.Now()}
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
 	resp, err := w.clients[id].Read(cctx, connect.NewRequest(&tenurev1.ReadRequest{RangeId: w.cfg.Range, Offset: from, MaxRecords: maxRecords}))
 	cancel()
 	op.Return = time.Now()
+	if start, below := wire.BelowLogStart(err); below {
+		// Records below the log start were committed and deleted by
+		// retention: a normal answer, recorded as one. It is not counted
+		// in OK(): the replica answers it before confirming that it still
+		// leads, so it proves nothing about the range serving. The reader
+		// keeps its leader.
+		op.Outcome, op.BelowLogStart, op.LogStart = check.OK, true, start
+		w.cfg.History.Add(op)
+		return start, true, nil
+	}
 	op.Outcome = Classify(err)
 	if err != nil {
 		// A failed or unknown read changed nothing; it is recorded for the
@@ -335,9 +387,9 @@ func (w *Workload) read(ctx context.Context, c int, belief *atomic.Pointer[strin
 		op.Err = fmt.Sprintf("%s: %v", id, err)
 		forget(belief, id)
 		w.cfg.History.Add(op)
-		return err
+		return 0, false, err
 	}
-	op.HWM = resp.Msg.GetHighWaterMark()
+	op.HWM, op.LogStart = resp.Msg.GetHighWaterMark(), resp.Msg.GetLogStart()
 	for _, r := range resp.Msg.GetRecords() {
 		op.Records = append(op.Records, check.Record{Offset: r.GetOffset(), Epoch: r.GetEpoch(), Value: r.GetValue(), EpochStart: r.GetEpochStart()})
 	}
@@ -349,7 +401,7 @@ func (w *Workload) read(ctx context.Context, c int, belief *atomic.Pointer[strin
 	w.seenHWM(op.HWM)
 	w.ok.Add(1)
 	w.cfg.History.Add(op)
-	return nil
+	return 0, false, nil
 }
 
 func (w *Workload) seenHWM(h uint64) {

@@ -26,7 +26,8 @@ import (
 // Refused: an epoch below the fenced epoch or the log's last epoch
 // (ErrStaleEpoch); an epoch that is not the journal's latest (ErrUnjournaled,
 // or ErrStaleEpoch when a newer one is journaled: the leader journals first);
-// a malformed batch (ErrInvalid); during a truncation (ErrBusy); after a
+// a malformed batch (ErrInvalid); during a truncation (ErrBusy); while the
+// disk is full (ErrDiskFull, except an epoch-start record); after a
 // failure or close.
 func (r *Range) Append(epoch uint64, epochStart bool, values [][]byte) (base uint64, err error) {
 	if err := r.usable("Append"); err != nil {
@@ -46,6 +47,14 @@ func (r *Range) Append(epoch uint64, epochStart bool, values [][]byte) (base uin
 		flags = flagEpochStart
 	}
 	p := prepare(len(values), func(i int) []byte { return values[i] }, nil)
+	// A full disk refuses new records before they get offsets (disk.go),
+	// except a new leader's epoch-start record: one empty record, written
+	// out of the reserve, without which a fenced range could not lead.
+	if !epochStart {
+		if err := r.s.diskRefusal("Append", r.id, p.bytes); err != nil {
+			return 0, err
+		}
+	}
 	if err := r.s.reserve(len(values), p.bytes); err != nil {
 		return 0, err
 	}
@@ -91,6 +100,10 @@ func (r *Range) AppendProduced(epoch uint64, pa ProducerAppend, values [][]byte)
 	p := prepare(len(values), func(i int) []byte { return values[i] }, func(i int) Producer {
 		return Producer{ID: pa.ID, Epoch: pa.Epoch, Seq: pa.FirstSeq + uint64(i)}
 	})
+	// Before the dedupe state is asked: a refused batch is retried whole.
+	if err := r.s.diskRefusal("AppendProduced", r.id, p.bytes); err != nil {
+		return 0, false, err
+	}
 	if err := r.s.reserve(len(values), p.bytes); err != nil {
 		return 0, false, err
 	}
@@ -192,6 +205,11 @@ func (r *Range) AppendRecords(recs []*tenurev1.Record) error {
 		prodAt = func(i int) Producer { p, _ := producerFromRecord(recs[i]); return p }
 	}
 	p := prepare(len(recs), func(i int) []byte { return recs[i].GetValue() }, prodAt)
+	// Before anything is journaled or assigned: a full follower fetches
+	// the same records again later.
+	if err := r.s.diskRefusal("AppendRecords", r.id, p.bytes); err != nil {
+		return err
+	}
 	if err := r.s.reserve(len(recs), p.bytes); err != nil {
 		return err
 	}

@@ -313,7 +313,7 @@ func fsyncFile(f *os.File) error {
 		return nil
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("logstore: fsync %s: %w", f.Name(), err)
+		return syncFailure(fmt.Errorf("logstore: fsync %s: %w", f.Name(), err))
 	}
 	return nil
 }

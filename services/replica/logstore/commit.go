@@ -213,7 +213,7 @@ func (s *Store) run() {
 	for {
 		b, took, index, ok := s.take()
 		if index {
-			if err := s.indexPending(); err != nil {
+			if err := s.indexPending(); err != nil && !errors.Is(err, ErrDiskFull) {
 				return // indexPending failed the store
 			}
 		}

@@ -154,6 +154,11 @@
 // persists log start, HWM and synced-end marker at the new start in one
 // synced transaction, then deletes the old log keys.
 //
+// A full disk (disk.go) refuses new records before they get offsets
+// (ErrDiskFull) and never changes what is on disk; a segment write refused
+// for want of space leaves its batches in the WAL, unindexed, and a Close
+// with any unindexed is unclean, so Open replays them.
+//
 // Options.CrashAt injects crashes at the steps of Truncate, AppendRecords,
 // DropRange, AdvanceLogStart and ResetTo; Options.JournalFS injects journal
 // faults.

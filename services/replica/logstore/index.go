@@ -97,7 +97,9 @@ func (s *Store) scheduleIndex() {
 // (indexMu), so when it returns every batch that was waiting when it
 // was called is in Badger. A failure fails the store: the batches are
 // durable in the WAL, and only a reopen (which replays it) knows what
-// Badger holds.
+// Badger holds. Except a segment write refused for want of space, before
+// any pointer reached Badger: the batches wait again (requeueUnindexed),
+// the store is full (disk.go), and the error wraps ErrDiskFull.
 func (s *Store) indexPending() error {
 	s.indexMu.Lock()
 	defer s.indexMu.Unlock()
@@ -120,6 +122,13 @@ func (s *Store) indexPending() error {
 		keys, vals = append(keys, ib.keys...), append(vals, ib.vals...)
 	}
 	if err := s.toSegments(keys, vals); err != nil {
+		if s.noteNoSpace(err) {
+			// Refused whole: no pointer was written, the WAL holds every
+			// batch and the tails still serve them. They go back in
+			// front of what joined since, in WAL order, for a retry.
+			s.requeueUnindexed(todo)
+			return fmt.Errorf("%w: index batch: %w", ErrDiskFull, err)
+		}
 		return s.fail(fmt.Errorf("logstore: index batch: %w", err))
 	}
 	tw := s.newTxnWriter()
@@ -150,6 +159,31 @@ func (s *Store) indexPending() error {
 		w.r.indexed(w)
 	}
 	return nil
+}
+
+// indexRetryDelay is how long the writer waits before indexing again
+// after the segments refused a write for want of space.
+const indexRetryDelay = 200 * time.Millisecond
+
+// requeueUnindexed puts batches an index commit could not write back in
+// front of unindexed, and has the writer retry after indexRetryDelay.
+func (s *Store) requeueUnindexed(todo []*indexBatch) {
+	s.imu.Lock()
+	s.unindexed = append(todo, s.unindexed...)
+	for _, ib := range todo {
+		s.unindexedBytes += ib.bytes
+	}
+	s.imu.Unlock()
+	s.qmu.Lock()
+	s.dueAfterLocked(&s.indexArmed, &s.indexDue, indexRetryDelay)
+	s.qmu.Unlock()
+}
+
+// allIndexed reports whether no batch waits for the index.
+func (s *Store) allIndexed() bool {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	return len(s.unindexed) == 0
 }
 
 // indexed records that w is in Badger, so the tail may drop it.

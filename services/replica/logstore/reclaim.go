@@ -346,7 +346,7 @@ func (s *Store) reclaimSegments() (int, error) {
 	if removed > 0 {
 		// Outside g.mu: reads and the indexer's writes go on meanwhile.
 		if err := (journal.OSFS{}).SyncDir(g.dir); err != nil {
-			errs = append(errs, fmt.Errorf("logstore: sync directory %s: %w", g.dir, err))
+			errs = append(errs, syncFailure(fmt.Errorf("logstore: sync directory %s: %w", g.dir, err)))
 		}
 		s.log.Info("deleted segment files with no live batch", "files", removed, "bytes", freed)
 	}

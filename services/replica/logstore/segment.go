@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -195,9 +197,19 @@ func (g *segments) write(keys, batches [][]byte) (pointers [][]byte, err error) 
 			pointers[i] = encodeSegmentPointer(keys[i], uint32(storedCount(batches[i])), n, start+int64(len(buf)), batches[i])
 			buf = append(buf, batches[i]...)
 		}
-		_, err = f.WriteAt(buf, start)
+		if h := segmentWriteHook.Load(); h != nil && err == nil {
+			err = (*h)(n)
+		}
+		if err == nil {
+			_, err = f.WriteAt(buf, start)
+		}
 		g.mu.Lock()
-		if err != nil {
+		if err != nil && errors.Is(err, syscall.ENOSPC) {
+			// Not sticky: pos did not move, so the next write overwrites
+			// whatever part of this one landed, and no pointer names it
+			// (the indexer retries the batches later: index.go).
+			err = fmt.Errorf("logstore: write segment %d: %w", n, err)
+		} else if err != nil {
 			g.failed = fmt.Errorf("logstore: write segment %d: %w", n, err)
 			err = g.failed
 		} else {
@@ -226,6 +238,10 @@ func (g *segments) write(keys, batches [][]byte) (pointers [][]byte, err error) 
 func (g *segments) startLocked() error {
 	n := g.next
 	f, err := os.OpenFile(segmentPath(g.dir, n), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil && errors.Is(err, syscall.ENOSPC) {
+		// Nothing created, nothing to undo: the next write tries again.
+		return fmt.Errorf("logstore: create segment: %w", err)
+	}
 	if err != nil {
 		g.failed = fmt.Errorf("logstore: create segment: %w", err)
 		return g.failed
@@ -290,12 +306,12 @@ func (g *segments) sync() error {
 func (g *segments) syncFiles(files map[uint32]*os.File, newDir bool) error {
 	for n, f := range files {
 		if err := unix.Fdatasync(int(f.Fd())); err != nil {
-			return fmt.Errorf("logstore: fdatasync segment %d: %w", n, err)
+			return syncFailure(fmt.Errorf("logstore: fdatasync segment %d: %w", n, err))
 		}
 	}
 	if newDir {
 		if err := (journal.OSFS{}).SyncDir(g.dir); err != nil {
-			return fmt.Errorf("logstore: sync directory %s: %w", g.dir, err)
+			return syncFailure(fmt.Errorf("logstore: sync directory %s: %w", g.dir, err))
 		}
 	}
 	return nil
@@ -408,6 +424,10 @@ func encodeSegmentPointer(key []byte, count, segment uint32, position int64, bat
 	binary.BigEndian.PutUint32(b[21:25], crc)
 	return b
 }
+
+// segmentWriteHook, when set (tests only), runs before each segment pwrite;
+// an error it returns is that write's: the seam that injects ENOSPC.
+var segmentWriteHook atomic.Pointer[func(segment uint32) error]
 
 // maxSegmentBatchBytes bounds the length a pointer may claim, so a damaged
 // pointer cannot make a reader allocate more than a batch can hold: a

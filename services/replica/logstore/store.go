@@ -54,6 +54,7 @@ var (
 	// until it is dropped (DropRange) and rebuilt from its peers. The
 	// message names the reason.
 	ErrQuarantined = errors.New("logstore: range quarantined")
+	// ErrDiskFull is in disk.go.
 )
 
 // Options configure a Store. The zero value is valid.
@@ -96,6 +97,21 @@ type Options struct {
 	// Now is the clock of the time marks RetainSince reads (marks.go); nil
 	// means time.Now. Tests inject one rather than sleep.
 	Now func() time.Time
+	// DiskReserveBytes is the free space the store keeps on its
+	// filesystem: below it, new records are refused (ErrDiskFull) while
+	// fences, HWMs, truncations, retention and reads go on out of the
+	// reserve (disk.go). 0 means no preventive check: only a write that
+	// fails with ENOSPC makes the store full.
+	DiskReserveBytes uint64
+	// WALWriteFault, when set (tests only), runs before each WAL entry is
+	// written; an error it returns is that write's, as if the write had
+	// failed (wrap syscall.ENOSPC to stage a full disk where the store
+	// cannot refuse a write whole: its records have offsets already).
+	WALWriteFault func() error
+	// FreeBytes reports the free space of the store's filesystem; nil
+	// means statfs of the store's directory (the blocks available to an
+	// unprivileged user). Tests inject one to stage a full disk.
+	FreeBytes func() (uint64, error)
 }
 
 // Crash points, the arguments Options.CrashAt receives.
@@ -121,6 +137,8 @@ type Store struct {
 	jfs        journal.FS
 	log        *slog.Logger
 	crashAt    func(string) error
+	// walWriteFault is Options.WALWriteFault.
+	walWriteFault func() error
 	// walSyncSeconds is Options.WALSyncSeconds.
 	walSyncSeconds interface{ Observe(float64) }
 
@@ -175,7 +193,9 @@ type Store struct {
 	writerDone  bool  // the writer exited; the syncer drains and exits
 	stopped     bool  // the writer and the syncer exited
 	failed      error // first fatal failure; see ErrFailed
-	done        chan struct{}
+	// syncFailed: an fsync the store issued failed (failed.go).
+	syncFailed bool
+	done       chan struct{}
 	// takes counts takeLocked calls: a commit that began after a given
 	// count took the dirty HWMs as they were then (DropRange's forgetHWM).
 	takes uint64
@@ -231,6 +251,9 @@ type Store struct {
 	// marksPruned: Open deleted time marks above a log end, to be synced
 	// before the store takes writes.
 	marksPruned bool
+
+	// disk is the full-disk state (disk.go).
+	disk *diskState
 }
 
 // Stats are counters for tests and metrics.
@@ -269,17 +292,22 @@ func Open(dir string, opts Options) (*Store, error) {
 		jfs = journal.OSFS{}
 	}
 	s := &Store{
-		badgerDir:  filepath.Join(dir, "badger"),
-		journalDir: filepath.Join(dir, "journal"),
-		jfs:        jfs,
-		log:        log,
-		crashAt:    opts.CrashAt,
-		ranges:     map[string]*Range{},
-		dirty:      map[*Range]struct{}{},
-		unsynced:   map[*Range]syncEnd{},
-		done:       make(chan struct{}),
-		sealed:     map[string]bool{},
-		syncFiles:  map[string]*os.File{},
+		badgerDir:     filepath.Join(dir, "badger"),
+		journalDir:    filepath.Join(dir, "journal"),
+		jfs:           syncWatchFS{jfs},
+		log:           log,
+		crashAt:       opts.CrashAt,
+		walWriteFault: opts.WALWriteFault,
+		ranges:        map[string]*Range{},
+		dirty:         map[*Range]struct{}{},
+		unsynced:      map[*Range]syncEnd{},
+		done:          make(chan struct{}),
+		sealed:        map[string]bool{},
+		syncFiles:     map[string]*os.File{},
+		disk:          &diskState{reserve: opts.DiskReserveBytes, free: opts.FreeBytes},
+	}
+	if s.disk.free == nil {
+		s.disk.free = statfsFree(dir)
 	}
 	s.walSyncSeconds = opts.WALSyncSeconds
 	s.now = opts.Now
@@ -358,6 +386,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	// HWMs lowered at load are persisted at once, not after a delay.
 	s.hwmDue = len(s.dirty) > 0
+	// Before the first write is accepted: a store opened on a full disk
+	// opens full.
+	s.startDiskMonitor()
 	go s.run()
 	s.startReclaimer()
 	return s, nil
@@ -381,6 +412,7 @@ func (s *Store) Close() error {
 	s.wakeAll()
 	// Before life: a pass holds it shared while it syncs.
 	s.stopReclaimer()
+	s.stopDiskMonitor()
 
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -389,7 +421,9 @@ func (s *Store) Close() error {
 	// both have ended (the writer exited, and Truncate holds life).
 	s.bg.Wait()
 	var errs []error
-	clean := s.writeErrAfterClose() == nil
+	// Batches the segments refused for want of space (index.go) are in
+	// the WAL only: a clean close would move w/gen past them.
+	clean := s.writeErrAfterClose() == nil && s.allIndexed()
 	if clean {
 		errs = append(errs, s.writeFinalMarkers())
 	}
@@ -562,6 +596,12 @@ func (s *Store) waitErr() error {
 // prefix of what was written, so continuing could acknowledge records that
 // are not there; only reopening, which recovers from what is on disk, knows.
 func (s *Store) fail(cause error) error {
+	// A write that failed for want of space fails the store all the same
+	// (what reached the disk is unknown), but status says why.
+	s.noteNoSpace(cause)
+	// Whether or not it is the first failure: a failed fsync anywhere
+	// means a reopen in this process is no recovery (failed.go).
+	s.noteSyncFailed(cause)
 	err := cause
 	if !errors.Is(cause, ErrFailed) {
 		err = fmt.Errorf("%w: %w", ErrFailed, cause)

@@ -412,6 +412,12 @@ func (s *Store) appendWAL(ib *indexBatch) error {
 	binary.BigEndian.PutUint32(buf[8:12], uint32(n))
 	crc := walCRC(f.prevCRC, f.pos, buf[0:12], buf[walHeaderBytes:])
 	binary.BigEndian.PutUint32(buf[12:16], crc)
+	if fault := s.walWriteFault; fault != nil {
+		if err := fault(); err != nil {
+			w.failed = fmt.Errorf("logstore: write WAL: %w", err)
+			return w.failed
+		}
+	}
 	if err := f.zeroAhead(f.pos + int64(len(buf))); err != nil {
 		w.failed = err
 		return w.failed
@@ -458,7 +464,7 @@ func (s *Store) switchLocked() {
 func (s *Store) checkpoint(gen uint64) {
 	err := s.crash(CrashWALCheckpoint)
 	if err == nil {
-		err = s.indexPending()
+		err = s.indexPendingRetrying()
 	}
 	if err == nil {
 		// The batches the old generation's pointers point to, before the
@@ -492,6 +498,28 @@ func (s *Store) checkpoint(gen uint64) {
 	w.mu.Unlock()
 	if err != nil {
 		_ = s.fail(err)
+	}
+}
+
+// indexPendingRetrying is indexPending for a checkpoint: while the
+// segments refuse writes for want of space it waits and tries again, since
+// w/gen must not move past batches not yet in Badger, and failing the
+// store would lose nothing but availability. Until the store closes: then
+// the want of space is the checkpoint's failure, and the next Open
+// replays the WAL.
+func (s *Store) indexPendingRetrying() error {
+	for {
+		err := s.indexPending()
+		if !errors.Is(err, ErrDiskFull) {
+			return err
+		}
+		s.qmu.Lock()
+		closing := s.closing
+		s.qmu.Unlock()
+		if closing {
+			return err
+		}
+		time.Sleep(indexRetryDelay)
 	}
 }
 
@@ -545,7 +573,7 @@ func (s *Store) syncWAL() error {
 	began := time.Now()
 	for _, p := range todo {
 		if err := unix.Fdatasync(int(p.f.f.Fd())); err != nil {
-			err = fmt.Errorf("logstore: fdatasync %s: %w", p.f.f.Name(), err)
+			err = syncFailure(fmt.Errorf("logstore: fdatasync %s: %w", p.f.f.Name(), err))
 			w.mu.Lock()
 			w.failed = err
 			w.mu.Unlock()
