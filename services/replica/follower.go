@@ -262,7 +262,13 @@ func (f *follower) advanceLogStart() {
 		// Only what is committed here: the HWM, not the leader's start,
 		// when this replica has not yet learned the leader's HWM up there.
 		to := min(leaderStart, r.HWM())
-		if _, err := r.AdvanceLogStart(to); err != nil {
+		start, err := r.AdvanceLogStart(to)
+		if err == nil && start < to {
+			// The store held it lower (its durable end): looping would
+			// spin; the next answer tries again.
+			break
+		}
+		if err != nil {
 			if errors.Is(err, logstore.ErrDiskFull) {
 				// The index could not write for want of space (the
 				// advance indexes what waits first): a state, not a
