@@ -35,7 +35,7 @@ import (
 // makes a max_bytes of less than that meaningless, and no one interval fits
 // every rate (the retention soak, bench/soak_test.go: 8 MiB at ~40 MB/s
 // overshot to 1.8x with a pass every 250 ms). So a leader also checks,
-// whenever it looks at its commit point (leader.advance: two atomic loads),
+// whenever it looks at its commit point (leader.advance: three atomic loads),
 // whether a range's stored bytes passed its size limit by retentionSlack,
 // and if so the retention loop applies that range's policy at once
 // (retentionQueue), without re-reading it from the lease service. A range
@@ -141,7 +141,7 @@ func (s *Replica) retentionLoop(interval time.Duration) {
 // or from what the last pass left when that was more (a pass the HWM held
 // back is tried again only once another slack's worth has been indexed,
 // not at every commit). The leadership calls it whenever it looks at its
-// commit point; it costs two atomic loads when nothing is due.
+// commit point; it costs three atomic loads when nothing is due.
 func (h *hosted) checkRetentionSize() {
 	p := h.retention.Load()
 	if p == nil || p.GetMaxBytes() == 0 {
