@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -106,6 +107,23 @@ func (r Result) String() string {
 // counted. Latency is measured per acknowledged call, which is per record
 // for batch 1. The first error ends the run and is returned.
 func Run(ctx context.Context, newAppender func(client int) (Appender, error), shape Shape, recordBytes int, d time.Duration) (Result, error) {
+	return run(ctx, newAppender, shape, recordBytes, d, 0)
+}
+
+// RunRecords is Run sized by records rather than time: the callers issue
+// calls until records records (rounded up to whole calls of shape.Batch)
+// have been issued, or until d has passed, whichever comes first. A run
+// that d cut short reports fewer records: a caller that needs them all
+// checks Result.Records.
+func RunRecords(ctx context.Context, newAppender func(client int) (Appender, error), shape Shape, recordBytes, records int, d time.Duration) (Result, error) {
+	if records < 1 {
+		return Result{}, fmt.Errorf("bench: bad record count %d", records)
+	}
+	return run(ctx, newAppender, shape, recordBytes, d, records)
+}
+
+// run is Run, and with records > 0 RunRecords.
+func run(ctx context.Context, newAppender func(client int) (Appender, error), shape Shape, recordBytes int, d time.Duration, records int) (Result, error) {
 	if shape.Clients < 1 || shape.InFlight < 1 || shape.Batch < 1 || shape.InFlight%shape.Batch != 0 {
 		return Result{}, fmt.Errorf("bench: bad shape %+v: need Clients, InFlight, Batch >= 1 and Batch dividing InFlight", shape)
 	}
@@ -146,6 +164,12 @@ func Run(ctx context.Context, newAppender func(client int) (Appender, error), sh
 	calls := shape.Calls()
 	samples := make([]sample, shape.Clients*calls)
 
+	// claim takes one call's records from the run's count, false once it
+	// is spent (always true for a run sized by time).
+	var issued atomic.Int64
+	claim := func() bool {
+		return records == 0 || issued.Add(int64(shape.Batch))-int64(shape.Batch) < int64(records)
+	}
 	var wg sync.WaitGroup
 	cpu0, sched0 := processCPU(), schedSamples()
 	start := time.Now()
@@ -161,7 +185,7 @@ func Run(ctx context.Context, newAppender func(client int) (Appender, error), sh
 					records[i] = payload
 				}
 				s.lat = make([]time.Duration, 0, 1024)
-				for time.Now().Before(deadline) && callCtx.Err() == nil {
+				for time.Now().Before(deadline) && callCtx.Err() == nil && claim() {
 					t0 := time.Now()
 					if err := a.Append(callCtx, records); err != nil {
 						s.err = err

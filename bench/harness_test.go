@@ -192,3 +192,49 @@ func TestRunStopsOnError(t *testing.T) {
 type failAppender struct{ err error }
 
 func (f failAppender) Append(context.Context, [][]byte) error { return f.err }
+
+// RunRecords issues exactly the records asked (in whole calls, rounded up)
+// when its time cap is not reached, and stops at the cap when it is.
+func TestRunRecords(t *testing.T) {
+	shape := Shape{Name: "x", Clients: 2, InFlight: 8, Batch: 4} // 4 calls at once
+	for _, tc := range []struct {
+		records, want int
+	}{
+		{records: 1, want: 4},
+		{records: 100, want: 100},
+		{records: 101, want: 104},
+	} {
+		var calls atomic.Int64
+		newAppender := func(int) (Appender, error) {
+			return countAppender{&calls}, nil
+		}
+		r, err := RunRecords(context.Background(), newAppender, shape, RecordBytes, tc.records, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Records != tc.want || calls.Load()*int64(shape.Batch) != int64(tc.want) {
+			t.Errorf("RunRecords(%d) = %d records in %d calls, want %d records", tc.records, r.Records, calls.Load(), tc.want)
+		}
+	}
+	// A cap shorter than the records take: the run ends at the cap with
+	// fewer records.
+	a := &sleepAppender{fast: 5 * time.Millisecond, slow: 5 * time.Millisecond, slowEvery: 1}
+	r, err := RunRecords(context.Background(), func(int) (Appender, error) { return a, nil }, shape, RecordBytes, 1_000_000, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Records == 0 || r.Records >= 1_000_000 || r.Elapsed < 100*time.Millisecond {
+		t.Errorf("capped at 100ms: %d records in %v, want some, fewer than asked, after the cap", r.Records, r.Elapsed)
+	}
+	if _, err := RunRecords(context.Background(), func(int) (Appender, error) { return a, nil }, shape, RecordBytes, 0, time.Second); err == nil {
+		t.Error("RunRecords(0 records) succeeded, want an error")
+	}
+}
+
+// countAppender counts its calls and returns at once.
+type countAppender struct{ calls *atomic.Int64 }
+
+func (a countAppender) Append(context.Context, [][]byte) error {
+	a.calls.Add(1)
+	return nil
+}

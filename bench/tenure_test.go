@@ -81,6 +81,7 @@ func runTenureShapes(b *testing.B, c *tenureCluster, unary bool, opts ...appende
 // one in its own process, procs_test.go).
 type tenureNode struct {
 	id, address string
+	dir         string // data directory (in-process replicas only)
 	r           *replica.Replica
 	srv         *transport.Server
 	hc          *http.Client
@@ -94,6 +95,13 @@ type tenureCluster struct {
 // startTenureCluster starts n replicas r1..rn on 127.0.0.1 with data under
 // tb.TempDir() and stops them when tb ends.
 func startTenureCluster(tb testing.TB, n int) *tenureCluster {
+	tb.Helper()
+	return startTenureClusterWith(tb, n, nil)
+}
+
+// startTenureClusterWith is startTenureCluster with configure, when not
+// nil, changing each replica's Config before it starts.
+func startTenureClusterWith(tb testing.TB, n int, configure func(*replica.Config)) *tenureCluster {
 	tb.Helper()
 	c := &tenureCluster{}
 	// The data directories first: cleanups run in reverse order, and each
@@ -115,17 +123,21 @@ func startTenureCluster(tb testing.TB, n int) *tenureCluster {
 	// and adoption is noise here.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	for i := 1; i <= n; i++ {
-		r, srv, err := replica.Start(replica.Config{
+		cfg := replica.Config{
 			ID:      fmt.Sprintf("r%d", i),
 			DataDir: dirs[i-1],
 			Logger:  log,
-		}, "127.0.0.1:0")
+		}
+		if configure != nil {
+			configure(&cfg)
+		}
+		r, srv, err := replica.Start(cfg, "127.0.0.1:0")
 		if err != nil {
 			tb.Fatalf("start replica r%d: %v", i, err)
 		}
 		hc := transport.NewHTTPClient()
 		c.nodes = append(c.nodes, &tenureNode{
-			id: r.ID(), address: r.Address(), r: r, srv: srv, hc: hc,
+			id: r.ID(), address: r.Address(), dir: dirs[i-1], r: r, srv: srv, hc: hc,
 			rc: tenurev1connect.NewReplicaServiceClient(hc, srv.URL(), transport.ClientOptions()...),
 		})
 	}
@@ -137,9 +149,16 @@ func startTenureCluster(tb testing.TB, n int) *tenureCluster {
 // one acknowledged append, which needs a follower to have fetched.
 func (c *tenureCluster) newRange(tb testing.TB, rangeID string) {
 	tb.Helper()
+	c.newRangeRetained(tb, rangeID, nil)
+}
+
+// newRangeRetained is newRange with the leader's Adopt carrying retention
+// (nil: none, the range keeps everything).
+func (c *tenureCluster) newRangeRetained(tb testing.TB, rangeID string, retention *tenurev1.RetentionPolicy) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(tb.Context(), 30*time.Second)
 	defer cancel()
-	if err := c.adoptRange(ctx, rangeID, 0); err != nil {
+	if err := c.adoptRangeRetained(ctx, rangeID, 0, retention); err != nil {
 		tb.Fatal(err)
 	}
 	a := c.newAppender(rangeID, false)
@@ -152,6 +171,12 @@ func (c *tenureCluster) newRange(tb testing.TB, rangeID string) {
 // adoptRange plays the promoter for a fresh range at epoch 1: fence every
 // replica, adopt c.nodes[leader] as leader and the others as its followers.
 func (c *tenureCluster) adoptRange(ctx context.Context, rangeID string, leader int) error {
+	return c.adoptRangeRetained(ctx, rangeID, leader, nil)
+}
+
+// adoptRangeRetained is adoptRange with every Adopt carrying retention
+// (nil: none). Only the leader applies it (services/replica/retention.go).
+func (c *tenureCluster) adoptRangeRetained(ctx context.Context, rangeID string, leader int, retention *tenurev1.RetentionPolicy) error {
 	const epoch = 1
 	set := make([]*tenurev1.Replica, len(c.nodes))
 	for i, nd := range c.nodes {
@@ -174,7 +199,7 @@ func (c *tenureCluster) adoptRange(ctx context.Context, rangeID string, leader i
 		_, err := nd.rc.Adopt(ctx, connect.NewRequest(&tenurev1.AdoptRequest{
 			RangeId: rangeID, Epoch: epoch, Role: role,
 			LeaderId: lead.id, LeaderAddress: lead.address,
-			Replicas: set, CommittedBound: bound,
+			Replicas: set, CommittedBound: bound, Retention: retention,
 		}))
 		if err != nil {
 			return fmt.Errorf("adopt %s on %s as %s: %w", rangeID, nd.id, role, err)

@@ -25,6 +25,16 @@ func init() {
 	commands["replica"] = command{summary: "run a replica: range logs in Badger, replicated by fetch, committed by quorum, fenced by epoch", run: runReplica}
 }
 
+// --segment-bytes: the default is logstore's (64 MiB). A file smaller than
+// 64 KiB would hold a few batches each (a batch over the size gets a file
+// of its own anyway); one over 1 GiB would give space back in steps of a
+// GiB.
+const (
+	defaultSegmentBytes = 64 << 20
+	minSegmentBytes     = 64 << 10
+	maxSegmentBytes     = 1 << 30
+)
+
 // replicaShutdownTimeout bounds the graceful stop: in-flight appends and
 // fetch long polls (at most a follower's fetch wait) get this long to end.
 const replicaShutdownTimeout = 5 * time.Second
@@ -41,6 +51,8 @@ func runReplica(ctx context.Context, args []string) error {
 	retentionInterval := fs.Duration("retention-interval", replica.DefaultRetentionInterval, "how often the leader of each range applies its retention policy (removes committed records outside it) and re-reads the policies of the ranges it leads from --lease, so 'tenurectl range set' takes effect within one interval; 0: never remove anything")
 	diskReserve := sizeFlag(defaultDiskReserve)
 	fs.Var(&diskReserve, "disk-reserve", "free space to keep on the data directory's filesystem: below it the replica refuses appends (ResourceExhausted; a follower stops taking records and lags) while fences, reads, truncations and retention go on, and it resumes by itself once space is back (README \"A full disk\"); bytes or KiB/MiB/GiB; 0: no preventive check, only a write failing with ENOSPC stops appends")
+	segmentBytes := sizeFlag(defaultSegmentBytes)
+	fs.Var(&segmentBytes, "segment-bytes", fmt.Sprintf("size at which a segment file (stored batches, shared by every range) is full, %s to %s; space goes back a whole file at a time, so the disk holds up to about a file more than the ranges keep: lower it (e.g. 1MiB) where retention keeps only a few MiB, at the cost of more files (each stays open once read); bytes or KiB/MiB/GiB", bytesize.Format(minSegmentBytes), bytesize.Format(maxSegmentBytes)))
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
 	metricsListen := metricsListenFlag(fs)
@@ -60,6 +72,9 @@ func runReplica(ctx context.Context, args []string) error {
 	}
 	if *dataDir == "" {
 		*dataDir = filepath.Join("data", *id)
+	}
+	if segmentBytes < minSegmentBytes || segmentBytes > maxSegmentBytes {
+		return fmt.Errorf("--segment-bytes %d: want %d to %d (%s to %s)", segmentBytes, minSegmentBytes, maxSegmentBytes, bytesize.Format(minSegmentBytes), bytesize.Format(maxSegmentBytes))
 	}
 	log, err := newLogger(*logFormat)
 	if err != nil {
@@ -87,6 +102,7 @@ func runReplica(ctx context.Context, args []string) error {
 		return fmt.Errorf("--retention-interval %v: want a positive duration, or 0 to never remove anything", *retentionInterval)
 	}
 	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait, Metrics: reg, RetentionInterval: *retentionInterval}
+	cfg.StoreOptions.SegmentBytes = int64(segmentBytes)
 	if *retentionInterval == 0 {
 		cfg.RetentionInterval = -1 // replica.Config: negative is never
 	}

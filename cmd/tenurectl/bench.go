@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"flag"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,10 +21,20 @@ import (
 const benchHelp = `
 Measure acknowledged appends against a range's leader: --concurrency
 appenders each send batches of --batch records of --size random bytes until
---records records are acknowledged. Prints throughput and the latency of one
-append (send to acknowledgement, i.e. until a quorum holds it durably) at
-the 50th, 99th and 99.9th percentiles. Runs longer than a few seconds print
-a progress line to stderr every two seconds.
+--records records are acknowledged, or for --duration (then --records, when
+given, is a cap: the run ends at whichever comes first). Prints throughput
+and the latency of one append (send to acknowledgement, i.e. until a quorum
+holds it durably) at the 50th, 99th and 99.9th percentiles. Runs longer than
+a few seconds print a progress line to stderr every two seconds.
+
+--disk samples every replica of the range every 500ms (GetStatus): the
+bytes its data directory takes on disk (DiskStatus.used_bytes; "-" from a
+replica that does not report it) and the range's stored bytes on it
+(stored_bytes: its batches from its log start, what retention's max_bytes
+is measured against). Each progress line gives the last sample, and the
+report each replica's peak of both; with --json every sample. A soak of a
+range with retention, e.g. --duration 10m --disk, shows whether its disk
+stays bounded.
 
 Each appender keeps one LogService.AppendStream open and sends its
 appends on it, one at a time (--unary: one Append call per append instead,
@@ -38,10 +49,18 @@ const benchMaxRecords = 10_000_000
 // benchProgressEvery is how often a long run reports progress.
 const benchProgressEvery = 2 * time.Second
 
+// benchDiskEvery is how often --disk samples each replica.
+const benchDiskEvery = 500 * time.Millisecond
+
+// benchMaxDuration bounds --duration.
+const benchMaxDuration = 7 * 24 * time.Hour
+
 func runBench(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench", "RANGE [--records N] [--size BYTES] [--concurrency N] [--batch N]", benchHelp)
+	fs := newFlags(e, "bench", "RANGE [--records N | --duration D] [--size BYTES] [--concurrency N] [--batch N] [--disk]", benchHelp)
 	o := addClusterFlags(e, fs)
-	records := fs.Int("records", 10_000, fmt.Sprintf("records to append in all (1-%d)", benchMaxRecords))
+	records := fs.Int("records", 10_000, fmt.Sprintf("records to append in all (1-%d); with --duration, a cap (default then %d)", benchMaxRecords, benchMaxRecords))
+	duration := fs.Duration("duration", 0, "run for this long (e.g. 30s, 10m) instead of until --records are acknowledged; appends in flight at the end are waited for and counted")
+	disk := fs.Bool("disk", false, "sample every replica's bytes on disk and the range's stored bytes every 500ms; report them with the progress and their peaks")
 	size := fs.Int("size", 100, fmt.Sprintf("bytes per record (0-%d)", wire.MaxRecordBytes))
 	concurrency := fs.Int("concurrency", 4, "appenders sending at once (1-1024)")
 	batch := fs.Int("batch", 1, fmt.Sprintf("records per append (1-%d)", wire.MaxBatchRecords))
@@ -50,11 +69,18 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	recordsSet := false
+	fs.Visit(func(f *flag.Flag) { recordsSet = recordsSet || f.Name == "records" })
+	if *duration > 0 && !recordsSet {
+		*records = benchMaxRecords // a duration run is capped only by memory (every latency is kept)
+	}
 	switch {
 	case len(positional) != 1:
 		return usagef("want exactly one RANGE, got %d arguments", len(positional))
 	case *records < 1 || *records > benchMaxRecords:
 		return usagef("--records %d: want 1 to %d", *records, benchMaxRecords)
+	case *duration < 0 || *duration > benchMaxDuration:
+		return usagef("--duration %v: want a positive duration, at most %v", *duration, benchMaxDuration)
 	case *size < 0 || *size > wire.MaxRecordBytes:
 		return usagef("--size %d: want 0 to %d", *size, wire.MaxRecordBytes)
 	case *concurrency < 1 || *concurrency > 1024:
@@ -76,8 +102,24 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		if *unary {
 			path = "unary Append calls"
 		}
-		fmt.Fprintf(e.stdout, "bench range %s, leader %s at epoch %d: %d records of %d bytes, batches of %d, %d concurrent appenders (%s)\n",
-			rangeID, leader.GetId(), epoch, *records, *size, *batch, *concurrency, path)
+		what := fmt.Sprintf("%d records", *records)
+		if *duration > 0 {
+			what = fmt.Sprintf("for %v, records", *duration)
+			if recordsSet {
+				what = fmt.Sprintf("for %v (at most %d records), records", *duration, *records)
+			}
+		}
+		fmt.Fprintf(e.stdout, "bench range %s, leader %s at epoch %d: %s of %d bytes, batches of %d, %d concurrent appenders (%s)\n",
+			rangeID, leader.GetId(), epoch, what, *size, *batch, *concurrency, path)
+	}
+	var sampler *diskSampler
+	if *disk {
+		r, err := c.getRange(ctx, rangeID)
+		if err != nil {
+			return err
+		}
+		sampler = startDiskSampler(ctx, c, r, benchDiskEvery)
+		defer sampler.stop()
 	}
 
 	value := make([]byte, *size)
@@ -96,16 +138,22 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	var (
 		claimed, acked atomic.Int64
 		mu             sync.Mutex
-		latencies      = make([]time.Duration, 0, *records / *batch + 1)
+		latencies      = make([]time.Duration, 0, min(*records / *batch + 1, 1<<16))
 		firstErr       error
 	)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	start := time.Now()
+	// With --duration, no append starts after the deadline; the ones in
+	// flight finish (each bounded below) and count.
+	deadline := start.Add(*duration)
 	var wg sync.WaitGroup
 	for range *concurrency {
 		wg.Go(func() {
 			for runCtx.Err() == nil {
+				if *duration > 0 && !time.Now().Before(deadline) {
+					return
+				}
 				n := int(min(int64(*batch), int64(*records)-claimed.Add(int64(*batch))+int64(*batch)))
 				if n <= 0 {
 					return
@@ -145,11 +193,23 @@ progress:
 			break progress
 		case <-tick.C:
 			n, el := acked.Load(), time.Since(start)
-			fmt.Fprintf(e.stderr, "bench: %d/%d records acknowledged in %v (%.0f records/s)\n", n, *records, el.Round(time.Second), float64(n)/el.Seconds())
+			of := fmt.Sprintf("%d/%d records acknowledged in %v", n, *records, el.Round(time.Second))
+			if *duration > 0 {
+				of = fmt.Sprintf("%d records acknowledged in %v of %v", n, el.Round(time.Second), *duration)
+			}
+			line := fmt.Sprintf("bench: %s (%.0f records/s)", of, float64(n)/el.Seconds())
+			if sampler != nil {
+				line += "; disk " + sampler.last().describe()
+			}
+			fmt.Fprintln(e.stderr, line)
 		}
 	}
 	elapsed := time.Since(start)
 	n := acked.Load()
+	var samples []diskSample
+	if sampler != nil {
+		samples = sampler.stop() // and a last sample, after the load
+	}
 	if firstErr != nil {
 		outcome := "the failed batch's outcome is unknown"
 		if transport.NotHandled(firstErr) {
@@ -172,6 +232,9 @@ progress:
 		P999Ms:        ms(percentile(latencies, 0.999)),
 		MaxMs:         ms(percentile(latencies, 1)),
 	}
+	if *disk {
+		res.Disk = diskJSON(samples, benchDiskEvery, start)
+	}
 	if *o.json {
 		return writeJSON(e.stdout, res)
 	}
@@ -180,6 +243,9 @@ progress:
 	fmt.Fprintf(e.stdout, "append latency: p50 %v  p99 %v  p99.9 %v  max %v\n",
 		roundLatency(percentile(latencies, 0.50)), roundLatency(percentile(latencies, 0.99)),
 		roundLatency(percentile(latencies, 0.999)), roundLatency(percentile(latencies, 1)))
+	if *disk {
+		return writeDiskPeaks(e.stdout, res.Disk)
+	}
 	return nil
 }
 
@@ -199,6 +265,8 @@ type benchJSON struct {
 	P99Ms         float64 `json:"p99_ms"`
 	P999Ms        float64 `json:"p999_ms"`
 	MaxMs         float64 `json:"max_ms"`
+	// Disk is set with --disk.
+	Disk *benchDiskJSON `json:"disk,omitempty"`
 }
 
 // percentile is the nearest-rank percentile q (0 < q <= 1) of sorted

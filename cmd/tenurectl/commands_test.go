@@ -32,6 +32,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"promote and transitions", testPromoteTransitions},
 		{"not-leader answers are followed", testNotLeaderFollowed},
 		{"bench", testBench},
+		{"bench --duration --disk", testBenchDuration},
 		{"epochs with a diverged replica", testEpochsDivergence},
 		{"membership", testMembership},
 		{"rebuild a quarantined copy", testRebuild},

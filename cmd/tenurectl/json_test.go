@@ -37,6 +37,7 @@ func testJSONSchema(t *testing.T, c *testCluster) {
 		{[]string{"promote", "schema", "--preferred", c.others(leader)[0]}, false},
 		{[]string{"transitions", "schema"}, false},
 		{[]string{"bench", "schema", "--records", "4"}, false},
+		{[]string{"bench", "schema", "--duration", "600ms", "--disk"}, false},
 		{[]string{"range", "delete", "schema-2"}, false},
 	} {
 		code, stdout, stderr := c.ctlContext(followCtx, "", append(tt.args, "--json")...)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -68,6 +69,17 @@ type follower struct {
 	stream       *connect.BidiStreamForClient[tenurev1.FetchStreamRequest, tenurev1.FetchStreamResponse]
 	streamCancel context.CancelFunc
 	unary        bool
+
+	// startWant is the highest log start the leader answered; advancing is
+	// set while a goroutine of its own raises this replica's log start
+	// toward it (advanceLogStart). AdvanceLogStart syncs Badger and the
+	// journal and deletes keys, several milliseconds on a busy disk: run
+	// inline, every retention pass on the leader stalled the fetch loop,
+	// and with it the commit of appends this follower acknowledges (the
+	// retention soak, bench/soak_test.go, lost a quarter of its throughput
+	// to it with a pass every 20 ms).
+	startWant atomic.Uint64
+	advancing atomic.Bool
 }
 
 // startFollowerLocked starts the fetch loop for the leader in h.st.
@@ -196,28 +208,82 @@ func (f *follower) step() error {
 	if err := f.raiseHWM(min(a.GetHighWaterMark(), newEnd)); err != nil {
 		return err
 	}
-	if err := f.followLogStart(a.GetLogStart()); err != nil {
-		return err
-	}
+	f.followLogStart(a.GetLogStart())
 	return full
 }
 
-// followLogStart raises this replica's log start to the leader's, capped at
-// its own HWM: a follower never applies retention on its own (its log start
-// follows the leader's), and only records committed here are removed.
-// A leader older than log starts sends 0, which moves nothing.
-func (f *follower) followLogStart(leaderStart uint64) error {
+// followLogStart has this replica's log start follow the leader's, capped
+// at its own HWM: a follower never applies retention on its own (its log
+// start follows the leader's), and only records committed here are
+// removed. A leader older than log starts sends 0, which moves nothing.
+// The advance runs beside the fetch loop (advanceLogStart), which goes on
+// fetching meanwhile.
+func (f *follower) followLogStart(leaderStart uint64) {
+	for {
+		want := f.startWant.Load()
+		if leaderStart <= want || f.startWant.CompareAndSwap(want, leaderStart) {
+			break
+		}
+	}
+	if f.logStartBehind() && f.advancing.CompareAndSwap(false, true) {
+		// Counted in the store generation's loops, as the fetch loop is:
+		// a reopen waits for it before closing the store.
+		f.h.goLoop(f.advanceLogStart)
+	}
+}
+
+// logStartBehind reports whether this replica's log start is below the
+// leader's, as far as its own HWM allows it to follow.
+func (f *follower) logStartBehind() bool {
 	r := f.h.r
 	// The store clamps to the HWM as well; the check here only saves a
 	// call when nothing would move.
-	to := min(leaderStart, r.HWM())
-	if to <= r.LogStart() {
-		return nil
+	return min(f.startWant.Load(), r.HWM()) > r.LogStart()
+}
+
+// advanceLogStart raises the log start until it has caught up with the
+// leader's (as far as the HWM allows) or following ends, then clears
+// f.advancing. One runs at a time per fetch loop. A store failure stops
+// the range, as it did the fetch loop's own.
+func (f *follower) advanceLogStart() {
+	r := f.h.r
+	for f.ctx.Err() == nil {
+		if !f.logStartBehind() {
+			f.advancing.Store(false)
+			// A raise between the check and the store would otherwise be
+			// left to the next answer: look once more, and go on only if
+			// no other goroutine took over meanwhile.
+			if !f.logStartBehind() || !f.advancing.CompareAndSwap(false, true) {
+				return
+			}
+			continue
+		}
+		leaderStart := f.startWant.Load()
+		// Only what is committed here: the HWM, not the leader's start,
+		// when this replica has not yet learned the leader's HWM up there.
+		to := min(leaderStart, r.HWM())
+		start, err := r.AdvanceLogStart(to)
+		if err == nil && start < to {
+			// The store held it lower (its durable end): looping would
+			// spin; the next answer tries again.
+			break
+		}
+		if err != nil {
+			if errors.Is(err, logstore.ErrDiskFull) {
+				// The index could not write for want of space (the
+				// advance indexes what waits first): a state, not a
+				// failure, and deleting is what gives space back. The
+				// next answer tries again.
+				f.advancing.Store(false)
+				return
+			}
+			if f.ctx.Err() == nil {
+				f.h.halt(&storeError{fmt.Errorf("advance the log start to %d (leader's %d): %w", to, leaderStart, err)})
+			}
+			return // advancing stays set: this loop is over
+		}
 	}
-	if _, err := r.AdvanceLogStart(to); err != nil {
-		return &storeError{fmt.Errorf("advance the log start to %d (leader's %d): %w", to, leaderStart, err)}
-	}
-	return nil
+	f.advancing.Store(false)
 }
 
 // fetch is one long poll, answered within timeout: a message on the loop's

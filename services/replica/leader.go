@@ -203,6 +203,9 @@ func (l *leader) advance() error {
 		hwm = next
 	}
 	l.wakeCommitted(hwm)
+	// The range grew: past its size limit by more than the slack, the
+	// retention loop removes the excess now rather than at its next tick.
+	h.checkRetentionSize()
 	return nil
 }
 

@@ -153,6 +153,9 @@ type Replica struct {
 	loops sync.WaitGroup
 	// refused paces fetch loops whose leader address refuses connections.
 	refused refusals
+	// retentionDue are the ranges whose leaders asked the retention loop
+	// for a pass before its next tick (retention.go).
+	retentionDue retentionQueue
 
 	// incarnation is the data directory's id (incarnation.go), fixed for
 	// the process's life.
@@ -231,6 +234,7 @@ func New(cfg Config) (*Replica, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Replica{cfg: cfg, log: log, metrics: m, incarnation: inc, started: time.Now(), ctx: ctx, cancel: cancel, lost: map[string]*tenurev1.LostRange{}}
 	s.gen = s.newGen(store)
+	s.retentionDue = newRetentionQueue(cfg.RetentionInterval > 0)
 	if cfg.Metrics != nil {
 		if err := s.registerMetrics(cfg.Metrics); err != nil {
 			cancel(errClosed)

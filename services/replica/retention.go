@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/tenurelog/tenure/pkg/wire"
@@ -29,6 +30,18 @@ import (
 //     defaults to a range whose real policy is longer would delete records
 //     its operator meant to keep.
 
+// Applying a size limit early. Between two passes a range grows by its
+// write rate times the interval: 30 s of appends at 40 MB/s is 1.2 GB, which
+// makes a max_bytes of less than that meaningless, and no one interval fits
+// every rate (the retention soak, bench/soak_test.go: 8 MiB at ~40 MB/s
+// overshot to 1.8x with a pass every 250 ms). So a leader also checks,
+// whenever it looks at its commit point (leader.advance: three atomic loads),
+// whether a range's stored bytes passed its size limit by retentionSlack,
+// and if so the retention loop applies that range's policy at once
+// (retentionQueue), without re-reading it from the lease service. A range
+// then holds at most max_bytes + slack + what is indexed during one pass,
+// whatever the write rate.
+
 // DefaultRetentionInterval is how often a leader applies its ranges'
 // policies unless Config.RetentionInterval says otherwise. Kafka checks every
 // 5 minutes (log.retention.check.interval.ms); 30 s keeps a range within a
@@ -47,8 +60,61 @@ type PolicySource interface {
 	GetRanges(ctx context.Context, rangeIDs []string) ([]*tenurev1.GetRangeResult, error)
 }
 
-// retentionLoop applies every led range's policy each interval until the
-// replica closes.
+// retentionSlack is how far past its size limit a range may grow before its
+// leader applies the limit without waiting for the interval: an eighth of
+// the limit, at least 1 MiB. Every early pass costs a few syncs of Badger
+// and the journal (AdvanceLogStart) on the leader and on each follower: the
+// eighth bounds them to eight per limit's worth of appends, the floor to
+// one per MiB (a limit of a few KiB would otherwise cost a pass per batch).
+func retentionSlack(maxBytes uint64) uint64 { return max(maxBytes/8, 1<<20) }
+
+// retentionQueue holds the ranges due an early pass (checkRetentionSize)
+// until the retention loop takes them: at most one entry per hosted range.
+type retentionQueue struct {
+	// kick wakes the retention loop; nil when there is none
+	// (RetentionInterval < 0: nothing is ever removed), and then nothing
+	// is queued.
+	kick chan struct{}
+	mu   sync.Mutex
+	due  map[*hosted]struct{}
+}
+
+func newRetentionQueue(loop bool) retentionQueue {
+	if !loop {
+		return retentionQueue{}
+	}
+	return retentionQueue{kick: make(chan struct{}, 1), due: map[*hosted]struct{}{}}
+}
+
+// add queues h and wakes the loop, without waiting for it.
+func (q *retentionQueue) add(h *hosted) {
+	if q.kick == nil {
+		return
+	}
+	q.mu.Lock()
+	q.due[h] = struct{}{}
+	q.mu.Unlock()
+	select {
+	case q.kick <- struct{}{}:
+	default: // a wake is pending: it takes h too
+	}
+}
+
+// take empties the queue and returns what it held.
+func (q *retentionQueue) take() []*hosted {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	hs := make([]*hosted, 0, len(q.due))
+	for h := range q.due {
+		hs = append(hs, h)
+		delete(q.due, h)
+	}
+	return hs
+}
+
+// retentionLoop applies every led range's policy each interval, and a
+// range's at once when its leader queued it (checkRetentionSize), until
+// the replica closes. One pass at a time.
 func (s *Replica) retentionLoop(interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -57,8 +123,33 @@ func (s *Replica) retentionLoop(interval time.Duration) {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
+			s.retentionPass(time.Now())
+		case <-s.retentionDue.kick:
+			now := time.Now()
+			for _, h := range s.retentionDue.take() {
+				if s.ctx.Err() != nil {
+					return
+				}
+				h.applyRetention(now)
+			}
 		}
-		s.retentionPass(time.Now())
+	}
+}
+
+// checkRetentionSize queues the range for an early pass when its stored
+// bytes passed its size limit by retentionSlack: counted from the limit,
+// or from what the last pass left when that was more (a pass the HWM held
+// back is tried again only once another slack's worth has been indexed,
+// not at every commit). The leadership calls it whenever it looks at its
+// commit point; it costs three atomic loads when nothing is due.
+func (h *hosted) checkRetentionSize() {
+	p := h.retention.Load()
+	if p == nil || p.GetMaxBytes() == 0 {
+		return // no policy learned, or no size limit: the interval's passes only
+	}
+	from := max(p.GetMaxBytes(), h.retentionLeft.Load())
+	if h.r.StoredBytes() > from+retentionSlack(p.GetMaxBytes()) {
+		h.s.retentionDue.add(h)
 	}
 }
 
@@ -184,6 +275,8 @@ func (h *hosted) applyRetention(now time.Time) {
 	if !leading {
 		return
 	}
+	// What this pass leaves, for checkRetentionSize, however it ends.
+	defer func() { h.retentionLeft.Store(h.r.StoredBytes()) }()
 	from := h.r.LogStart()
 	target := retentionTarget(h.r, p, now)
 	if target <= from {

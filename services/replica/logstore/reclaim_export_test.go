@@ -1,6 +1,9 @@
 package logstore
 
-import "time"
+import (
+	"os"
+	"time"
+)
 
 // ReclaimNow runs a segment reclaim pass at once (reclaim.go) and returns
 // how many files it deleted; a background pass may have deleted some
@@ -23,3 +26,23 @@ func (s *Store) RunValueLogGC() { s.runValueLogGC() }
 
 // MarkMax is the bound on a range's time marks.
 const MarkMax = markMax
+
+// HoldSegmentSync makes the segments look as if a sync were fdatasyncing
+// the files numbered files, from now until release: it holds what a sync
+// holds (the sync lock, and those files' descriptors marked in use).
+func (s *Store) HoldSegmentSync(files ...uint32) (release func()) {
+	g := s.segs
+	g.syncMu.Lock()
+	g.mu.Lock()
+	g.syncing = map[uint32]*os.File{}
+	for _, n := range files {
+		g.syncing[n] = g.files[n]
+	}
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		g.syncing = nil
+		g.mu.Unlock()
+		g.syncMu.Unlock()
+	}
+}

@@ -106,13 +106,15 @@ type segments struct {
 	// limit is the size at which a file is full (Options.SegmentBytes).
 	limit int64
 	// use is each file's live pointers (reclaim.go): nil until Open built
-	// it, after the WAL's replay. retired are the descriptors of files the
-	// last reclaim pass deleted, closed by the next.
-	use     map[uint32]*segUse
-	retired []*os.File
+	// it, after the WAL's replay.
+	use map[uint32]*segUse
 	// kick: a file became deletable without a release (startLocked); the
 	// writer asks for a reclaim pass.
 	kick bool
+	// syncing are the files the sync in progress fdatasyncs, by number
+	// (nil between syncs): their descriptors are in use outside g.mu, so
+	// removeFree leaves them to after it.
+	syncing map[uint32]*os.File
 
 	// syncMu serializes syncs, so a sync that returns covers every write
 	// made before it was called.
@@ -167,10 +169,6 @@ func (g *segments) close() {
 		_ = f.Close()
 		delete(g.files, n)
 	}
-	for _, f := range g.retired {
-		_ = f.Close()
-	}
-	g.retired = nil
 }
 
 // write stores batches, in order, and returns a pointer for each: pointers[i]
@@ -278,13 +276,18 @@ func (g *segments) sync() error {
 	for n := range todo {
 		files[n] = g.files[n]
 	}
+	g.syncing = files
 	g.mu.Unlock()
 	if failed != nil {
+		g.mu.Lock()
+		g.syncing = nil
+		g.mu.Unlock()
 		return failed
 	}
 	err := g.syncFiles(files, newDir)
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.syncing = nil
 	if err != nil {
 		g.failed = err
 		return err
@@ -331,6 +334,11 @@ func (g *segments) read(key, pointer []byte) ([]byte, error) {
 	b := make([]byte, p.length)
 	if _, err := f.ReadAt(b, p.position); errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: batch %s ends past the end of segment %d", ErrCorrupt, keyString(key), p.segment)
+	} else if errors.Is(err, os.ErrClosed) {
+		// The reclaimer deleted the file since file returned it: every
+		// batch in it was released (below a log start, cut, dropped), as
+		// when the file is not found at all.
+		return nil, fmt.Errorf("%w: batch %s is in segment %d, which was deleted", ErrCorrupt, keyString(key), p.segment)
 	} else if err != nil {
 		return nil, fmt.Errorf("logstore: read segment %d: %w", p.segment, err)
 	}

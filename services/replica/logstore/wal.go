@@ -94,6 +94,20 @@ const walHeaderBytes = 16
 // file sizes tightly.
 var walZeroAheadBytes int64 = 256 << 10
 
+// WALFixedBytes is what the two WAL files take on disk once the store has
+// written through both: each file is switched from once it passes
+// walSwitchBytes and is extended walZeroAheadBytes past its last entry, and
+// both are overwritten in place from then on, never shrunk. Computed from
+// the two variables (tests change them), so it is a function.
+//
+// It is the nominal size. A file runs past walSwitchBytes by the entry that
+// crosses it (one group commit: a few hundred KiB under 256 appends of 1
+// KiB in flight, at most maxQueueBytes), and by every entry written while
+// the previous switch's checkpoint still runs (the writer does not switch
+// again until it has finished): under load on a slow disk the files may
+// grow past this, and keep that size.
+func WALFixedBytes() int64 { return 2 * (walSwitchBytes + walZeroAheadBytes) }
+
 // walZeros is a block of zeros for zeroAhead; never written to.
 var walZeros = make([]byte, 64<<10)
 
