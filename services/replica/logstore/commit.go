@@ -214,7 +214,14 @@ func (s *Store) run() {
 		b, took, index, ok := s.take()
 		if index {
 			if err := s.indexPending(); err != nil && !errors.Is(err, ErrDiskFull) {
-				return // indexPending failed the store
+				// indexPending failed the store. A batch taken with the
+				// writer role fails with it and the role goes back:
+				// otherwise its appends never return and the exit
+				// above waits for writerBusy forever.
+				if took {
+					s.abandonTaken(b, err)
+				}
+				return
 			}
 		}
 		if !ok {
@@ -231,6 +238,25 @@ func (s *Store) run() {
 			return // commitBatch failed the store
 		}
 	}
+}
+
+// abandonTaken fails a batch taken with the writer role (take) that will
+// never be committed because the store failed, gives its queue room back
+// and releases the role.
+func (s *Store) abandonTaken(b batch, err error) {
+	records, bytes := 0, 0
+	for _, w := range b.writes {
+		records += len(w.vals)
+		bytes += w.bytes
+	}
+	s.release(records, bytes)
+	for _, w := range b.writes {
+		w.finish(err)
+	}
+	s.qmu.Lock()
+	s.writerBusy = false
+	s.work.Broadcast()
+	s.qmu.Unlock()
 }
 
 // take waits for work. index says to index the waiting batches first
