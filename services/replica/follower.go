@@ -290,6 +290,16 @@ func (f *follower) advanceLogStart() {
 // FetchStream, opened on first use and after any failure, or a unary Fetch
 // to a leader without FetchStream.
 func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*tenurev1.FetchResponse, error) {
+	// The leader's fetch session, shared with every range this replica
+	// follows there, unless the leader has none (an older replica): then
+	// this loop's own FetchStream, or unary Fetch for the oldest.
+	if sess := f.h.s.session(f.leaderID, f.leaderAddress); sess.usable() {
+		f.closeStream()
+		a, err := sess.fetch(f.ctx, req)
+		if !errors.Is(err, errNoSession) {
+			return a, err
+		}
+	}
 	if f.unary {
 		ctx, cancel := context.WithTimeout(f.ctx, timeout)
 		defer cancel()
