@@ -196,6 +196,7 @@ func (fs *fetchSession) stream() error {
 	ctx, cancel := context.WithCancel(fs.s.ctx)
 	defer cancel()
 	fs.streams.Add(1)
+	fs.s.metrics.sessionsOpened.Inc()
 	st := fs.client.FetchSession(ctx)
 	heartbeat := fs.s.cfg.FetchWait
 	// A leader that is gone or cut off sends nothing, not even heartbeats.
@@ -231,6 +232,7 @@ func (fs *fetchSession) stream() error {
 		}
 		watchdog.Reset(limit)
 		fs.messages.Add(1)
+		fs.s.metrics.fetchReceived.Inc()
 		if fs.deliver(m) {
 			break // idle: nothing waits, and the leader had nothing to say for a heartbeat
 		}
@@ -278,6 +280,7 @@ func (fs *fetchSession) send(ctx context.Context, st *connect.BidiStreamForClien
 			if err := st.Send(m); err != nil {
 				return err
 			}
+			fs.s.metrics.fetchSent.Inc()
 		}
 		select {
 		case <-fs.wake:
