@@ -37,7 +37,8 @@ const sessionAnswerBudget = wire.MaxMessageBytes - 1<<20
 
 // servedSession is one FetchSession on the leader's side.
 type servedSession struct {
-	s *Replica
+	s  *Replica
+	st *connect.BidiStream[tenurev1.FetchSessionRequest, tenurev1.FetchSessionResponse]
 
 	mu        sync.Mutex
 	held      map[string]*heldPull // range id -> its held pull
@@ -45,7 +46,13 @@ type servedSession struct {
 	ready     []*tenurev1.SessionAnswer // answered, not yet sent
 	heartbeat time.Duration
 	ended     bool // set once the session ends: no pull starts after it
-	wake      chan struct{}
+	// sending is set while a goroutine writes to the stream (flush); sent
+	// is when the last message went out; sendErr is the first failed
+	// send, also posted on failed.
+	sending bool
+	sent    time.Time
+	sendErr error
+	failed  chan struct{}
 
 	// pulls is the parent of every pull's context: cancelled when the
 	// session ends, so every held pull returns.
@@ -68,10 +75,12 @@ type heldPull struct {
 func (s *Replica) FetchSession(ctx context.Context, st *connect.BidiStream[tenurev1.FetchSessionRequest, tenurev1.FetchSessionResponse]) error {
 	ss := &servedSession{
 		s:         s,
+		st:        st,
 		held:      map[string]*heldPull{},
 		byID:      map[uint64]*heldPull{},
 		heartbeat: defaultHeartbeat,
-		wake:      make(chan struct{}, 1),
+		sent:      time.Now(),
+		failed:    make(chan struct{}),
 	}
 	ss.pulls, ss.stopPulls = context.WithCancel(ctx)
 	received := make(chan error, 1) // buffered: the receiver may end after we stopped listening
@@ -89,18 +98,19 @@ func (s *Replica) FetchSession(ctx context.Context, st *connect.BidiStream[tenur
 			}
 		}
 	}()
-	err := ss.send(ctx, st, received)
-	// Every pull ends (their fetches return on the cancelled context) and
-	// the receiver leaves Receive before the handler returns: nothing may
-	// touch the stream after that (interceptors keep state in it).
+	err, receiverEnded := ss.watch(ctx, received)
+	// Every pull ends (their fetches return on the cancelled context, and
+	// a pull sending its answer finishes the send) and the receiver leaves
+	// Receive before the handler returns: nothing may touch the stream
+	// after that (interceptors keep state in it).
 	ss.mu.Lock()
 	ss.ended = true
 	ss.mu.Unlock()
 	ss.stopPulls()
 	ss.pullsGroup.Wait()
-	stopReceiving(ctx)
-	if rerr := <-received; err == nil && !errors.Is(rerr, errSessionSent) {
-		err = rerr
+	if !receiverEnded {
+		stopReceiving(ctx)
+		<-received
 	}
 	if errors.Is(err, errSessionClosed) {
 		return nil
@@ -108,77 +118,99 @@ func (s *Replica) FetchSession(ctx context.Context, st *connect.BidiStream[tenur
 	return err
 }
 
-var (
-	// errSessionClosed: the follower closed its side; the session ends
-	// cleanly.
-	errSessionClosed = errors.New("follower closed the fetch session")
-	// errSessionSent stands in the received channel once the sender has
-	// ended the session for a reason of its own.
-	errSessionSent = errors.New("fetch session ended by the leader")
-)
+// errSessionClosed: the follower closed its side; the session ends cleanly.
+var errSessionClosed = errors.New("follower closed the fetch session")
 
-// send writes the ready answers, coalesced, and heartbeats, until the
-// session ends; it returns why.
-func (ss *servedSession) send(ctx context.Context, st *connect.BidiStream[tenurev1.FetchSessionRequest, tenurev1.FetchSessionResponse], received chan error) error {
-	timer := time.NewTimer(ss.heartbeatNow())
+// watch sends heartbeats until the session ends, and returns why, and
+// whether the receiver has ended (its error is then the reason).
+func (ss *servedSession) watch(ctx context.Context, received chan error) (err error, receiverEnded bool) {
+	timer := time.NewTimer(ss.heartbeatDue())
 	defer timer.Stop()
 	for {
-		beat := false
 		select {
-		case <-ss.wake:
 		case <-timer.C:
-			beat = true
+			ss.beat()
+			timer.Reset(ss.heartbeatDue())
+		case <-ss.failed:
+			ss.mu.Lock()
+			defer ss.mu.Unlock()
+			return ss.sendErr, false
 		case err := <-received:
-			received <- errSessionSent // FetchSession reads it once more
-			if errors.Is(err, errSessionClosed) {
-				return nil
-			}
-			return toConnect(err)
+			return toConnect(err), true
 		case <-transport.Draining(ctx):
-			return connect.NewError(connect.CodeUnavailable, errors.New("replica is stopping; open a new fetch session"))
+			return connect.NewError(connect.CodeUnavailable, errors.New("replica is stopping; open a new fetch session")), false
 		case <-ss.s.ctx.Done():
-			return connect.NewError(connect.CodeUnavailable, errors.New("replica is closed"))
+			return connect.NewError(connect.CodeUnavailable, errors.New("replica is closed")), false
 		case <-ctx.Done():
-			return ctx.Err()
-		}
-		sent := false
-		for {
-			m := ss.nextMessage()
-			if m == nil {
-				break
-			}
-			if err := st.Send(m); err != nil {
-				return err
-			}
-			sent = true
-		}
-		if !sent && beat {
-			// Nothing to say for a whole heartbeat: say that the stream
-			// lives.
-			if err := st.Send(&tenurev1.FetchSessionResponse{}); err != nil {
-				return err
-			}
-			sent = true
-		}
-		if sent || beat {
-			timer.Reset(ss.heartbeatNow())
+			return ctx.Err(), false
 		}
 	}
 }
 
-func (ss *servedSession) heartbeatNow() time.Duration {
+// heartbeatDue is how long from now the next heartbeat is due: a
+// heartbeat after the last message sent.
+func (ss *servedSession) heartbeatDue() time.Duration {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.heartbeat
+	return max(time.Millisecond, ss.heartbeat-time.Since(ss.sent))
 }
 
-// nextMessage takes the ready answers that fit one message, or nil.
-func (ss *servedSession) nextMessage() *tenurev1.FetchSessionResponse {
+// beat sends an empty message if nothing went out for a whole heartbeat:
+// it tells the follower the stream lives.
+func (ss *servedSession) beat() {
+	ss.mu.Lock()
+	if ss.sending || ss.ended || time.Since(ss.sent) < ss.heartbeat {
+		ss.mu.Unlock()
+		return // a message is going out, or went out lately
+	}
+	ss.sending = true
+	ss.mu.Unlock()
+	ss.sendOne(&tenurev1.FetchSessionResponse{})
+	ss.flush() // answers that came ready meanwhile
+}
+
+// post queues an answer and sends: the answer's own goroutine writes it,
+// with every answer ready by then, unless another goroutine is writing;
+// that one then sends this answer too before it stops (flush). So the
+// answers ready at once go out in one message, and an answer alone costs
+// no hand-off to a sending goroutine.
+func (ss *servedSession) post(a *tenurev1.SessionAnswer) {
+	ss.mu.Lock()
+	ss.ready = append(ss.ready, a)
+	ss.mu.Unlock()
+	ss.flush()
+}
+
+// flush sends the ready answers unless another goroutine is sending.
+func (ss *servedSession) flush() {
+	for {
+		ss.mu.Lock()
+		if ss.sending || ss.sendErr != nil || len(ss.ready) == 0 {
+			ss.mu.Unlock()
+			return
+		}
+		ss.sending = true
+		m := ss.nextMessageLocked()
+		ss.mu.Unlock()
+		ss.sendOne(m)
+	}
+}
+
+// sendOne writes m; ss.sending is held by the caller and released here.
+func (ss *servedSession) sendOne(m *tenurev1.FetchSessionResponse) {
+	err := ss.st.Send(m)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if len(ss.ready) == 0 {
-		return nil
+	ss.sending, ss.sent = false, time.Now()
+	if err != nil && ss.sendErr == nil {
+		ss.sendErr = err
+		close(ss.failed)
 	}
+}
+
+// nextMessageLocked takes the ready answers that fit one message. ss.mu is
+// held and ss.ready is not empty.
+func (ss *servedSession) nextMessageLocked() *tenurev1.FetchSessionResponse {
 	n, size := 0, 0
 	for n < len(ss.ready) {
 		sz := proto.Size(ss.ready[n]) + 8 // + the field's tag and length
@@ -265,11 +297,11 @@ func (ss *servedSession) serve(ctx context.Context, p *heldPull, m *tenurev1.Fet
 	defer ss.pullsGroup.Done()
 	a, err := ss.s.fetchUntil(ctx, m, true)
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	if ss.byID[p.id] != p || ctx.Err() != nil {
 		// Replaced, forgotten, or the session ended: nobody waits for it.
 		// (Its offset may have been counted: that is the follower's durable
 		// position either way.)
+		ss.mu.Unlock()
 		return
 	}
 	ss.dropLocked(p)
@@ -281,9 +313,6 @@ func (ss *servedSession) serve(ctx context.Context, p *heldPull, m *tenurev1.Fet
 		}
 		ans = &tenurev1.SessionAnswer{Id: p.id, ErrorCode: uint32(ce.Code()), ErrorMessage: ce.Message()}
 	}
-	ss.ready = append(ss.ready, ans)
-	select {
-	case ss.wake <- struct{}{}:
-	default:
-	}
+	ss.mu.Unlock()
+	ss.post(ans)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,8 +70,8 @@ func (s *Replica) session(leaderID, address string) *fetchSession {
 		key:     k,
 		client:  tenurev1connect.NewReplicaServiceClient(s.httpClient(), address, transport.ClientOptions(transport.ForReplica(leaderID))...),
 		waiting: map[uint64]*sessionPull{},
-		wake:    make(chan struct{}, 1),
 	}
+	fs.sent = sync.NewCond(&fs.mu)
 	ss.m[k] = fs
 	return fs
 }
@@ -87,10 +88,18 @@ type fetchSession struct {
 	queue   []*sessionPull          // not yet sent (some may be gone from waiting)
 	forget  []uint64                // sent, then given up by their fetch loop
 	running bool                    // a goroutine runs streams (run)
+	// cur is the open stream pulls are sent on (nil between streams),
+	// curCancel ends it; sending is set while a goroutine writes to it
+	// (flush), sent is signalled on fs.mu when it stops; sendErr is the
+	// failed write that ended cur.
+	cur       *connect.BidiStreamForClient[tenurev1.FetchSessionRequest, tenurev1.FetchSessionResponse]
+	curCancel context.CancelFunc
+	sending   bool
+	sent      *sync.Cond
+	sendErr   error
 	// noSessionUntil: the leader answered Unimplemented; until then every
 	// fetch loop is told errNoSession.
 	noSessionUntil time.Time
-	wake           chan struct{} // the sender has something to send
 
 	// Streams and messages, for status and tests.
 	streams  atomic.Uint64
@@ -127,7 +136,7 @@ func (fs *fetchSession) fetch(ctx context.Context, req *tenurev1.FetchRequest) (
 		go fs.run()
 	}
 	fs.mu.Unlock()
-	fs.signal()
+	fs.flush()
 	select {
 	case r := <-p.done:
 		return r.a, r.err
@@ -141,7 +150,7 @@ func (fs *fetchSession) fetch(ctx context.Context, req *tenurev1.FetchRequest) (
 			fs.forget = append(fs.forget, p.id)
 		}
 		fs.mu.Unlock()
-		fs.signal()
+		fs.flush()
 		return nil, context.Cause(ctx)
 	}
 }
@@ -153,10 +162,41 @@ func (fs *fetchSession) usable() bool {
 	return !time.Now().Before(fs.noSessionUntil)
 }
 
-func (fs *fetchSession) signal() {
-	select {
-	case fs.wake <- struct{}{}:
-	default:
+// flush sends what is queued on the open stream unless another goroutine
+// is sending: the fetch loop handing in a pull writes it itself, with every
+// pull queued by then, and pulls queued while a write is in progress go out
+// together in the next message, written by the goroutine that wrote the
+// last one. A failed write ends the stream.
+func (fs *fetchSession) flush() {
+	for {
+		fs.mu.Lock()
+		st := fs.cur
+		if st == nil || fs.sending {
+			fs.mu.Unlock()
+			return
+		}
+		m := fs.nextMessageLocked()
+		if m == nil {
+			fs.mu.Unlock()
+			return
+		}
+		fs.sending = true
+		fs.mu.Unlock()
+		err := st.Send(m)
+		fs.mu.Lock()
+		fs.sending = false
+		fs.sent.Broadcast()
+		if err == nil {
+			fs.s.metrics.fetchSent.Inc()
+		} else if fs.cur == st {
+			fs.sendErr = err
+			fs.curCancel()
+			fs.cur = nil
+		}
+		fs.mu.Unlock()
+		if err != nil {
+			return
+		}
 	}
 }
 
@@ -205,46 +245,63 @@ func (fs *fetchSession) stream() error {
 	watchdog := time.AfterFunc(limit, func() { silent.Store(true); cancel() })
 	defer watchdog.Stop()
 
+	// The first message names the heartbeat and carries every pull still
+	// waiting: the ones sent on the last stream (which ended idle) died
+	// with it on the leader.
 	fs.mu.Lock()
-	// Every pull still waiting goes out on this stream: the ones sent on
-	// the last one (which ended idle) died with it on the leader.
 	fs.queue = fs.queue[:0]
 	for _, p := range fs.waiting {
 		fs.queue = append(fs.queue, p)
 	}
-	fs.forget = nil
-	fs.mu.Unlock()
-
-	sent := make(chan error, 1)
-	go func() {
-		err := fs.send(ctx, st, heartbeat)
-		if err != nil {
-			cancel() // Receive returns; its error says why, or this one does
-		}
-		sent <- err
-	}()
-	var err error
-	for {
-		m, rerr := st.Receive()
-		if rerr != nil {
-			err = rerr
-			break
-		}
-		watchdog.Reset(limit)
-		fs.messages.Add(1)
-		fs.s.metrics.fetchReceived.Inc()
-		if fs.deliver(m) {
-			break // idle: nothing waits, and the leader had nothing to say for a heartbeat
-		}
+	fs.forget, fs.sendErr = nil, nil
+	first := fs.nextMessageLocked()
+	if first == nil {
+		first = &tenurev1.FetchSessionRequest{}
 	}
+	first.HeartbeatMs = uint32(heartbeat / time.Millisecond)
+	fs.mu.Unlock()
+	err := st.Send(first)
+	if err == nil {
+		fs.s.metrics.fetchSent.Inc()
+		fs.mu.Lock()
+		fs.cur, fs.curCancel = st, cancel
+		fs.mu.Unlock()
+		fs.flush() // pulls handed in during the first write
+		for {
+			m, rerr := st.Receive()
+			if rerr != nil {
+				err = rerr
+				break
+			}
+			watchdog.Reset(limit)
+			fs.messages.Add(1)
+			fs.s.metrics.fetchReceived.Inc()
+			if fs.deliver(m) {
+				break // idle: nothing waits, and the leader had nothing to say for a heartbeat
+			}
+		}
+	} else {
+		// A Send on a stream the leader ended fails with io.EOF; its
+		// reason (an error, or Unimplemented) is what Receive returns.
+		_, err = st.Receive()
+	}
+	// No write may be in progress when the stream is closed.
+	fs.mu.Lock()
+	if fs.cur == st {
+		fs.cur = nil
+	}
+	for fs.sending {
+		fs.sent.Wait()
+	}
+	serr := fs.sendErr
+	fs.mu.Unlock()
 	cancel()
-	serr := <-sent
 	_ = st.CloseRequest()
 	_ = st.CloseResponse()
 	if err == nil {
 		return nil
 	}
-	if serr != nil && ctx.Err() == nil {
+	if serr != nil && !errors.Is(serr, io.EOF) {
 		err = serr
 	}
 	err = transport.LostStream(err)
@@ -261,40 +318,10 @@ func (fs *fetchSession) stream() error {
 	return fmt.Errorf("fetch session with %s: %w", fs.key.leaderID, err)
 }
 
-// send writes the queued pulls and forgets, coalesced, until ctx ends.
-func (fs *fetchSession) send(ctx context.Context, st *connect.BidiStreamForClient[tenurev1.FetchSessionRequest, tenurev1.FetchSessionResponse], heartbeat time.Duration) error {
-	first := true
-	for {
-		for {
-			m := fs.nextMessage()
-			if m == nil && !first {
-				break
-			}
-			if m == nil {
-				m = &tenurev1.FetchSessionRequest{}
-			}
-			if first {
-				m.HeartbeatMs = uint32(heartbeat / time.Millisecond)
-				first = false
-			}
-			if err := st.Send(m); err != nil {
-				return err
-			}
-			fs.s.metrics.fetchSent.Inc()
-		}
-		select {
-		case <-fs.wake:
-		case <-ctx.Done():
-			return nil
-		}
-	}
-}
-
-// nextMessage takes up to wire.MaxSessionPulls queued pulls still waiting,
-// and the forgets, or nil when there is nothing to send.
-func (fs *fetchSession) nextMessage() *tenurev1.FetchSessionRequest {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
+// nextMessageLocked takes up to wire.MaxSessionPulls queued pulls still
+// waiting, and the forgets, or nil when there is nothing to send. fs.mu is
+// held.
+func (fs *fetchSession) nextMessageLocked() *tenurev1.FetchSessionRequest {
 	var m *tenurev1.FetchSessionRequest
 	n := 0
 	for n < len(fs.queue) {
