@@ -48,6 +48,12 @@ func BenchmarkTenureProcs(b *testing.B) {
 // 127.0.0.1 and waits until each serves; it returns the cluster and the
 // processes' pids, in the nodes' order.
 func startTenureProcs(b *testing.B, n int) (*tenureCluster, []int) {
+	return startTenureProcsWith(b, n, nil)
+}
+
+// startTenureProcsWith is startTenureProcs with more arguments for replica
+// i (0-based) from extra, when it is not nil.
+func startTenureProcsWith(b *testing.B, n int, extra func(i int) []string) (*tenureCluster, []int) {
 	// Built in tenure's own module: its go.sum, not this module's, covers
 	// the server's dependencies (etcd, OpenTelemetry).
 	bin := serverBinary(b, *tenureBinary, "github.com/tenurelog/tenure", "./cmd/tenure")
@@ -60,7 +66,11 @@ func startTenureProcs(b *testing.B, n int) (*tenureCluster, []int) {
 		listen := fmt.Sprintf("127.0.0.1:%d", ports[i])
 		// Info lines (a fence, an adoption) go to the log file, not the
 		// benchmark's output.
-		pids = append(pids, startServer(b, dir, bin, "replica", "--id", id, "--listen", listen, "--data-dir", filepath.Join(dir, "data")))
+		args := []string{"replica", "--id", id, "--listen", listen, "--data-dir", filepath.Join(dir, "data")}
+		if extra != nil {
+			args = append(args, extra(i)...)
+		}
+		pids = append(pids, startServer(b, dir, bin, args...))
 		hc := transport.NewHTTPClient()
 		b.Cleanup(hc.CloseIdleConnections)
 		address := "http://" + listen

@@ -44,14 +44,15 @@ var Table = map[string][]Role{
 	// commands. Fence, Truncate and Adopt are exactly what an attacker
 	// would use to brick a range or mark records committed that never
 	// were: only the promoter.
-	tenurev1connect.ReplicaServiceFetchProcedure:       {RoleReplica},
-	tenurev1connect.ReplicaServiceFetchStreamProcedure: {RoleReplica},
-	tenurev1connect.ReplicaServiceFenceProcedure:       {RolePromoter},
-	tenurev1connect.ReplicaServiceFenceRangesProcedure: {RolePromoter},
-	tenurev1connect.ReplicaServiceTruncateProcedure:    {RolePromoter},
-	tenurev1connect.ReplicaServiceAdoptProcedure:       {RolePromoter},
-	tenurev1connect.ReplicaServiceAdoptRangesProcedure: {RolePromoter},
-	tenurev1connect.ReplicaServiceDropRangeProcedure:   {RolePromoter},
+	tenurev1connect.ReplicaServiceFetchProcedure:        {RoleReplica},
+	tenurev1connect.ReplicaServiceFetchStreamProcedure:  {RoleReplica},
+	tenurev1connect.ReplicaServiceFetchSessionProcedure: {RoleReplica},
+	tenurev1connect.ReplicaServiceFenceProcedure:        {RolePromoter},
+	tenurev1connect.ReplicaServiceFenceRangesProcedure:  {RolePromoter},
+	tenurev1connect.ReplicaServiceTruncateProcedure:     {RolePromoter},
+	tenurev1connect.ReplicaServiceAdoptProcedure:        {RolePromoter},
+	tenurev1connect.ReplicaServiceAdoptRangesProcedure:  {RolePromoter},
+	tenurev1connect.ReplicaServiceDropRangeProcedure:    {RolePromoter},
 	// A leader confirms with its followers that it still leads before it
 	// serves a read (readindex.go): replicas read each other's status.
 	tenurev1connect.ReplicaServiceGetStatusProcedure:       {RoleReplica, RolePromoter, RoleOperator},

@@ -200,6 +200,7 @@ func TestSampler(t *testing.T) {
 		{"probe", ctx, "tenure.v1.ReplicaService/GetStatus", trace.SpanKindClient, false},
 		{"follower fetch", ctx, "tenure.v1.ReplicaService/Fetch", trace.SpanKindClient, false},
 		{"follower fetch stream", ctx, "tenure.v1.ReplicaService/FetchStream", trace.SpanKindClient, false},
+		{"follower fetch session", ctx, "tenure.v1.ReplicaService/FetchSession", trace.SpanKindClient, false},
 		{"a producer's append stream", ctx, "tenure.v1.LogService/AppendStream", trace.SpanKindServer, false},
 		{"client append arriving untraced", ctx, "tenure.v1.LogService/Append", trace.SpanKindServer, false},
 		{"lease keep-alive", ctx, "tenure.v1.LeaseService/KeepAlive", trace.SpanKindClient, false},

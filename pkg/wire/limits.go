@@ -59,6 +59,12 @@ const (
 	// failover of 1,000 ranges is a handful of calls per replica.
 	MaxRangesPerBatch = 128
 
+	// MaxSessionPulls bounds the pulls one FetchSession message carries and
+	// the pulls a leader holds for one session (one per range it leads
+	// there). A follower with more ranges on one leader sends them in
+	// several messages; a pull is ~100 bytes, so a full message is ~1.6 MiB.
+	MaxSessionPulls = 16384
+
 	// MaxReadRecords bounds one Read answer.
 	MaxReadRecords = MaxBatchRecords
 )

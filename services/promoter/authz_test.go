@@ -87,6 +87,9 @@ func authzCalls(leaderID string) []authzCall {
 		{tenurev1connect.ReplicaServiceFetchStreamProcedure, false, func(ctx context.Context, c authzClients, e uint64) error {
 			return streamErr(c.replica.FetchStream(ctx), &tenurev1.FetchStreamRequest{Fetch: &tenurev1.FetchRequest{RangeId: "r", Epoch: e, ReplicaId: "intruder", MaxWaitMs: 1}})
 		}},
+		{tenurev1connect.ReplicaServiceFetchSessionProcedure, false, func(ctx context.Context, c authzClients, e uint64) error {
+			return streamErr(c.replica.FetchSession(ctx), &tenurev1.FetchSessionRequest{Pulls: []*tenurev1.SessionPull{{Id: 1, Fetch: &tenurev1.FetchRequest{RangeId: "r", Epoch: e, ReplicaId: "intruder"}}}})
+		}},
 		{tenurev1connect.ReplicaServiceFenceProcedure, true, func(ctx context.Context, c authzClients, _ uint64) error {
 			_, err := c.replica.Fence(ctx, connect.NewRequest(&tenurev1.FenceRequest{RangeId: "r", Epoch: huge}))
 			return err

@@ -366,9 +366,20 @@ type gate struct {
 	rt    http.RoundTripper
 	mu    sync.Mutex
 	allow func(*tenurev1.FetchRequest) bool // nil lets everything through
-	// noStream answers FetchStream as a replica without it does (404, which
-	// Connect reads as Unimplemented).
-	noStream bool
+	// noStream answers FetchStream and FetchSession as a replica without
+	// them does (404, which Connect reads as Unimplemented); noSession only
+	// FetchSession, as a replica with per-range streams only.
+	noStream, noSession bool
+	// calls counts the fetch calls made through the gate, by procedure
+	// name ("Fetch", "FetchStream", "FetchSession"): a stream counts once.
+	calls map[string]int
+}
+
+// count is how many calls of procedure went through the gate.
+func (g *gate) count(procedure string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[procedure]
 }
 
 var errPartitioned = errors.New("test gate: partitioned")
@@ -388,16 +399,24 @@ func (g *gate) filter() func(*tenurev1.FetchRequest) bool {
 }
 
 func (g *gate) RoundTrip(req *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(req.URL.Path, "/FetchStream") {
+	if i := strings.LastIndexByte(req.URL.Path, '/'); i >= 0 && strings.HasPrefix(req.URL.Path[i+1:], "Fetch") {
 		g.mu.Lock()
-		old := g.noStream
+		if g.calls == nil {
+			g.calls = map[string]int{}
+		}
+		g.calls[req.URL.Path[i+1:]]++
+		g.mu.Unlock()
+	}
+	if session := strings.HasSuffix(req.URL.Path, "/FetchSession"); session || strings.HasSuffix(req.URL.Path, "/FetchStream") {
+		g.mu.Lock()
+		old := g.noStream || (session && g.noSession)
 		g.mu.Unlock()
 		if old {
 			_ = req.Body.Close()
 			return &http.Response{StatusCode: http.StatusNotFound, Status: "404 Not Found", Proto: "HTTP/2.0", ProtoMajor: 2,
 				Header: http.Header{}, Body: http.NoBody, Request: req}, nil
 		}
-		return g.roundTripStream(req)
+		return g.roundTripStream(req, session)
 	}
 	if !strings.HasSuffix(req.URL.Path, "/Fetch") {
 		return g.rt.RoundTrip(req)
@@ -437,15 +456,17 @@ func (g *gate) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// roundTripStream gates a FetchStream per message: a fetch the filter
-// refuses breaks the stream before it is sent, and so does an answer that
-// arrives while the filter refuses the fetch it answers. The follower then
-// opens a new stream, as it would after a real network failure.
-func (g *gate) roundTripStream(req *http.Request) (*http.Response, error) {
+// roundTripStream gates a FetchStream or a FetchSession per message: a
+// fetch the filter refuses breaks the stream before it is sent, and so does
+// an answer that arrives while the filter refuses a fetch sent on it. The
+// follower then opens a new stream, as it would after a real network
+// failure. (On a session that is every range's stream to the leader, as a
+// real partition between the two replicas would be.)
+func (g *gate) roundTripStream(req *http.Request, session bool) (*http.Response, error) {
 	if ct := req.Header.Get("Content-Type"); ct != "application/connect+proto" {
 		return nil, fmt.Errorf("test gate: unexpected fetch stream content type %q", ct)
 	}
-	body := &gatedRequests{g: g, r: req.Body}
+	body := &gatedRequests{g: g, r: req.Body, session: session, sent: map[string]*tenurev1.FetchRequest{}}
 	out := req.Clone(req.Context())
 	out.Body = body
 	resp, err := g.rt.RoundTrip(out)
@@ -462,10 +483,11 @@ func (g *gate) roundTripStream(req *http.Request) (*http.Response, error) {
 type gatedRequests struct {
 	g       *gate
 	r       io.ReadCloser
+	session bool   // FetchSessionRequests, not FetchStreamRequests
 	pending []byte // the rest of the envelope being passed on
 
 	mu   sync.Mutex
-	last *tenurev1.FetchRequest // the last fetch sent
+	sent map[string]*tenurev1.FetchRequest // the last fetch sent, by range
 }
 
 func (b *gatedRequests) Read(p []byte) (int, error) {
@@ -482,15 +504,31 @@ func (b *gatedRequests) Read(p []byte) (int, error) {
 		if _, err := io.ReadFull(b.r, env[5:]); err != nil {
 			return 0, err
 		}
-		var m tenurev1.FetchStreamRequest
-		if err := proto.Unmarshal(env[5:], &m); err != nil {
-			return 0, err
+		var fetches []*tenurev1.FetchRequest
+		if b.session {
+			var m tenurev1.FetchSessionRequest
+			if err := proto.Unmarshal(env[5:], &m); err != nil {
+				return 0, err
+			}
+			for _, p := range m.GetPulls() {
+				fetches = append(fetches, p.GetFetch())
+			}
+		} else {
+			var m tenurev1.FetchStreamRequest
+			if err := proto.Unmarshal(env[5:], &m); err != nil {
+				return 0, err
+			}
+			fetches = append(fetches, m.GetFetch())
 		}
-		if !b.g.allows(m.GetFetch()) {
-			return 0, errPartitioned
+		for _, f := range fetches {
+			if !b.g.allows(f) {
+				return 0, errPartitioned
+			}
 		}
 		b.mu.Lock()
-		b.last = m.GetFetch()
+		for _, f := range fetches {
+			b.sent[f.GetRangeId()] = f
+		}
 		b.mu.Unlock()
 		b.pending = env
 	}
@@ -501,14 +539,21 @@ func (b *gatedRequests) Read(p []byte) (int, error) {
 
 func (b *gatedRequests) Close() error { return b.r.Close() }
 
-func (b *gatedRequests) lastSent() *tenurev1.FetchRequest {
+// refused reports whether the gate now refuses a fetch sent on the stream
+// (the last one of each range).
+func (b *gatedRequests) refused() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.last
+	for _, m := range b.sent {
+		if !b.g.allows(m) {
+			return true
+		}
+	}
+	return false
 }
 
-// gatedAnswers drops the answer stream while the gate refuses the fetch
-// last sent on it.
+// gatedAnswers drops the answer stream while the gate refuses a fetch
+// sent on it.
 type gatedAnswers struct {
 	io.ReadCloser
 	body *gatedRequests
@@ -516,7 +561,7 @@ type gatedAnswers struct {
 
 func (a *gatedAnswers) Read(p []byte) (int, error) {
 	n, err := a.ReadCloser.Read(p)
-	if m := a.body.lastSent(); m != nil && !a.body.g.allows(m) {
+	if a.body.refused() {
 		return 0, errPartitioned
 	}
 	return n, err

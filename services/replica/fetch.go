@@ -21,6 +21,15 @@ func (s *Replica) Fetch(ctx context.Context, req *connect.Request[tenurev1.Fetch
 }
 
 func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev1.FetchResponse, error) {
+	return s.fetchUntil(ctx, m, false)
+}
+
+// fetchUntil is Fetch's pull. held is a FetchSession's pull: it has no
+// deadline of its own (max_wait_ms is ignored) and is held until the range
+// has news, now including a newer log start, or ctx ends: the session's
+// heartbeat, not each range's answer, tells the follower the leader lives,
+// so an idle range costs no message at all.
+func (s *Replica) fetchUntil(ctx context.Context, m *tenurev1.FetchRequest, held bool) (*tenurev1.FetchResponse, error) {
 	if err := wire.ValidateRangeID(m.GetRangeId()); err != nil {
 		return nil, err
 	}
@@ -51,13 +60,27 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 	// While this fetch is held, the follower is not overdue (status).
 	l.fetchBegins(m.GetReplicaId())
 	defer l.fetchEnds(m.GetReplicaId())
-	wait := time.NewTimer(time.Duration(m.GetMaxWaitMs()) * time.Millisecond)
-	defer wait.Stop()
+	var waitC <-chan time.Time // nil for a held pull: never fires
+	if !held {
+		wait := time.NewTimer(time.Duration(m.GetMaxWaitMs()) * time.Millisecond)
+		defer wait.Stop()
+		waitC = wait.C
+	}
 	var linger <-chan time.Time
 	expired := false
+	// firstStart is the log start the first pass read: for a held pull a
+	// later start is news, or a follower of an idle range under time
+	// retention would keep its old records until the next append. (A
+	// Fetch with a deadline carries the start in its expiry answer.)
+	firstStart, passes := uint64(0), 0
 	for {
 		changed := h.r.Changed()
 		a, news, moved, err := l.answerFetch(m, maxBytes)
+		if passes++; passes == 1 {
+			firstStart = a.GetLogStart()
+		} else if held && news == fetchNothing && a.GetLogStart() > firstStart {
+			news = fetchHWM
+		}
 		if se := (*storeError)(nil); errors.As(err, &se) {
 			h.halt(err)
 		}
@@ -91,7 +114,7 @@ func (s *Replica) fetch(ctx context.Context, m *tenurev1.FetchRequest) (*tenurev
 		}
 		select {
 		case <-changed:
-		case <-wait.C:
+		case <-waitC:
 			expired = true
 		case <-linger:
 			expired = true

@@ -290,13 +290,25 @@ func (f *follower) advanceLogStart() {
 // FetchStream, opened on first use and after any failure, or a unary Fetch
 // to a leader without FetchStream.
 func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*tenurev1.FetchResponse, error) {
+	// The leader's fetch session, shared with every range this replica
+	// follows there, unless the leader has none (an older replica): then
+	// this loop's own FetchStream, or unary Fetch for the oldest.
+	if sess := f.h.s.session(f.leaderID, f.leaderAddress); sess.usable() {
+		f.closeStream()
+		a, err := sess.fetch(f.ctx, req)
+		if !errors.Is(err, errNoSession) {
+			return a, err
+		}
+	}
 	if f.unary {
 		ctx, cancel := context.WithTimeout(f.ctx, timeout)
 		defer cancel()
+		f.h.s.metrics.fetchSent.Inc()
 		resp, err := f.client.Fetch(ctx, connect.NewRequest(req))
 		if err != nil {
 			return nil, err
 		}
+		f.h.s.metrics.fetchReceived.Inc()
 		return resp.Msg, nil
 	}
 	if f.stream == nil {
@@ -307,6 +319,9 @@ func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*te
 	// leaves the stream in an unknown state, so the next fetch opens a new one.
 	timer := time.AfterFunc(timeout, f.streamCancel)
 	err := f.stream.Send(&tenurev1.FetchStreamRequest{Fetch: req})
+	if err == nil {
+		f.h.s.metrics.fetchSent.Inc()
+	}
 	var m *tenurev1.FetchStreamResponse
 	if err == nil || errors.Is(err, io.EOF) {
 		// A Send on a stream the leader ended fails with io.EOF; the
@@ -320,8 +335,11 @@ func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*te
 	if !timer.Stop() && err != nil {
 		err = fmt.Errorf("no answer within %v: %w", timeout, err)
 	}
-	if err == nil && m.GetFetch() == nil {
-		err = errors.New("fetch stream answer carries no fetch answer")
+	if err == nil {
+		f.h.s.metrics.fetchReceived.Inc()
+		if m.GetFetch() == nil {
+			err = errors.New("fetch stream answer carries no fetch answer")
+		}
 	}
 	if err != nil {
 		f.closeStream()

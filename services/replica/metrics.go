@@ -35,6 +35,12 @@ type replicaMetrics struct {
 	appendCommit  prometheus.Histogram
 	fenceRefusals prometheus.Counter
 	leaderChanges prometheus.Counter
+	// fetchSent and fetchReceived count the messages this replica's
+	// fetching sends to and receives from its leaders: every message
+	// between replicas on the data path, each counted once, by its
+	// follower.
+	fetchSent, fetchReceived prometheus.Counter
+	sessionsOpened           prometheus.Counter
 }
 
 func newReplicaMetrics() *replicaMetrics {
@@ -48,13 +54,19 @@ func newReplicaMetrics() *replicaMetrics {
 			Help: "Fences refused because the range is already fenced at a higher epoch: a promotion at a superseded epoch, which must be abandoned."}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "replica", Name: "leader_changes_seen_total",
 			Help: "Adopts that gave a hosted range a new epoch's leader, this replica or another (etcd_server_leader_changes_seen_total)."}),
+		fetchSent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "replica", Name: "fetch_messages_sent_total",
+			Help: "Messages this replica sent its ranges' leaders as a follower: fetch session messages (each carrying any number of ranges' pulls), per-range FetchStream pulls and unary Fetch requests."}),
+		fetchReceived: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "replica", Name: "fetch_messages_received_total",
+			Help: "Messages this replica received from its ranges' leaders as a follower: fetch session messages (answers for any number of ranges, or a heartbeat), per-range FetchStream answers and unary Fetch responses."}),
+		sessionsOpened: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "replica", Name: "fetch_sessions_opened_total",
+			Help: "Fetch session streams this replica opened to leader replicas: one per leader while it follows ranges there, another after each failure."}),
 	}
 }
 
 // register adds the replica's series to reg.
 func (s *Replica) registerMetrics(reg prometheus.Registerer) error {
 	m := s.metrics
-	for _, c := range []prometheus.Collector{m.walSync, m.appendCommit, m.fenceRefusals, m.leaderChanges, &collector{s: s, bytes: map[string]logBytes{}}} {
+	for _, c := range []prometheus.Collector{m.walSync, m.appendCommit, m.fenceRefusals, m.leaderChanges, m.fetchSent, m.fetchReceived, m.sessionsOpened, &collector{s: s, bytes: map[string]logBytes{}}} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -151,6 +163,13 @@ func (l *leader) lags(logEnd uint64, now time.Time) []followerLag {
 			continue
 		}
 		f := followerLag{id: r.GetId(), learner: p.learner, records: logEnd - min(p.offset, logEnd), behind: now.Sub(p.caughtUp)}
+		if p.inHand > 0 && p.checked && p.offset >= logEnd {
+			// Its pull is held at the log end: caught up now. A fetch
+			// session holds an idle range's pull without asking again,
+			// so the time of its last fetch ages while it holds
+			// everything.
+			f.behind = 0
+		}
 		if p.inHand == 0 {
 			f.idle = now.Sub(p.answered)
 		}

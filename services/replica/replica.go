@@ -153,6 +153,9 @@ type Replica struct {
 	loops sync.WaitGroup
 	// refused paces fetch loops whose leader address refuses connections.
 	refused refusals
+	// sessions are the fetch sessions to leader replicas, shared by every
+	// range this replica follows on each (session_client.go).
+	sessions fetchSessions
 	// retentionDue are the ranges whose leaders asked the retention loop
 	// for a pass before its next tick (retention.go).
 	retentionDue retentionQueue
@@ -303,7 +306,7 @@ func (s *Replica) Handlers() []transport.Registration {
 	// is refused before it can fence or change anything here.
 	return []transport.Registration{
 		{Name: tenurev1connect.LogServiceName, Path: lp, Handler: transport.RequireReplica(s.cfg.ID, withStoppableStreams(lh, tenurev1connect.LogServiceAppendStreamProcedure))},
-		{Name: tenurev1connect.ReplicaServiceName, Path: rp, Handler: transport.RequireReplica(s.cfg.ID, withStoppableStreams(rh, tenurev1connect.ReplicaServiceFetchStreamProcedure))},
+		{Name: tenurev1connect.ReplicaServiceName, Path: rp, Handler: transport.RequireReplica(s.cfg.ID, withStoppableStreams(rh, tenurev1connect.ReplicaServiceFetchStreamProcedure, tenurev1connect.ReplicaServiceFetchSessionProcedure))},
 	}
 }
 

@@ -113,6 +113,254 @@ func (x *FetchStreamResponse) GetFetch() *FetchResponse {
 	return nil
 }
 
+// FetchSessionRequest is one message on a FetchSession: new pulls, and
+// pulls the follower no longer wants.
+type FetchSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pulls, each for a different range than the others in the message and
+	// at most wire.MaxSessionPulls of them. A pull for a range whose earlier
+	// pull the leader still holds replaces it: that one is never answered.
+	// The pull's max_wait_ms is ignored (held until news).
+	Pulls []*SessionPull `protobuf:"bytes,1,rep,name=pulls,proto3" json:"pulls,omitempty"`
+	// Ids of held pulls to drop unanswered (the follower stopped following
+	// the range here). An id the leader does not hold is ignored.
+	Forget []uint64 `protobuf:"varint,2,rep,packed,name=forget,proto3" json:"forget,omitempty"`
+	// How long the leader may go without sending a message on the stream
+	// before it sends an empty one, in milliseconds: 0 means 1000, at most
+	// wire.MaxFetchWaitMillis. The last value sent applies.
+	HeartbeatMs   uint32 `protobuf:"varint,3,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchSessionRequest) Reset() {
+	*x = FetchSessionRequest{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchSessionRequest) ProtoMessage() {}
+
+func (x *FetchSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchSessionRequest.ProtoReflect.Descriptor instead.
+func (*FetchSessionRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FetchSessionRequest) GetPulls() []*SessionPull {
+	if x != nil {
+		return x.Pulls
+	}
+	return nil
+}
+
+func (x *FetchSessionRequest) GetForget() []uint64 {
+	if x != nil {
+		return x.Forget
+	}
+	return nil
+}
+
+func (x *FetchSessionRequest) GetHeartbeatMs() uint32 {
+	if x != nil {
+		return x.HeartbeatMs
+	}
+	return 0
+}
+
+// SessionPull is one range's pull on a FetchSession.
+type SessionPull struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the follower, unique on its stream; the answer carries it.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The pull, with Fetch's rules.
+	Fetch         *FetchRequest `protobuf:"bytes,2,opt,name=fetch,proto3" json:"fetch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionPull) Reset() {
+	*x = SessionPull{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionPull) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionPull) ProtoMessage() {}
+
+func (x *SessionPull) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionPull.ProtoReflect.Descriptor instead.
+func (*SessionPull) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SessionPull) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionPull) GetFetch() *FetchRequest {
+	if x != nil {
+		return x.Fetch
+	}
+	return nil
+}
+
+// FetchSessionResponse carries the answers ready at once; none (a
+// heartbeat) when nothing was ready for heartbeat_ms.
+type FetchSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most one per pull.
+	Answers       []*SessionAnswer `protobuf:"bytes,1,rep,name=answers,proto3" json:"answers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchSessionResponse) Reset() {
+	*x = FetchSessionResponse{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchSessionResponse) ProtoMessage() {}
+
+func (x *FetchSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchSessionResponse.ProtoReflect.Descriptor instead.
+func (*FetchSessionResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *FetchSessionResponse) GetAnswers() []*SessionAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+// SessionAnswer answers one pull: as Fetch would, or with the error Fetch
+// would fail with.
+type SessionAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pull's id.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The answer, unless error_code is set.
+	Fetch *FetchResponse `protobuf:"bytes,2,opt,name=fetch,proto3" json:"fetch,omitempty"`
+	// Nonzero: the pull failed with this Connect code (connect.Code's
+	// number) and error_message, as Fetch would have.
+	ErrorCode uint32 `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// The error's message.
+	ErrorMessage  string `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionAnswer) Reset() {
+	*x = SessionAnswer{}
+	mi := &file_tenure_v1_replica_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionAnswer) ProtoMessage() {}
+
+func (x *SessionAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_replica_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionAnswer.ProtoReflect.Descriptor instead.
+func (*SessionAnswer) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SessionAnswer) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionAnswer) GetFetch() *FetchResponse {
+	if x != nil {
+		return x.Fetch
+	}
+	return nil
+}
+
+func (x *SessionAnswer) GetErrorCode() uint32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *SessionAnswer) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
 // FetchRequest is one follower pull.
 type FetchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -143,7 +391,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[2]
+	mi := &file_tenure_v1_replica_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -155,7 +403,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[2]
+	mi := &file_tenure_v1_replica_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -168,7 +416,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{2}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FetchRequest) GetRangeId() string {
@@ -243,7 +491,7 @@ type DivergingEpoch struct {
 
 func (x *DivergingEpoch) Reset() {
 	*x = DivergingEpoch{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[3]
+	mi := &file_tenure_v1_replica_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -255,7 +503,7 @@ func (x *DivergingEpoch) String() string {
 func (*DivergingEpoch) ProtoMessage() {}
 
 func (x *DivergingEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[3]
+	mi := &file_tenure_v1_replica_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -268,7 +516,7 @@ func (x *DivergingEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DivergingEpoch.ProtoReflect.Descriptor instead.
 func (*DivergingEpoch) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{3}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DivergingEpoch) GetEpoch() uint64 {
@@ -323,7 +571,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[4]
+	mi := &file_tenure_v1_replica_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +583,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[4]
+	mi := &file_tenure_v1_replica_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +596,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{4}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FetchResponse) GetEpoch() uint64 {
@@ -425,7 +673,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[5]
+	mi := &file_tenure_v1_replica_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +685,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[5]
+	mi := &file_tenure_v1_replica_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +698,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{5}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FenceRequest) GetRangeId() string {
@@ -521,7 +769,7 @@ type FenceResponse struct {
 
 func (x *FenceResponse) Reset() {
 	*x = FenceResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[6]
+	mi := &file_tenure_v1_replica_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +781,7 @@ func (x *FenceResponse) String() string {
 func (*FenceResponse) ProtoMessage() {}
 
 func (x *FenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[6]
+	mi := &file_tenure_v1_replica_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +794,7 @@ func (x *FenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceResponse.ProtoReflect.Descriptor instead.
 func (*FenceResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{6}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FenceResponse) GetReplicaId() string {
@@ -628,7 +876,7 @@ type TruncateRequest struct {
 
 func (x *TruncateRequest) Reset() {
 	*x = TruncateRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[7]
+	mi := &file_tenure_v1_replica_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +888,7 @@ func (x *TruncateRequest) String() string {
 func (*TruncateRequest) ProtoMessage() {}
 
 func (x *TruncateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[7]
+	mi := &file_tenure_v1_replica_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +901,7 @@ func (x *TruncateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateRequest.ProtoReflect.Descriptor instead.
 func (*TruncateRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{7}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TruncateRequest) GetRangeId() string {
@@ -693,7 +941,7 @@ type TruncateResponse struct {
 
 func (x *TruncateResponse) Reset() {
 	*x = TruncateResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[8]
+	mi := &file_tenure_v1_replica_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +953,7 @@ func (x *TruncateResponse) String() string {
 func (*TruncateResponse) ProtoMessage() {}
 
 func (x *TruncateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[8]
+	mi := &file_tenure_v1_replica_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +966,7 @@ func (x *TruncateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TruncateResponse.ProtoReflect.Descriptor instead.
 func (*TruncateResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{8}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TruncateResponse) GetLogEnd() uint64 {
@@ -775,7 +1023,7 @@ type AdoptRequest struct {
 
 func (x *AdoptRequest) Reset() {
 	*x = AdoptRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[9]
+	mi := &file_tenure_v1_replica_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +1035,7 @@ func (x *AdoptRequest) String() string {
 func (*AdoptRequest) ProtoMessage() {}
 
 func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[9]
+	mi := &file_tenure_v1_replica_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +1048,7 @@ func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{9}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AdoptRequest) GetRangeId() string {
@@ -874,7 +1122,7 @@ type AdoptResponse struct {
 
 func (x *AdoptResponse) Reset() {
 	*x = AdoptResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[10]
+	mi := &file_tenure_v1_replica_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1134,7 @@ func (x *AdoptResponse) String() string {
 func (*AdoptResponse) ProtoMessage() {}
 
 func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[10]
+	mi := &file_tenure_v1_replica_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1147,7 @@ func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptResponse.ProtoReflect.Descriptor instead.
 func (*AdoptResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{10}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AdoptResponse) GetLogEnd() uint64 {
@@ -937,7 +1185,7 @@ type ReplicaError struct {
 
 func (x *ReplicaError) Reset() {
 	*x = ReplicaError{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[11]
+	mi := &file_tenure_v1_replica_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1197,7 @@ func (x *ReplicaError) String() string {
 func (*ReplicaError) ProtoMessage() {}
 
 func (x *ReplicaError) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[11]
+	mi := &file_tenure_v1_replica_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1210,7 @@ func (x *ReplicaError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaError.ProtoReflect.Descriptor instead.
 func (*ReplicaError) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{11}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReplicaError) GetCode() uint32 {
@@ -991,7 +1239,7 @@ type FenceRangesRequest struct {
 
 func (x *FenceRangesRequest) Reset() {
 	*x = FenceRangesRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[12]
+	mi := &file_tenure_v1_replica_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1251,7 @@ func (x *FenceRangesRequest) String() string {
 func (*FenceRangesRequest) ProtoMessage() {}
 
 func (x *FenceRangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[12]
+	mi := &file_tenure_v1_replica_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1264,7 @@ func (x *FenceRangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRangesRequest.ProtoReflect.Descriptor instead.
 func (*FenceRangesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{12}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FenceRangesRequest) GetFences() []*FenceRequest {
@@ -1041,7 +1289,7 @@ type FenceRangeResult struct {
 
 func (x *FenceRangeResult) Reset() {
 	*x = FenceRangeResult{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[13]
+	mi := &file_tenure_v1_replica_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1301,7 @@ func (x *FenceRangeResult) String() string {
 func (*FenceRangeResult) ProtoMessage() {}
 
 func (x *FenceRangeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[13]
+	mi := &file_tenure_v1_replica_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1314,7 @@ func (x *FenceRangeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRangeResult.ProtoReflect.Descriptor instead.
 func (*FenceRangeResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{13}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FenceRangeResult) GetRangeId() string {
@@ -1101,7 +1349,7 @@ type FenceRangesResponse struct {
 
 func (x *FenceRangesResponse) Reset() {
 	*x = FenceRangesResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[14]
+	mi := &file_tenure_v1_replica_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1361,7 @@ func (x *FenceRangesResponse) String() string {
 func (*FenceRangesResponse) ProtoMessage() {}
 
 func (x *FenceRangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[14]
+	mi := &file_tenure_v1_replica_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1374,7 @@ func (x *FenceRangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRangesResponse.ProtoReflect.Descriptor instead.
 func (*FenceRangesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{14}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FenceRangesResponse) GetResults() []*FenceRangeResult {
@@ -1148,7 +1396,7 @@ type AdoptRangesRequest struct {
 
 func (x *AdoptRangesRequest) Reset() {
 	*x = AdoptRangesRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[15]
+	mi := &file_tenure_v1_replica_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1408,7 @@ func (x *AdoptRangesRequest) String() string {
 func (*AdoptRangesRequest) ProtoMessage() {}
 
 func (x *AdoptRangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[15]
+	mi := &file_tenure_v1_replica_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1421,7 @@ func (x *AdoptRangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRangesRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRangesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{15}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AdoptRangesRequest) GetAdopts() []*AdoptRequest {
@@ -1198,7 +1446,7 @@ type AdoptRangeResult struct {
 
 func (x *AdoptRangeResult) Reset() {
 	*x = AdoptRangeResult{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[16]
+	mi := &file_tenure_v1_replica_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1458,7 @@ func (x *AdoptRangeResult) String() string {
 func (*AdoptRangeResult) ProtoMessage() {}
 
 func (x *AdoptRangeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[16]
+	mi := &file_tenure_v1_replica_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1471,7 @@ func (x *AdoptRangeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRangeResult.ProtoReflect.Descriptor instead.
 func (*AdoptRangeResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{16}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AdoptRangeResult) GetRangeId() string {
@@ -1258,7 +1506,7 @@ type AdoptRangesResponse struct {
 
 func (x *AdoptRangesResponse) Reset() {
 	*x = AdoptRangesResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[17]
+	mi := &file_tenure_v1_replica_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1518,7 @@ func (x *AdoptRangesResponse) String() string {
 func (*AdoptRangesResponse) ProtoMessage() {}
 
 func (x *AdoptRangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[17]
+	mi := &file_tenure_v1_replica_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1531,7 @@ func (x *AdoptRangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRangesResponse.ProtoReflect.Descriptor instead.
 func (*AdoptRangesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{17}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AdoptRangesResponse) GetResults() []*AdoptRangeResult {
@@ -1304,7 +1552,7 @@ type ReplicaServiceGetStatusRequest struct {
 
 func (x *ReplicaServiceGetStatusRequest) Reset() {
 	*x = ReplicaServiceGetStatusRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[18]
+	mi := &file_tenure_v1_replica_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1564,7 @@ func (x *ReplicaServiceGetStatusRequest) String() string {
 func (*ReplicaServiceGetStatusRequest) ProtoMessage() {}
 
 func (x *ReplicaServiceGetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[18]
+	mi := &file_tenure_v1_replica_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1577,7 @@ func (x *ReplicaServiceGetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaServiceGetStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaServiceGetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{18}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReplicaServiceGetStatusRequest) GetRangeId() string {
@@ -1366,7 +1614,7 @@ type FollowerProgress struct {
 
 func (x *FollowerProgress) Reset() {
 	*x = FollowerProgress{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[19]
+	mi := &file_tenure_v1_replica_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1626,7 @@ func (x *FollowerProgress) String() string {
 func (*FollowerProgress) ProtoMessage() {}
 
 func (x *FollowerProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[19]
+	mi := &file_tenure_v1_replica_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1639,7 @@ func (x *FollowerProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowerProgress.ProtoReflect.Descriptor instead.
 func (*FollowerProgress) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{19}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FollowerProgress) GetReplicaId() string {
@@ -1499,7 +1747,7 @@ type RangeStatus struct {
 
 func (x *RangeStatus) Reset() {
 	*x = RangeStatus{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[20]
+	mi := &file_tenure_v1_replica_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1759,7 @@ func (x *RangeStatus) String() string {
 func (*RangeStatus) ProtoMessage() {}
 
 func (x *RangeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[20]
+	mi := &file_tenure_v1_replica_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1772,7 @@ func (x *RangeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeStatus.ProtoReflect.Descriptor instead.
 func (*RangeStatus) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{20}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RangeStatus) GetRangeId() string {
@@ -1709,7 +1957,7 @@ type ReplicaServiceGetStatusResponse struct {
 
 func (x *ReplicaServiceGetStatusResponse) Reset() {
 	*x = ReplicaServiceGetStatusResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[21]
+	mi := &file_tenure_v1_replica_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1969,7 @@ func (x *ReplicaServiceGetStatusResponse) String() string {
 func (*ReplicaServiceGetStatusResponse) ProtoMessage() {}
 
 func (x *ReplicaServiceGetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[21]
+	mi := &file_tenure_v1_replica_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1982,7 @@ func (x *ReplicaServiceGetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaServiceGetStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaServiceGetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{21}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplicaServiceGetStatusResponse) GetReplicaId() string {
@@ -1816,7 +2064,7 @@ type DiskStatus struct {
 
 func (x *DiskStatus) Reset() {
 	*x = DiskStatus{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[22]
+	mi := &file_tenure_v1_replica_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2076,7 @@ func (x *DiskStatus) String() string {
 func (*DiskStatus) ProtoMessage() {}
 
 func (x *DiskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[22]
+	mi := &file_tenure_v1_replica_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2089,7 @@ func (x *DiskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskStatus.ProtoReflect.Descriptor instead.
 func (*DiskStatus) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DiskStatus) GetFull() bool {
@@ -1901,7 +2149,7 @@ type LostRange struct {
 
 func (x *LostRange) Reset() {
 	*x = LostRange{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[23]
+	mi := &file_tenure_v1_replica_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2161,7 @@ func (x *LostRange) String() string {
 func (*LostRange) ProtoMessage() {}
 
 func (x *LostRange) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[23]
+	mi := &file_tenure_v1_replica_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2174,7 @@ func (x *LostRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostRange.ProtoReflect.Descriptor instead.
 func (*LostRange) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LostRange) GetRangeId() string {
@@ -1963,7 +2211,7 @@ type DropRangeRequest struct {
 
 func (x *DropRangeRequest) Reset() {
 	*x = DropRangeRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[24]
+	mi := &file_tenure_v1_replica_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2223,7 @@ func (x *DropRangeRequest) String() string {
 func (*DropRangeRequest) ProtoMessage() {}
 
 func (x *DropRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[24]
+	mi := &file_tenure_v1_replica_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2236,7 @@ func (x *DropRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropRangeRequest.ProtoReflect.Descriptor instead.
 func (*DropRangeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{24}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DropRangeRequest) GetRangeId() string {
@@ -2016,7 +2264,7 @@ type DropRangeResponse struct {
 
 func (x *DropRangeResponse) Reset() {
 	*x = DropRangeResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[25]
+	mi := &file_tenure_v1_replica_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2276,7 @@ func (x *DropRangeResponse) String() string {
 func (*DropRangeResponse) ProtoMessage() {}
 
 func (x *DropRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[25]
+	mi := &file_tenure_v1_replica_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2289,7 @@ func (x *DropRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropRangeResponse.ProtoReflect.Descriptor instead.
 func (*DropRangeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{25}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DropRangeResponse) GetExisted() bool {
@@ -2062,7 +2310,7 @@ type GetEpochHistoryRequest struct {
 
 func (x *GetEpochHistoryRequest) Reset() {
 	*x = GetEpochHistoryRequest{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[26]
+	mi := &file_tenure_v1_replica_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2322,7 @@ func (x *GetEpochHistoryRequest) String() string {
 func (*GetEpochHistoryRequest) ProtoMessage() {}
 
 func (x *GetEpochHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[26]
+	mi := &file_tenure_v1_replica_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2335,7 @@ func (x *GetEpochHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEpochHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetEpochHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{26}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetEpochHistoryRequest) GetRangeId() string {
@@ -2112,7 +2360,7 @@ type GetEpochHistoryResponse struct {
 
 func (x *GetEpochHistoryResponse) Reset() {
 	*x = GetEpochHistoryResponse{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[27]
+	mi := &file_tenure_v1_replica_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2372,7 @@ func (x *GetEpochHistoryResponse) String() string {
 func (*GetEpochHistoryResponse) ProtoMessage() {}
 
 func (x *GetEpochHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[27]
+	mi := &file_tenure_v1_replica_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2385,7 @@ func (x *GetEpochHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEpochHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetEpochHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{27}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetEpochHistoryResponse) GetHistory() []*EpochStart {
@@ -2185,7 +2433,7 @@ type NotLeaderDetail struct {
 
 func (x *NotLeaderDetail) Reset() {
 	*x = NotLeaderDetail{}
-	mi := &file_tenure_v1_replica_proto_msgTypes[28]
+	mi := &file_tenure_v1_replica_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2445,7 @@ func (x *NotLeaderDetail) String() string {
 func (*NotLeaderDetail) ProtoMessage() {}
 
 func (x *NotLeaderDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_replica_proto_msgTypes[28]
+	mi := &file_tenure_v1_replica_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2458,7 @@ func (x *NotLeaderDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeaderDetail.ProtoReflect.Descriptor instead.
 func (*NotLeaderDetail) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{28}
+	return file_tenure_v1_replica_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NotLeaderDetail) GetRangeId() string {
@@ -2256,7 +2504,22 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x12FetchStreamRequest\x12-\n" +
 	"\x05fetch\x18\x01 \x01(\v2\x17.tenure.v1.FetchRequestR\x05fetch\"E\n" +
 	"\x13FetchStreamResponse\x12.\n" +
-	"\x05fetch\x18\x01 \x01(\v2\x18.tenure.v1.FetchResponseR\x05fetch\"\x8e\x02\n" +
+	"\x05fetch\x18\x01 \x01(\v2\x18.tenure.v1.FetchResponseR\x05fetch\"~\n" +
+	"\x13FetchSessionRequest\x12,\n" +
+	"\x05pulls\x18\x01 \x03(\v2\x16.tenure.v1.SessionPullR\x05pulls\x12\x16\n" +
+	"\x06forget\x18\x02 \x03(\x04R\x06forget\x12!\n" +
+	"\fheartbeat_ms\x18\x03 \x01(\rR\vheartbeatMs\"L\n" +
+	"\vSessionPull\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12-\n" +
+	"\x05fetch\x18\x02 \x01(\v2\x17.tenure.v1.FetchRequestR\x05fetch\"J\n" +
+	"\x14FetchSessionResponse\x122\n" +
+	"\aanswers\x18\x01 \x03(\v2\x18.tenure.v1.SessionAnswerR\aanswers\"\x93\x01\n" +
+	"\rSessionAnswer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
+	"\x05fetch\x18\x02 \x01(\v2\x18.tenure.v1.FetchResponseR\x05fetch\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\rR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\"\x8e\x02\n" +
 	"\fFetchRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
@@ -2414,10 +2677,11 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\tleader_id\x18\x03 \x01(\tR\bleaderId\x12\x1d\n" +
 	"\n" +
 	"leader_url\x18\x04 \x01(\tR\tleaderUrl\x12\x14\n" +
-	"\x05epoch\x18\x05 \x01(\x04R\x05epoch2\xfd\x05\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch2\xd2\x06\n" +
 	"\x0eReplicaService\x12:\n" +
 	"\x05Fetch\x12\x17.tenure.v1.FetchRequest\x1a\x18.tenure.v1.FetchResponse\x12P\n" +
-	"\vFetchStream\x12\x1d.tenure.v1.FetchStreamRequest\x1a\x1e.tenure.v1.FetchStreamResponse(\x010\x01\x12:\n" +
+	"\vFetchStream\x12\x1d.tenure.v1.FetchStreamRequest\x1a\x1e.tenure.v1.FetchStreamResponse(\x010\x01\x12S\n" +
+	"\fFetchSession\x12\x1e.tenure.v1.FetchSessionRequest\x1a\x1f.tenure.v1.FetchSessionResponse(\x010\x01\x12:\n" +
 	"\x05Fence\x12\x17.tenure.v1.FenceRequest\x1a\x18.tenure.v1.FenceResponse\x12C\n" +
 	"\bTruncate\x12\x1a.tenure.v1.TruncateRequest\x1a\x1b.tenure.v1.TruncateResponse\x12:\n" +
 	"\x05Adopt\x12\x17.tenure.v1.AdoptRequest\x1a\x18.tenure.v1.AdoptResponse\x12L\n" +
@@ -2439,95 +2703,105 @@ func file_tenure_v1_replica_proto_rawDescGZIP() []byte {
 	return file_tenure_v1_replica_proto_rawDescData
 }
 
-var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_tenure_v1_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_tenure_v1_replica_proto_goTypes = []any{
 	(*FetchStreamRequest)(nil),              // 0: tenure.v1.FetchStreamRequest
 	(*FetchStreamResponse)(nil),             // 1: tenure.v1.FetchStreamResponse
-	(*FetchRequest)(nil),                    // 2: tenure.v1.FetchRequest
-	(*DivergingEpoch)(nil),                  // 3: tenure.v1.DivergingEpoch
-	(*FetchResponse)(nil),                   // 4: tenure.v1.FetchResponse
-	(*FenceRequest)(nil),                    // 5: tenure.v1.FenceRequest
-	(*FenceResponse)(nil),                   // 6: tenure.v1.FenceResponse
-	(*TruncateRequest)(nil),                 // 7: tenure.v1.TruncateRequest
-	(*TruncateResponse)(nil),                // 8: tenure.v1.TruncateResponse
-	(*AdoptRequest)(nil),                    // 9: tenure.v1.AdoptRequest
-	(*AdoptResponse)(nil),                   // 10: tenure.v1.AdoptResponse
-	(*ReplicaError)(nil),                    // 11: tenure.v1.ReplicaError
-	(*FenceRangesRequest)(nil),              // 12: tenure.v1.FenceRangesRequest
-	(*FenceRangeResult)(nil),                // 13: tenure.v1.FenceRangeResult
-	(*FenceRangesResponse)(nil),             // 14: tenure.v1.FenceRangesResponse
-	(*AdoptRangesRequest)(nil),              // 15: tenure.v1.AdoptRangesRequest
-	(*AdoptRangeResult)(nil),                // 16: tenure.v1.AdoptRangeResult
-	(*AdoptRangesResponse)(nil),             // 17: tenure.v1.AdoptRangesResponse
-	(*ReplicaServiceGetStatusRequest)(nil),  // 18: tenure.v1.ReplicaServiceGetStatusRequest
-	(*FollowerProgress)(nil),                // 19: tenure.v1.FollowerProgress
-	(*RangeStatus)(nil),                     // 20: tenure.v1.RangeStatus
-	(*ReplicaServiceGetStatusResponse)(nil), // 21: tenure.v1.ReplicaServiceGetStatusResponse
-	(*DiskStatus)(nil),                      // 22: tenure.v1.DiskStatus
-	(*LostRange)(nil),                       // 23: tenure.v1.LostRange
-	(*DropRangeRequest)(nil),                // 24: tenure.v1.DropRangeRequest
-	(*DropRangeResponse)(nil),               // 25: tenure.v1.DropRangeResponse
-	(*GetEpochHistoryRequest)(nil),          // 26: tenure.v1.GetEpochHistoryRequest
-	(*GetEpochHistoryResponse)(nil),         // 27: tenure.v1.GetEpochHistoryResponse
-	(*NotLeaderDetail)(nil),                 // 28: tenure.v1.NotLeaderDetail
-	(*Record)(nil),                          // 29: tenure.v1.Record
-	(*EpochStart)(nil),                      // 30: tenure.v1.EpochStart
-	(Role)(0),                               // 31: tenure.v1.Role
-	(*Replica)(nil),                         // 32: tenure.v1.Replica
-	(*RetentionPolicy)(nil),                 // 33: tenure.v1.RetentionPolicy
+	(*FetchSessionRequest)(nil),             // 2: tenure.v1.FetchSessionRequest
+	(*SessionPull)(nil),                     // 3: tenure.v1.SessionPull
+	(*FetchSessionResponse)(nil),            // 4: tenure.v1.FetchSessionResponse
+	(*SessionAnswer)(nil),                   // 5: tenure.v1.SessionAnswer
+	(*FetchRequest)(nil),                    // 6: tenure.v1.FetchRequest
+	(*DivergingEpoch)(nil),                  // 7: tenure.v1.DivergingEpoch
+	(*FetchResponse)(nil),                   // 8: tenure.v1.FetchResponse
+	(*FenceRequest)(nil),                    // 9: tenure.v1.FenceRequest
+	(*FenceResponse)(nil),                   // 10: tenure.v1.FenceResponse
+	(*TruncateRequest)(nil),                 // 11: tenure.v1.TruncateRequest
+	(*TruncateResponse)(nil),                // 12: tenure.v1.TruncateResponse
+	(*AdoptRequest)(nil),                    // 13: tenure.v1.AdoptRequest
+	(*AdoptResponse)(nil),                   // 14: tenure.v1.AdoptResponse
+	(*ReplicaError)(nil),                    // 15: tenure.v1.ReplicaError
+	(*FenceRangesRequest)(nil),              // 16: tenure.v1.FenceRangesRequest
+	(*FenceRangeResult)(nil),                // 17: tenure.v1.FenceRangeResult
+	(*FenceRangesResponse)(nil),             // 18: tenure.v1.FenceRangesResponse
+	(*AdoptRangesRequest)(nil),              // 19: tenure.v1.AdoptRangesRequest
+	(*AdoptRangeResult)(nil),                // 20: tenure.v1.AdoptRangeResult
+	(*AdoptRangesResponse)(nil),             // 21: tenure.v1.AdoptRangesResponse
+	(*ReplicaServiceGetStatusRequest)(nil),  // 22: tenure.v1.ReplicaServiceGetStatusRequest
+	(*FollowerProgress)(nil),                // 23: tenure.v1.FollowerProgress
+	(*RangeStatus)(nil),                     // 24: tenure.v1.RangeStatus
+	(*ReplicaServiceGetStatusResponse)(nil), // 25: tenure.v1.ReplicaServiceGetStatusResponse
+	(*DiskStatus)(nil),                      // 26: tenure.v1.DiskStatus
+	(*LostRange)(nil),                       // 27: tenure.v1.LostRange
+	(*DropRangeRequest)(nil),                // 28: tenure.v1.DropRangeRequest
+	(*DropRangeResponse)(nil),               // 29: tenure.v1.DropRangeResponse
+	(*GetEpochHistoryRequest)(nil),          // 30: tenure.v1.GetEpochHistoryRequest
+	(*GetEpochHistoryResponse)(nil),         // 31: tenure.v1.GetEpochHistoryResponse
+	(*NotLeaderDetail)(nil),                 // 32: tenure.v1.NotLeaderDetail
+	(*Record)(nil),                          // 33: tenure.v1.Record
+	(*EpochStart)(nil),                      // 34: tenure.v1.EpochStart
+	(Role)(0),                               // 35: tenure.v1.Role
+	(*Replica)(nil),                         // 36: tenure.v1.Replica
+	(*RetentionPolicy)(nil),                 // 37: tenure.v1.RetentionPolicy
 }
 var file_tenure_v1_replica_proto_depIdxs = []int32{
-	2,  // 0: tenure.v1.FetchStreamRequest.fetch:type_name -> tenure.v1.FetchRequest
-	4,  // 1: tenure.v1.FetchStreamResponse.fetch:type_name -> tenure.v1.FetchResponse
-	29, // 2: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
-	3,  // 3: tenure.v1.FetchResponse.diverging:type_name -> tenure.v1.DivergingEpoch
-	30, // 4: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
-	31, // 5: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
-	30, // 6: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
-	31, // 7: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
-	32, // 8: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
-	33, // 9: tenure.v1.AdoptRequest.retention:type_name -> tenure.v1.RetentionPolicy
-	30, // 10: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
-	5,  // 11: tenure.v1.FenceRangesRequest.fences:type_name -> tenure.v1.FenceRequest
-	6,  // 12: tenure.v1.FenceRangeResult.fence:type_name -> tenure.v1.FenceResponse
-	11, // 13: tenure.v1.FenceRangeResult.error:type_name -> tenure.v1.ReplicaError
-	13, // 14: tenure.v1.FenceRangesResponse.results:type_name -> tenure.v1.FenceRangeResult
-	9,  // 15: tenure.v1.AdoptRangesRequest.adopts:type_name -> tenure.v1.AdoptRequest
-	10, // 16: tenure.v1.AdoptRangeResult.adopt:type_name -> tenure.v1.AdoptResponse
-	11, // 17: tenure.v1.AdoptRangeResult.error:type_name -> tenure.v1.ReplicaError
-	16, // 18: tenure.v1.AdoptRangesResponse.results:type_name -> tenure.v1.AdoptRangeResult
-	31, // 19: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
-	19, // 20: tenure.v1.RangeStatus.followers:type_name -> tenure.v1.FollowerProgress
-	33, // 21: tenure.v1.RangeStatus.retention:type_name -> tenure.v1.RetentionPolicy
-	20, // 22: tenure.v1.ReplicaServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangeStatus
-	23, // 23: tenure.v1.ReplicaServiceGetStatusResponse.lost_ranges:type_name -> tenure.v1.LostRange
-	22, // 24: tenure.v1.ReplicaServiceGetStatusResponse.disk:type_name -> tenure.v1.DiskStatus
-	30, // 25: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
-	2,  // 26: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
-	0,  // 27: tenure.v1.ReplicaService.FetchStream:input_type -> tenure.v1.FetchStreamRequest
-	5,  // 28: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
-	7,  // 29: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
-	9,  // 30: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
-	12, // 31: tenure.v1.ReplicaService.FenceRanges:input_type -> tenure.v1.FenceRangesRequest
-	15, // 32: tenure.v1.ReplicaService.AdoptRanges:input_type -> tenure.v1.AdoptRangesRequest
-	18, // 33: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
-	26, // 34: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
-	24, // 35: tenure.v1.ReplicaService.DropRange:input_type -> tenure.v1.DropRangeRequest
-	4,  // 36: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
-	1,  // 37: tenure.v1.ReplicaService.FetchStream:output_type -> tenure.v1.FetchStreamResponse
-	6,  // 38: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
-	8,  // 39: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
-	10, // 40: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
-	14, // 41: tenure.v1.ReplicaService.FenceRanges:output_type -> tenure.v1.FenceRangesResponse
-	17, // 42: tenure.v1.ReplicaService.AdoptRanges:output_type -> tenure.v1.AdoptRangesResponse
-	21, // 43: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
-	27, // 44: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
-	25, // 45: tenure.v1.ReplicaService.DropRange:output_type -> tenure.v1.DropRangeResponse
-	36, // [36:46] is the sub-list for method output_type
-	26, // [26:36] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	6,  // 0: tenure.v1.FetchStreamRequest.fetch:type_name -> tenure.v1.FetchRequest
+	8,  // 1: tenure.v1.FetchStreamResponse.fetch:type_name -> tenure.v1.FetchResponse
+	3,  // 2: tenure.v1.FetchSessionRequest.pulls:type_name -> tenure.v1.SessionPull
+	6,  // 3: tenure.v1.SessionPull.fetch:type_name -> tenure.v1.FetchRequest
+	5,  // 4: tenure.v1.FetchSessionResponse.answers:type_name -> tenure.v1.SessionAnswer
+	8,  // 5: tenure.v1.SessionAnswer.fetch:type_name -> tenure.v1.FetchResponse
+	33, // 6: tenure.v1.FetchResponse.records:type_name -> tenure.v1.Record
+	7,  // 7: tenure.v1.FetchResponse.diverging:type_name -> tenure.v1.DivergingEpoch
+	34, // 8: tenure.v1.FenceResponse.history:type_name -> tenure.v1.EpochStart
+	35, // 9: tenure.v1.FenceResponse.previous_role:type_name -> tenure.v1.Role
+	34, // 10: tenure.v1.TruncateResponse.history:type_name -> tenure.v1.EpochStart
+	35, // 11: tenure.v1.AdoptRequest.role:type_name -> tenure.v1.Role
+	36, // 12: tenure.v1.AdoptRequest.replicas:type_name -> tenure.v1.Replica
+	37, // 13: tenure.v1.AdoptRequest.retention:type_name -> tenure.v1.RetentionPolicy
+	34, // 14: tenure.v1.AdoptResponse.history:type_name -> tenure.v1.EpochStart
+	9,  // 15: tenure.v1.FenceRangesRequest.fences:type_name -> tenure.v1.FenceRequest
+	10, // 16: tenure.v1.FenceRangeResult.fence:type_name -> tenure.v1.FenceResponse
+	15, // 17: tenure.v1.FenceRangeResult.error:type_name -> tenure.v1.ReplicaError
+	17, // 18: tenure.v1.FenceRangesResponse.results:type_name -> tenure.v1.FenceRangeResult
+	13, // 19: tenure.v1.AdoptRangesRequest.adopts:type_name -> tenure.v1.AdoptRequest
+	14, // 20: tenure.v1.AdoptRangeResult.adopt:type_name -> tenure.v1.AdoptResponse
+	15, // 21: tenure.v1.AdoptRangeResult.error:type_name -> tenure.v1.ReplicaError
+	20, // 22: tenure.v1.AdoptRangesResponse.results:type_name -> tenure.v1.AdoptRangeResult
+	35, // 23: tenure.v1.RangeStatus.role:type_name -> tenure.v1.Role
+	23, // 24: tenure.v1.RangeStatus.followers:type_name -> tenure.v1.FollowerProgress
+	37, // 25: tenure.v1.RangeStatus.retention:type_name -> tenure.v1.RetentionPolicy
+	24, // 26: tenure.v1.ReplicaServiceGetStatusResponse.ranges:type_name -> tenure.v1.RangeStatus
+	27, // 27: tenure.v1.ReplicaServiceGetStatusResponse.lost_ranges:type_name -> tenure.v1.LostRange
+	26, // 28: tenure.v1.ReplicaServiceGetStatusResponse.disk:type_name -> tenure.v1.DiskStatus
+	34, // 29: tenure.v1.GetEpochHistoryResponse.history:type_name -> tenure.v1.EpochStart
+	6,  // 30: tenure.v1.ReplicaService.Fetch:input_type -> tenure.v1.FetchRequest
+	0,  // 31: tenure.v1.ReplicaService.FetchStream:input_type -> tenure.v1.FetchStreamRequest
+	2,  // 32: tenure.v1.ReplicaService.FetchSession:input_type -> tenure.v1.FetchSessionRequest
+	9,  // 33: tenure.v1.ReplicaService.Fence:input_type -> tenure.v1.FenceRequest
+	11, // 34: tenure.v1.ReplicaService.Truncate:input_type -> tenure.v1.TruncateRequest
+	13, // 35: tenure.v1.ReplicaService.Adopt:input_type -> tenure.v1.AdoptRequest
+	16, // 36: tenure.v1.ReplicaService.FenceRanges:input_type -> tenure.v1.FenceRangesRequest
+	19, // 37: tenure.v1.ReplicaService.AdoptRanges:input_type -> tenure.v1.AdoptRangesRequest
+	22, // 38: tenure.v1.ReplicaService.GetStatus:input_type -> tenure.v1.ReplicaServiceGetStatusRequest
+	30, // 39: tenure.v1.ReplicaService.GetEpochHistory:input_type -> tenure.v1.GetEpochHistoryRequest
+	28, // 40: tenure.v1.ReplicaService.DropRange:input_type -> tenure.v1.DropRangeRequest
+	8,  // 41: tenure.v1.ReplicaService.Fetch:output_type -> tenure.v1.FetchResponse
+	1,  // 42: tenure.v1.ReplicaService.FetchStream:output_type -> tenure.v1.FetchStreamResponse
+	4,  // 43: tenure.v1.ReplicaService.FetchSession:output_type -> tenure.v1.FetchSessionResponse
+	10, // 44: tenure.v1.ReplicaService.Fence:output_type -> tenure.v1.FenceResponse
+	12, // 45: tenure.v1.ReplicaService.Truncate:output_type -> tenure.v1.TruncateResponse
+	14, // 46: tenure.v1.ReplicaService.Adopt:output_type -> tenure.v1.AdoptResponse
+	18, // 47: tenure.v1.ReplicaService.FenceRanges:output_type -> tenure.v1.FenceRangesResponse
+	21, // 48: tenure.v1.ReplicaService.AdoptRanges:output_type -> tenure.v1.AdoptRangesResponse
+	25, // 49: tenure.v1.ReplicaService.GetStatus:output_type -> tenure.v1.ReplicaServiceGetStatusResponse
+	31, // 50: tenure.v1.ReplicaService.GetEpochHistory:output_type -> tenure.v1.GetEpochHistoryResponse
+	29, // 51: tenure.v1.ReplicaService.DropRange:output_type -> tenure.v1.DropRangeResponse
+	41, // [41:52] is the sub-list for method output_type
+	30, // [30:41] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_replica_proto_init() }
@@ -2542,7 +2816,7 @@ func file_tenure_v1_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_replica_proto_rawDesc), len(file_tenure_v1_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

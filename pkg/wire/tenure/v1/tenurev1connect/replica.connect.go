@@ -38,6 +38,9 @@ const (
 	// ReplicaServiceFetchStreamProcedure is the fully-qualified name of the ReplicaService's
 	// FetchStream RPC.
 	ReplicaServiceFetchStreamProcedure = "/tenure.v1.ReplicaService/FetchStream"
+	// ReplicaServiceFetchSessionProcedure is the fully-qualified name of the ReplicaService's
+	// FetchSession RPC.
+	ReplicaServiceFetchSessionProcedure = "/tenure.v1.ReplicaService/FetchSession"
 	// ReplicaServiceFenceProcedure is the fully-qualified name of the ReplicaService's Fence RPC.
 	ReplicaServiceFenceProcedure = "/tenure.v1.ReplicaService/Fence"
 	// ReplicaServiceTruncateProcedure is the fully-qualified name of the ReplicaService's Truncate RPC.
@@ -77,6 +80,19 @@ type ReplicaServiceClient interface {
 	// acknowledged batch. A follower whose leader answers Unimplemented (an
 	// older replica) uses Fetch.
 	FetchStream(context.Context) *connect.BidiStreamForClient[v1.FetchStreamRequest, v1.FetchStreamResponse]
+	// FetchSession carries, on one stream per (follower replica, leader
+	// replica) pair, the pulls of every range the follower follows on that
+	// leader (Kafka's KIP-227 fetch sessions). Each pull is a Fetch with
+	// Fetch's rules, checked, counted and answered per range: the KIP-320
+	// check, the HWM and log start in every answer, every fence rule. What
+	// the session changes is only when answers are sent: the leader holds a
+	// range's pull, with no deadline of its own, until that range has news
+	// (records, a divergence, a newer HWM or log start, or an error), and
+	// sends the answers ready at once in one message. An idle range costs
+	// nothing; the stream carries a heartbeat (an empty message) when the
+	// leader has sent nothing for heartbeat_ms. A follower whose leader
+	// answers Unimplemented (an older replica) uses FetchStream per range.
+	FetchSession(context.Context) *connect.BidiStreamForClient[v1.FetchSessionRequest, v1.FetchSessionResponse]
 	// Fence durably records fenced epoch E before answering, stops acting under
 	// any lower epoch, and answers the replica's log end, HWM and epoch history
 	// in the same response: fence and read in one round trip. E equal to the
@@ -137,6 +153,12 @@ func NewReplicaServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(replicaServiceMethods.ByName("FetchStream")),
 			connect.WithClientOptions(opts...),
 		),
+		fetchSession: connect.NewClient[v1.FetchSessionRequest, v1.FetchSessionResponse](
+			httpClient,
+			baseURL+ReplicaServiceFetchSessionProcedure,
+			connect.WithSchema(replicaServiceMethods.ByName("FetchSession")),
+			connect.WithClientOptions(opts...),
+		),
 		fence: connect.NewClient[v1.FenceRequest, v1.FenceResponse](
 			httpClient,
 			baseURL+ReplicaServiceFenceProcedure,
@@ -192,6 +214,7 @@ func NewReplicaServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 type replicaServiceClient struct {
 	fetch           *connect.Client[v1.FetchRequest, v1.FetchResponse]
 	fetchStream     *connect.Client[v1.FetchStreamRequest, v1.FetchStreamResponse]
+	fetchSession    *connect.Client[v1.FetchSessionRequest, v1.FetchSessionResponse]
 	fence           *connect.Client[v1.FenceRequest, v1.FenceResponse]
 	truncate        *connect.Client[v1.TruncateRequest, v1.TruncateResponse]
 	adopt           *connect.Client[v1.AdoptRequest, v1.AdoptResponse]
@@ -210,6 +233,11 @@ func (c *replicaServiceClient) Fetch(ctx context.Context, req *connect.Request[v
 // FetchStream calls tenure.v1.ReplicaService.FetchStream.
 func (c *replicaServiceClient) FetchStream(ctx context.Context) *connect.BidiStreamForClient[v1.FetchStreamRequest, v1.FetchStreamResponse] {
 	return c.fetchStream.CallBidiStream(ctx)
+}
+
+// FetchSession calls tenure.v1.ReplicaService.FetchSession.
+func (c *replicaServiceClient) FetchSession(ctx context.Context) *connect.BidiStreamForClient[v1.FetchSessionRequest, v1.FetchSessionResponse] {
+	return c.fetchSession.CallBidiStream(ctx)
 }
 
 // Fence calls tenure.v1.ReplicaService.Fence.
@@ -268,6 +296,19 @@ type ReplicaServiceHandler interface {
 	// acknowledged batch. A follower whose leader answers Unimplemented (an
 	// older replica) uses Fetch.
 	FetchStream(context.Context, *connect.BidiStream[v1.FetchStreamRequest, v1.FetchStreamResponse]) error
+	// FetchSession carries, on one stream per (follower replica, leader
+	// replica) pair, the pulls of every range the follower follows on that
+	// leader (Kafka's KIP-227 fetch sessions). Each pull is a Fetch with
+	// Fetch's rules, checked, counted and answered per range: the KIP-320
+	// check, the HWM and log start in every answer, every fence rule. What
+	// the session changes is only when answers are sent: the leader holds a
+	// range's pull, with no deadline of its own, until that range has news
+	// (records, a divergence, a newer HWM or log start, or an error), and
+	// sends the answers ready at once in one message. An idle range costs
+	// nothing; the stream carries a heartbeat (an empty message) when the
+	// leader has sent nothing for heartbeat_ms. A follower whose leader
+	// answers Unimplemented (an older replica) uses FetchStream per range.
+	FetchSession(context.Context, *connect.BidiStream[v1.FetchSessionRequest, v1.FetchSessionResponse]) error
 	// Fence durably records fenced epoch E before answering, stops acting under
 	// any lower epoch, and answers the replica's log end, HWM and epoch history
 	// in the same response: fence and read in one round trip. E equal to the
@@ -324,6 +365,12 @@ func NewReplicaServiceHandler(svc ReplicaServiceHandler, opts ...connect.Handler
 		connect.WithSchema(replicaServiceMethods.ByName("FetchStream")),
 		connect.WithHandlerOptions(opts...),
 	)
+	replicaServiceFetchSessionHandler := connect.NewBidiStreamHandler(
+		ReplicaServiceFetchSessionProcedure,
+		svc.FetchSession,
+		connect.WithSchema(replicaServiceMethods.ByName("FetchSession")),
+		connect.WithHandlerOptions(opts...),
+	)
 	replicaServiceFenceHandler := connect.NewUnaryHandler(
 		ReplicaServiceFenceProcedure,
 		svc.Fence,
@@ -378,6 +425,8 @@ func NewReplicaServiceHandler(svc ReplicaServiceHandler, opts ...connect.Handler
 			replicaServiceFetchHandler.ServeHTTP(w, r)
 		case ReplicaServiceFetchStreamProcedure:
 			replicaServiceFetchStreamHandler.ServeHTTP(w, r)
+		case ReplicaServiceFetchSessionProcedure:
+			replicaServiceFetchSessionHandler.ServeHTTP(w, r)
 		case ReplicaServiceFenceProcedure:
 			replicaServiceFenceHandler.ServeHTTP(w, r)
 		case ReplicaServiceTruncateProcedure:
@@ -409,6 +458,10 @@ func (UnimplementedReplicaServiceHandler) Fetch(context.Context, *connect.Reques
 
 func (UnimplementedReplicaServiceHandler) FetchStream(context.Context, *connect.BidiStream[v1.FetchStreamRequest, v1.FetchStreamResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ReplicaService.FetchStream is not implemented"))
+}
+
+func (UnimplementedReplicaServiceHandler) FetchSession(context.Context, *connect.BidiStream[v1.FetchSessionRequest, v1.FetchSessionResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ReplicaService.FetchSession is not implemented"))
 }
 
 func (UnimplementedReplicaServiceHandler) Fence(context.Context, *connect.Request[v1.FenceRequest]) (*connect.Response[v1.FenceResponse], error) {

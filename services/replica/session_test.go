@@ -1,0 +1,217 @@
+package replica_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/wire"
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+)
+
+// appendTo appends vals to range id on n.
+func (c *cluster) appendTo(ctx context.Context, n *node, id string, vals ...[]byte) error {
+	_, err := n.lc.Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: id, Records: vals}))
+	return err
+}
+
+// waitRangeCaughtUp waits until every node holds range id up to the
+// leader's log end, HWM included.
+func (c *cluster) waitRangeCaughtUp(leader *node, id string) {
+	c.t.Helper()
+	for _, f := range c.nodes {
+		waitUntil(c.t, 20*time.Second, f.id+" catching up on "+id, func() bool {
+			l, s := c.rangeStatus(leader, id), c.rangeStatus(f, id)
+			return s.GetLogEnd() == l.GetLogEnd() && s.GetHighWaterMark() == l.GetHighWaterMark() && l.GetHighWaterMark() == l.GetLogEnd()
+		})
+	}
+}
+
+// Many ranges replicate over one fetch session per (follower, leader)
+// pair: no per-range stream is opened, every range's records reach every
+// follower, and idle ranges cost only the sessions' heartbeats, not a long
+// poll each.
+func TestFetchSessionCarriesEveryRange(t *testing.T) {
+	c := newCluster(t, 3)
+	const ranges = 24
+	ids := make([]string, ranges)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("s%02d", i)
+		// Leaders spread over the three: each follower has a session to
+		// each of the two other replicas.
+		leader := c.node(i%3 + 1)
+		var followers []*node
+		for _, n := range c.nodes {
+			if n != leader {
+				followers = append(followers, n)
+			}
+		}
+		c.electRange(ids[i], 1, leader, followers...)
+	}
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, ranges)
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 10 {
+				if err := c.appendTo(ctx, c.node(i%3+1), id, values(fmt.Sprintf("%s-%d-", id, j), 3)...); err != nil {
+					errs <- fmt.Errorf("append to %s: %w", id, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		c.waitRangeCaughtUp(c.node(i%3+1), id)
+	}
+	for _, n := range c.nodes {
+		if got := n.gate.count("FetchStream") + n.gate.count("Fetch"); got != 0 {
+			t.Errorf("%s opened %d per-range fetch calls; every range should ride the sessions", n.id, got)
+		}
+		// One session to each other replica; a few more only if one broke.
+		if got := n.gate.count("FetchSession"); got < 2 || got > 6 {
+			t.Errorf("%s opened %d fetch sessions for %d ranges on 2 leaders, want 2 (a few more only after a failure)", n.id, got, ranges)
+		}
+	}
+
+	// Idle: per-range long polls (300 ms here) would be ranges*2/0.3 = 160
+	// answers a second in all; sessions send a heartbeat per FetchWait, 6
+	// streams / 0.3 s = 20 a second. Counted over a second, with room.
+	before := make([]uint64, len(c.nodes))
+	for i, n := range c.nodes {
+		before[i] = n.r.SessionMessages()
+	}
+	time.Sleep(time.Second)
+	var idle uint64
+	for i, n := range c.nodes {
+		idle += n.r.SessionMessages() - before[i]
+	}
+	if idle > 60 {
+		t.Errorf("%d session messages in an idle second for %d ranges: idle ranges are being answered, not held", idle, ranges)
+	}
+	t.Logf("%d session messages received in an idle second (24 ranges, 6 sessions, heartbeat 300ms)", idle)
+
+	// And a write after the idle spell still reaches every follower at
+	// once: a held pull is answered on news, however long it was held.
+	if err := c.appendTo(ctx, c.node(1), ids[0], values("late", 1)...); err != nil {
+		t.Fatal(err)
+	}
+	c.waitRangeCaughtUp(c.node(1), ids[0])
+}
+
+// A follower whose leader has FetchStream but no FetchSession (an older
+// replica) replicates on per-range streams, and says so once per leader.
+func TestFollowerFallsBackToPerRangeStreams(t *testing.T) {
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	for _, n := range []*node{r2, r3} {
+		n.gate.mu.Lock()
+		n.gate.noSession = true
+		n.gate.mu.Unlock()
+	}
+	c.elect(1, r1, r2, r3)
+	for i := range 5 {
+		c.mustAppend(r1, values("p", i+1)...)
+	}
+	c.waitCaughtUp(r1, r2, r3)
+	c.sameLogs(c.storeLog(r1), r2, r3)
+	if logs := c.logs.String(); strings.Count(logs, "leader has no FetchSession") != 2 {
+		t.Fatalf("want each follower to report the fallback once; logs:\n%s", logs)
+	}
+	for _, n := range []*node{r2, r3} {
+		if n.gate.count("FetchStream") == 0 {
+			t.Errorf("%s never opened a FetchStream", n.id)
+		}
+	}
+}
+
+// A partition between a follower and its leader fails the session (the
+// answers stop, heartbeats too), the follower's ranges back off and pull
+// again on a new session once it heals, and nothing is lost.
+func TestFetchSessionSurvivesAPartition(t *testing.T) {
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, r1, r2, r3)
+	c.mustAppend(r1, values("a", 3)...)
+	c.waitCaughtUp(r1, r2, r3)
+	r3.gate.block()
+	for i := range 5 {
+		c.mustAppend(r1, values(fmt.Sprintf("b%d-", i), 2)...) // r1 and r2 are a quorum
+	}
+	opened := r3.gate.count("FetchSession")
+	r3.gate.open()
+	c.waitCaughtUp(r1, r2, r3)
+	c.sameLogs(c.storeLog(r1), r2, r3)
+	if r3.gate.count("FetchSession") <= opened {
+		t.Fatalf("r3 caught up without opening a new session (%d opened before healing)", opened)
+	}
+}
+
+// The leader refuses a session message that breaks its rules, ending the
+// stream with InvalidArgument; a pull for a range it does not lead is
+// answered with Fetch's own error, and the stream goes on.
+func TestFetchSessionRefusesBadMessages(t *testing.T) {
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, r1, r2, r3)
+	ctx := ctxT(t)
+	pull := func(id uint64, rangeID string) *tenurev1.SessionPull {
+		return &tenurev1.SessionPull{Id: id, Fetch: &tenurev1.FetchRequest{RangeId: rangeID, Epoch: 1, ReplicaId: "r2"}}
+	}
+	bad := []struct {
+		name string
+		m    *tenurev1.FetchSessionRequest
+	}{
+		{"a pull without a fetch", &tenurev1.FetchSessionRequest{Pulls: []*tenurev1.SessionPull{{Id: 1}}}},
+		{"one range pulled twice", &tenurev1.FetchSessionRequest{Pulls: []*tenurev1.SessionPull{pull(1, rangeID), pull(2, rangeID)}}},
+		{"a heartbeat above the limit", &tenurev1.FetchSessionRequest{HeartbeatMs: wire.MaxFetchWaitMillis + 1}},
+		{"too many pulls", &tenurev1.FetchSessionRequest{Pulls: make([]*tenurev1.SessionPull, wire.MaxSessionPulls+1)}},
+	}
+	for _, tc := range bad {
+		st := r1.rc.FetchSession(ctx)
+		err := st.Send(tc.m)
+		if err == nil {
+			_, err = st.Receive()
+		} else {
+			_, err = st.Receive()
+		}
+		wantCode(t, tc.name, err, connect.CodeInvalidArgument)
+		_ = st.CloseRequest()
+		_ = st.CloseResponse()
+	}
+
+	st := r1.rc.FetchSession(ctx)
+	defer func() { _ = st.CloseRequest(); _ = st.CloseResponse() }()
+	if err := st.Send(&tenurev1.FetchSessionRequest{HeartbeatMs: 50, Pulls: []*tenurev1.SessionPull{pull(7, "no-such-range")}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.GetAnswers()) != 1 || m.GetAnswers()[0].GetId() != 7 || connect.Code(m.GetAnswers()[0].GetErrorCode()) != connect.CodeNotFound {
+		t.Fatalf("answer to a pull for an unknown range = %v, want pull 7 answered NotFound", m)
+	}
+	// The stream lives on: heartbeats at the 50 ms the follower asked.
+	for range 3 {
+		m, err := st.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.GetAnswers()) != 0 {
+			t.Fatalf("heartbeat carries answers: %v", m)
+		}
+	}
+}
