@@ -46,17 +46,17 @@ func runJetStreamShapes(b *testing.B, c *jsCluster) {
 }
 
 // runShape runs shape once for -bench.duration and reports the result. It is
-// the common body of every system's sub-benchmarks.
+// the common body of every system's sub-benchmarks. With the servers in
+// this process it also reports syncs/record (runShapeCounting); not when
+// they run in processes of their own, whose syncs this process's counters
+// do not see.
 func runShape(b *testing.B, newAppender func(client int) (Appender, error), shape Shape) {
 	b.Helper()
-	b.ResetTimer()
-	r, err := Run(b.Context(), newAppender, shape, RecordBytes, *benchDuration)
-	b.StopTimer()
-	if err != nil {
-		b.Fatal(err)
+	var counters []counter
+	if !serverProcesses() {
+		counters = append(counters, syncsCounter)
 	}
-	b.Logf("%s: %v", shape.Name, r)
-	Report(b, r)
+	runShapeCounting(b, newAppender, shape, counters...)
 }
 
 type jsCluster struct {
