@@ -106,11 +106,11 @@ type counter struct {
 var syncsCounter = counter{unit: "syncs/record", read: processSyncs}
 
 // runShapeCounting is runShape that also reports each counter's increase
-// over the run per acknowledged record. The counters are read just before
-// and after Run, which makes the appenders (connections: no syncs) before
-// its clock starts and closes them after; a counter that cannot be read is
-// logged as unavailable and not reported.
-func runShapeCounting(b *testing.B, newAppender func(client int) (Appender, error), shape Shape, counters ...counter) {
+// over the run per acknowledged record, and returns the result. The
+// counters are read just before and after Run, which makes the appenders
+// (connections: no syncs) before its clock starts and closes them after; a
+// counter that cannot be read is logged as unavailable and not reported.
+func runShapeCounting(b *testing.B, newAppender func(client int) (Appender, error), shape Shape, counters ...counter) Result {
 	b.Helper()
 	before := make([]uint64, len(counters))
 	errs := make([]error, len(counters))
@@ -135,15 +135,20 @@ func runShapeCounting(b *testing.B, newAppender func(client int) (Appender, erro
 			b.ReportMetric(float64(after-before[i])/float64(r.Records), c.unit)
 		}
 	}
+	return r
 }
 
 // BenchmarkTenureManyRanges runs manyShapes on an in-process 3-replica
 // cluster (as BenchmarkTenure), range i led by replica i mod 3, every
 // client its own HTTP/2 connection to each leader it appends to. Besides
-// syncs/record it reports wal-syncs/record, the three replicas' WAL group
-// commits (tenure_replica_wal_fsync_duration_seconds' count, one or, at a
-// WAL file switch, two fdatasyncs each): the group commits the store
-// shares across ranges.
+// syncs/record it reports, from the replicas' WAL sync histograms
+// (tenure_replica_wal_fsync_duration_seconds): wal-syncs/record, the three
+// replicas' WAL group commits (one or, at a WAL file switch, two
+// fdatasyncs each), which the store shares across ranges; wal-sync-us,
+// their mean duration; and wal-sync-busy, the fraction of the run a
+// replica spent in them (the mean over the three). A replica syncs its WAL
+// one sync at a time, so a busy fraction near 1 means appends wait for
+// syncs, not for CPU.
 func BenchmarkTenureManyRanges(b *testing.B) {
 	var regs []*prometheus.Registry
 	c := startTenureClusterWith(b, 3, func(cfg *replica.Config) {
@@ -151,7 +156,10 @@ func BenchmarkTenureManyRanges(b *testing.B) {
 		regs = append(regs, reg)
 		cfg.Metrics = reg
 	})
-	walSyncs := counter{unit: "wal-syncs/record", read: func() (uint64, error) { return walSyncCount(regs) }}
+	walSyncs := counter{unit: "wal-syncs/record", read: func() (uint64, error) {
+		n, _, err := walSyncStats(regs)
+		return n, err
+	}}
 	ready := 0 // ranges many-0..many-(ready-1) exist
 	for _, s := range manyShapes() {
 		b.Run(s.Name, func(b *testing.B) {
@@ -174,7 +182,15 @@ func BenchmarkTenureManyRanges(b *testing.B) {
 				}
 				return a, nil
 			}
-			runShapeCounting(b, newAppender, s.Shape, syncsCounter, walSyncs)
+			n0, sum0, err0 := walSyncStats(regs)
+			r := runShapeCounting(b, newAppender, s.Shape, syncsCounter, walSyncs)
+			n1, sum1, err1 := walSyncStats(regs)
+			if err := errors.Join(err0, err1); err != nil {
+				b.Logf("WAL sync durations unavailable: %v", err)
+			} else if n1 > n0 && r.Elapsed > 0 {
+				b.ReportMetric((sum1-sum0)/float64(n1-n0)*1e6, "wal-sync-us")
+				b.ReportMetric((sum1-sum0)/float64(len(regs))/r.Elapsed.Seconds(), "wal-sync-busy")
+			}
 		})
 	}
 }
@@ -230,14 +246,14 @@ func (a *tenureRandomAppender) Close() error {
 	return nil
 }
 
-// walSyncCount sums the WAL group commits the replicas' registries count.
-func walSyncCount(regs []*prometheus.Registry) (uint64, error) {
+// walSyncStats sums the WAL group commits the replicas' registries count,
+// and the seconds they took.
+func walSyncStats(regs []*prometheus.Registry) (n uint64, seconds float64, err error) {
 	const name = "tenure_replica_wal_fsync_duration_seconds"
-	var n uint64
 	for _, reg := range regs {
 		mfs, err := reg.Gather()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		found := false
 		for _, mf := range mfs {
@@ -246,14 +262,15 @@ func walSyncCount(regs []*prometheus.Registry) (uint64, error) {
 			}
 			for _, m := range mf.GetMetric() {
 				n += m.GetHistogram().GetSampleCount()
+				seconds += m.GetHistogram().GetSampleSum()
 				found = true
 			}
 		}
 		if !found {
-			return 0, fmt.Errorf("no %s in a replica's registry", name)
+			return 0, 0, fmt.Errorf("no %s in a replica's registry", name)
 		}
 	}
-	return n, nil
+	return n, seconds, nil
 }
 
 // BenchmarkJetStreamManyRanges runs manyShapes on an in-process 3-node
