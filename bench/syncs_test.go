@@ -134,7 +134,9 @@ func tracepointID(event string) (uint64, error) {
 		}
 		return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	}
-	return 0, fmt.Errorf("tracepoint syscalls:%s: %w", event, errors.Join(errs...))
+	// tracefs is often not mounted until something asks for it (perf
+	// mounts it on first use); mounting it is the operator's call.
+	return 0, fmt.Errorf("tracepoint syscalls:%s (is tracefs mounted? mount -t tracefs nodev /sys/kernel/tracing): %w", event, errors.Join(errs...))
 }
 
 // threads lists the process's thread ids, ascending.
