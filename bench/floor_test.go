@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 )
@@ -50,8 +51,9 @@ const floorFileBytes = 16 << 20
 
 // floorFile is one replica's log file and its group-commit writer.
 type floorFile struct {
-	f   *os.File
-	pos int64 // next write position, modulo floorFileBytes
+	f     *os.File
+	pos   int64         // next write position, modulo floorFileBytes
+	syncs *atomic.Int64 // counts this file's fdatasyncs when set
 }
 
 // newFloorFile creates dir/log, writes it full of zeros and syncs it and
@@ -92,6 +94,9 @@ func (w *floorFile) write(p []byte) error {
 		w.pos = (w.pos + n) % floorFileBytes
 		p = p[n:]
 	}
+	if w.syncs != nil {
+		w.syncs.Add(1)
+	}
 	return syscall.Fdatasync(int(w.f.Fd()))
 }
 
@@ -100,6 +105,7 @@ func (w *floorFile) write(p []byte) error {
 type floorCluster struct {
 	leaderAddr string
 	wg         sync.WaitGroup
+	syncs      atomic.Int64 // fdatasyncs of the three replicas' writes (not of the setup)
 
 	mu        sync.Mutex
 	closed    bool
@@ -148,6 +154,7 @@ func startFloorCluster(tb testing.TB) *floorCluster {
 		if err != nil {
 			tb.Fatalf("floor replica %d: %v", i, err)
 		}
+		f.syncs = &c.syncs
 		files[i] = f
 	}
 	for i := 1; i <= 2; i++ {

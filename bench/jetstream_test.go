@@ -46,17 +46,17 @@ func runJetStreamShapes(b *testing.B, c *jsCluster) {
 }
 
 // runShape runs shape once for -bench.duration and reports the result. It is
-// the common body of every system's sub-benchmarks.
+// the common body of every system's sub-benchmarks. With the servers in
+// this process it also reports syncs/record (runShapeCounting); not when
+// they run in processes of their own, whose syncs this process's counters
+// do not see.
 func runShape(b *testing.B, newAppender func(client int) (Appender, error), shape Shape) {
 	b.Helper()
-	b.ResetTimer()
-	r, err := Run(b.Context(), newAppender, shape, RecordBytes, *benchDuration)
-	b.StopTimer()
-	if err != nil {
-		b.Fatal(err)
+	var counters []counter
+	if !serverProcesses() {
+		counters = append(counters, syncsCounter)
 	}
-	b.Logf("%s: %v", shape.Name, r)
-	Report(b, r)
+	runShapeCounting(b, newAppender, shape, counters...)
 }
 
 type jsCluster struct {
@@ -170,12 +170,21 @@ func (c *jsCluster) createStream(tb testing.TB, name, subject string, replicas i
 	if err != nil {
 		tb.Fatal(err)
 	}
+	if err := createStream(tb.Context(), js, name, subject, replicas); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// createStream creates an R(replicas) file-storage stream and returns
+// once it has a leader, every replica is current and one publish to it
+// was acknowledged; each wait is bounded (30s).
+func createStream(ctx context.Context, js jetstream.JetStream, name, subject string, replicas int) error {
 	// The meta leader may still be settling: retry creation within the
 	// bound. Each attempt has a bound of its own: a request the cluster
 	// drops (seen once in ~10 runs, with one context for all attempts)
 	// otherwise waits out the whole 30s instead of being sent again.
-	waitFor(tb, 30*time.Second, "stream "+name+" created", func() error {
-		ctx, cancel := context.WithTimeout(tb.Context(), jsAttemptTimeout)
+	err := poll(30*time.Second, "stream "+name+" created", func() error {
+		ctx, cancel := context.WithTimeout(ctx, jsAttemptTimeout)
 		defer cancel()
 		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:      name,
@@ -187,10 +196,13 @@ func (c *jsCluster) createStream(tb testing.TB, name, subject string, replicas i
 		})
 		return err
 	})
+	if err != nil {
+		return err
+	}
 	// Wait until the stream has a leader and every replica is current, then
 	// prove the write path works with one acknowledged publish.
-	waitFor(tb, 30*time.Second, "stream "+name+" leader and replicas current", func() error {
-		ctx, cancel := context.WithTimeout(tb.Context(), jsAttemptTimeout)
+	return poll(30*time.Second, "stream "+name+" leader and replicas current", func() error {
+		ctx, cancel := context.WithTimeout(ctx, jsAttemptTimeout)
 		defer cancel()
 		s, err := js.Stream(ctx, name)
 		if err != nil {
@@ -245,7 +257,13 @@ func (c *jsCluster) newAppender(shape Shape, subject string) (Appender, error) {
 	}
 	// Allow exactly the shape's records outstanding per client; the harness
 	// never exceeds it, so publishers do not stall on the client's limit.
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(shape.InFlight))
+	// A publish waits for its ack as long as the harness waits for a call
+	// in flight (DrainTimeout), not the client's default 5 s (the run's
+	// context has no deadline, so the client would add one): at 1,000
+	// streams JetStream's p99 is 2-4 s, and one run in ten on a loaded box
+	// failed, its tail past 5 s. A slow ack is a latency to report, not a
+	// failed append.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(shape.InFlight), jetstream.WithDefaultTimeout(DrainTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -314,14 +332,22 @@ func freePorts(tb testing.TB, n int) []int {
 // not within timeout.
 func waitFor(tb testing.TB, timeout time.Duration, what string, check func() error) {
 	tb.Helper()
+	if err := poll(timeout, what, check); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// poll calls check every 50ms until it returns nil, or returns an error
+// once timeout has passed, for goroutines that may not fail a test.
+func poll(timeout time.Duration, what string, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+			return fmt.Errorf("timed out after %v waiting for %s: %w", timeout, what, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

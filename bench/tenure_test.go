@@ -211,8 +211,14 @@ func (c *tenureCluster) adoptRangeRetained(ctx context.Context, rangeID string, 
 // newAppender connects one client (its own HTTP/2 connection) to the
 // leader, appending through AppendStream or, if unary, with Append calls.
 func (c *tenureCluster) newAppender(rangeID string, unary bool, opts ...appender.Option) *tenureAppender {
+	return c.newAppenderAt(0, rangeID, unary, opts...)
+}
+
+// newAppenderAt is newAppender connected to c.nodes[node], the leader of
+// rangeID.
+func (c *tenureCluster) newAppenderAt(node int, rangeID string, unary bool, opts ...appender.Option) *tenureAppender {
 	hc := transport.NewHTTPClient()
-	lc := tenurev1connect.NewLogServiceClient(hc, c.nodes[0].address, transport.ClientOptions()...)
+	lc := tenurev1connect.NewLogServiceClient(hc, c.nodes[node].address, transport.ClientOptions()...)
 	a := &tenureAppender{hc: hc, lc: lc, rangeID: rangeID}
 	if !unary {
 		a.stream = appender.New(lc, opts...)
@@ -230,11 +236,17 @@ type tenureAppender struct {
 }
 
 func (a *tenureAppender) Append(ctx context.Context, records [][]byte) error {
+	return a.appendTo(ctx, a.rangeID, records)
+}
+
+// appendTo appends records to rangeID, which the replica a is connected to
+// must lead.
+func (a *tenureAppender) appendTo(ctx context.Context, rangeID string, records [][]byte) error {
 	if a.stream != nil {
-		_, err := a.stream.Append(ctx, a.rangeID, records)
+		_, err := a.stream.Append(ctx, rangeID, records)
 		return err
 	}
-	_, err := a.lc.Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: a.rangeID, Records: records}))
+	_, err := a.lc.Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: rangeID, Records: records}))
 	return err
 }
 

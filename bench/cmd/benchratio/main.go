@@ -2,9 +2,11 @@
 // each file of `go test -bench` output (one file per benchmark binary, each
 // holding several whole runs), the records/s of every system and shape per
 // run, their median, the median p50 and p99, the median CPU time and
-// scheduler samples per record (when the lines carry them), and each system's ratio to
-// JetStream (JetStreamProcs for a ...Procs system) within the same run,
-// with the median of those ratios. Issue #3's
+// scheduler samples per record (when the lines carry them), the median
+// syncs per record (likewise), and each system's ratio to JetStream
+// (JetStreamProcs for a ...Procs system, JetStreamManyRanges for a
+// ...ManyRanges one) within the same run, with the median of those ratios,
+// and likewise to the floor (Floor, FloorManyRanges) when the run has it. Issue #3's
 // targets are stated as such medians. See bench/README.md, "Run", and
 // bench/interleave.sh, which writes the files.
 //
@@ -23,17 +25,34 @@ import (
 )
 
 // baseline is the system every other one is compared with: JetStream, or
-// for a system whose servers run as processes of their own (a name ending
-// in "Procs", bench/procs_test.go) JetStreamProcs.
+// for a system of a family (a name ending in a family's suffix) the
+// baseline of that family: JetStreamProcs for a system whose servers run
+// as processes of their own (bench/procs_test.go), JetStreamManyRanges for
+// the many-range shapes (bench/many_test.go).
 const baseline = "JetStream"
 
-// baselineFor names the system that system is compared with.
-func baselineFor(system string) string {
-	if strings.HasSuffix(system, "Procs") {
-		return baseline + "Procs"
+// floor is the machine's limit (bench/floor_test.go) every system is also
+// compared with when its family has one in the run: Floor, FloorManyRanges.
+const floor = "Floor"
+
+// families are the suffixes of the benchmark families.
+var families = []string{"Procs", "ManyRanges"}
+
+// family is system's family suffix ("" for the in-process single-range one).
+func family(system string) string {
+	for _, f := range families {
+		if strings.HasSuffix(system, f) {
+			return f
+		}
 	}
-	return baseline
+	return ""
 }
+
+// baselineFor names the system that system is compared with.
+func baselineFor(system string) string { return baseline + family(system) }
+
+// floorFor names the floor system is compared with.
+func floorFor(system string) string { return floor + family(system) }
 
 // result is one benchmark line: one system, one shape, one run.
 type result struct {
@@ -43,6 +62,9 @@ type result struct {
 	// cpuUs and sched are per record; 0 when the line lacks them (output
 	// of an older harness).
 	cpuUs, sched float64
+	// syncs are fsync and fdatasync calls per record, -1 when the line
+	// lacks them (not counted, or unavailable).
+	syncs float64
 }
 
 // run is one whole run of a benchmark binary: each system and shape once.
@@ -118,7 +140,7 @@ func parseLine(line string) (result, bool, error) {
 		}
 	}
 	system, shape, _ := strings.Cut(name, "/")
-	res := result{system: system, shape: shape}
+	res := result{system: system, shape: shape, syncs: -1}
 	for i := 2; i+1 < len(f); i += 2 {
 		v, err := strconv.ParseFloat(f[i], 64)
 		if err != nil {
@@ -135,6 +157,8 @@ func parseLine(line string) (result, bool, error) {
 			res.cpuUs = v
 		case "sched-samples/record":
 			res.sched = v
+		case "syncs/record":
+			res.syncs = v
 		}
 	}
 	if res.recordsPerSec == 0 {
@@ -159,7 +183,7 @@ func summarize(w io.Writer, runs []run) {
 	slices.Sort(shapes)
 	for _, shape := range shapes {
 		for _, system := range systems {
-			var rps, p50, p99, cpu, sched, ratios []float64
+			var rps, p50, p99, cpu, sched, syncs, ratios, floors []float64
 			for _, r := range runs {
 				res, ok := r[[2]string{system, shape}]
 				if !ok {
@@ -169,8 +193,14 @@ func summarize(w io.Writer, runs []run) {
 				if res.cpuUs > 0 {
 					cpu, sched = append(cpu, res.cpuUs), append(sched, res.sched)
 				}
+				if res.syncs >= 0 {
+					syncs = append(syncs, res.syncs)
+				}
 				if base, ok := r[[2]string{baselineFor(system), shape}]; ok && system != baselineFor(system) && base.recordsPerSec > 0 {
 					ratios = append(ratios, res.recordsPerSec/base.recordsPerSec)
+				}
+				if fl, ok := r[[2]string{floorFor(system), shape}]; ok && system != floorFor(system) && system != baselineFor(system) && fl.recordsPerSec > 0 {
+					floors = append(floors, res.recordsPerSec/fl.recordsPerSec)
 				}
 			}
 			if len(rps) == 0 {
@@ -180,8 +210,14 @@ func summarize(w io.Writer, runs []run) {
 			if len(cpu) > 0 {
 				fmt.Fprintf(w, "  per record %.0f us CPU, %.2f sched samples", median(cpu), median(sched))
 			}
+			if len(syncs) > 0 {
+				fmt.Fprintf(w, ", %.3f syncs", median(syncs))
+			}
 			if len(ratios) > 0 {
 				fmt.Fprintf(w, "  vs %s %s median %.2fx", baselineFor(system), join(ratios, "%.2f"), median(ratios))
+			}
+			if len(floors) > 0 {
+				fmt.Fprintf(w, "  vs %s %s median %.2fx", floorFor(system), join(floors, "%.2f"), median(floors))
 			}
 			fmt.Fprintln(w)
 		}

@@ -74,3 +74,33 @@ BenchmarkTenureProcs/one-in-flight-2     1    600 records/s
 		}
 	}
 }
+
+// The many-range systems are compared with JetStream's and the floor's
+// many-range runs of the same shape; syncs per record are summarized when
+// the lines carry them.
+func TestManyRangesCompareWithTheirFamily(t *testing.T) {
+	runs, err := parse(strings.NewReader(`goos: linux
+BenchmarkJetStream/64-clients-2                 1   1000 records/s
+BenchmarkTenureManyRanges/100-ranges-2          1   3000 records/s   2.5 syncs/record
+BenchmarkJetStreamManyRanges/100-ranges-2       1   1000 records/s   3 syncs/record
+BenchmarkFloorManyRanges/100-ranges-2           1   6000 records/s   0.1 syncs/record
+goos: linux
+BenchmarkTenureManyRanges/100-ranges-2          1   4000 records/s   0.5 syncs/record
+BenchmarkJetStreamManyRanges/100-ranges-2       1   1000 records/s   3 syncs/record
+BenchmarkFloorManyRanges/100-ranges-2           1   5000 records/s   0.1 syncs/record
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	summarize(&out, runs)
+	for _, w := range []string{
+		"100-ranges     TenureManyRanges records/s 3000/4000 median 3500  p50 0.000 ms  p99 0.00 ms, 1.500 syncs  vs JetStreamManyRanges 3.00/4.00 median 3.50x  vs FloorManyRanges 0.50/0.80 median 0.65x\n",
+		"100-ranges     FloorManyRanges records/s 6000/5000 median 5500  p50 0.000 ms  p99 0.00 ms, 0.100 syncs  vs JetStreamManyRanges 6.00/5.00 median 5.50x\n",
+		"100-ranges     JetStreamManyRanges records/s 1000/1000 median 1000  p50 0.000 ms  p99 0.00 ms, 3.000 syncs\n",
+	} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("summary lacks %q:\n%s", w, out.String())
+		}
+	}
+}
