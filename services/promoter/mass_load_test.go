@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurelog/tenure/internal/fanout"
 	"github.com/tenurelog/tenure/pkg/appender"
@@ -85,9 +86,9 @@ type rangeLoad struct {
 	id   string
 	prod []byte // the producer id: 16 random bytes
 	acks []loadAck
-	// tries counts appends sent, fails those not acknowledged (refused,
-	// unknown outcome, no server): retried, and not counted as acked.
-	tries, fails int
+	// fails counts tries not acknowledged (refused, unknown outcome, no
+	// server): retried, and not counted as acked.
+	fails int
 	// nacked is len(acks), for the test goroutine while the load runs.
 	nacked atomic.Int64
 }
@@ -156,7 +157,6 @@ func (l *massLoad) produce(ctx context.Context, rl *rangeLoad, leader string) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		ack, err := l.apps[id].AppendRequest(cctx, req)
 		cancel()
-		rl.tries++
 		if err == nil {
 			rl.acks = append(rl.acks, loadAck{acked{ack.GetBaseOffset(), value}, ack.GetEpoch(), time.Now()})
 			rl.nacked.Add(1)
@@ -243,6 +243,9 @@ type massLoadResult struct {
 	// the end of the load; victimAcks those of victim ranges after the
 	// kill.
 	acks, windowAcks, victimAcks int
+	// fails counts tries not acknowledged (refused, unknown outcome, no
+	// server), each retried.
+	fails int
 	// before and after are the acknowledgements per second in the steady
 	// stretch before the kill (every producer past its first append), and
 	// from seen to the load's end.
@@ -309,20 +312,16 @@ func massFailoverUnderLoad(tb testing.TB, n int, after time.Duration) massLoadRe
 	// again, a bounded number of times, until r1 leads exactly its third.
 	var victim string
 	var victims ledAt
-	var before map[string]int
-	place := func() {
-		for try := 1; ; try++ {
-			c.leadEach(p, ids, func(r string) string { return want[r] })
-			victim, victims, before = c.settleOn(p, ids, "r1")
-			if len(victims) == (n+2)/3 {
-				return
-			}
-			if try == 5 {
-				tb.Fatalf("after %d placements r1 leads %d of %d ranges, want %d: not the scenario measured", try, len(victims), n, (n+2)/3)
-			}
+	for try := 1; ; try++ {
+		c.leadEach(p, ids, func(r string) string { return want[r] })
+		victim, victims, _ = c.settleOn(p, ids, "r1")
+		if len(victims) == (n+2)/3 {
+			break
+		}
+		if try == 5 {
+			tb.Fatalf("after %d placements r1 leads %d of %d ranges, want %d: not the scenario measured", try, len(victims), n, (n+2)/3)
 		}
 	}
-	place()
 	_, leaders := c.leaders()
 	tb.Logf("placed and settled: r1 leads %d of %d ranges; starting the load", len(victims), n)
 	l := c.startLoad(ids, leaders)
@@ -340,15 +339,28 @@ func massFailoverUnderLoad(tb testing.TB, n int, after time.Duration) massLoadRe
 		return true
 	})
 	warm := time.Now()
-	tb.Logf("every range acknowledged an append %v after the load started (%d acks); the kill follows in %v", warm.Sub(l.start), l.count(), after)
+	tb.Logf("every range acknowledged an append %v after the load started (%d acks)", warm.Sub(l.start), l.count())
 	// A steady stretch first: the rate in it is the load the failover
 	// interrupts.
 	time.Sleep(after)
 	// What moved while the load started (a leader whose lease lapsed
-	// under it) is not the failover's: place and settle again, under the
-	// load, and count promotions from here (usually nothing moved).
-	place()
-	_, leaders = c.leaders()
+	// under it) is not the failover's: the victims, every range's leader
+	// and epoch, and the records so far are read again here, just before
+	// the kill, and only promotions above these epochs count. (Placing
+	// again under the load was tried: at 1,000 ranges its etcd reads,
+	// slowed by the load, took minutes.)
+	epochAt, leaders := c.leaders()
+	victims = ledAt{}
+	for r, id := range leaders {
+		if id == victim {
+			victims[r] = epochAt[r]
+		}
+	}
+	before := p.countAllTransitions(tb)
+	tb.Logf("%d acks so far; r1 leads %d ranges: killing it", l.count(), len(victims))
+	if len(victims) == 0 {
+		tb.Fatal("r1 leads no range any more: not the scenario measured")
+	}
 	stopProfile := massProfile(tb)
 	killed := time.Now()
 	c.stop(c.byID[victim])
@@ -366,6 +378,9 @@ func massFailoverUnderLoad(tb testing.TB, n int, after time.Duration) massLoadRe
 
 	res.acks = l.acks(time.Time{}, stopped.Add(time.Hour))
 	res.windowAcks = l.acks(killed, stopped.Add(time.Hour))
+	for _, rl := range l.ranges {
+		res.fails += rl.fails
+	}
 	// The rate over the stretch before the kill, settling included.
 	res.before = float64(l.acks(warm, killed)) / killed.Sub(warm).Seconds()
 	res.after = float64(l.acks(killed.Add(res.seen), stopped)) / stopped.Sub(killed.Add(res.seen)).Seconds()
@@ -393,9 +408,9 @@ func massFailoverUnderLoad(tb testing.TB, n int, after time.Duration) massLoadRe
 		res.appending = max(res.appending, first)
 	}
 	c.checkLoad(l, &res)
-	res.promotions = c.failoverPromotions(p, ids, victims, leaders, before, victim)
-	tb.Logf("mass failover under load: %d ranges, %d victims; all re-led %v (seen %v), all appending %v; acks %d (%d after the kill, %d on victims; %.0f/s before the kill, %.0f/s after all were re-led); lost %d, dups %d, unread %d, doubles %d, missing %d, relost %d",
-		res.ranges, res.victims, res.allReled, res.seen, res.appending, res.acks, res.windowAcks, res.victimAcks, res.before, res.after,
+	res.promotions = c.failoverPromotions(p, ids, victims, leaders, epochAt, before, victim)
+	tb.Logf("mass failover under load: %d ranges, %d victims; all re-led %v (seen %v), all appending %v; acks %d (%d after the kill, %d on victims; %.0f/s before the kill, %.0f/s after all were re-led; %d tries not acknowledged); lost %d, dups %d, unread %d, doubles %d, missing %d, relost %d",
+		res.ranges, res.victims, res.allReled, res.seen, res.appending, res.acks, res.windowAcks, res.victimAcks, res.before, res.after, res.fails,
 		res.lost, res.dups, res.unread, res.doubles, res.missing, res.relost)
 	return res
 }
@@ -497,7 +512,7 @@ func (c *cluster) readFrom(url, rangeID string) (map[uint64]*tenurev1.Record, er
 // a fault of its own that the failover did not cause). The promoter
 // writes a record just after its adoption, in the background, so a
 // victim still without one is read again, for up to 60 s.
-func (c *cluster) failoverPromotions(p *Promoter, ids []string, victims ledAt, leaderAt map[string]string, before map[string]int, killed string) promotions {
+func (c *cluster) failoverPromotions(p *Promoter, ids []string, victims ledAt, leaderAt map[string]string, epochAt ledAt, before map[string]int, killed string) promotions {
 	c.t.Helper()
 	ctx := context.Background()
 	var po promotions
@@ -521,8 +536,9 @@ func (c *cluster) failoverPromotions(p *Promoter, ids []string, victims ledAt, l
 			displaced, failovers, relost := leaderAt[id], 0, 0
 			for _, tr := range trs {
 				// The epoch comparison: a record at or below the epoch
-				// the range had at the kill is from before it.
-				if e, ok := victims[id]; ok && tr.GetEpoch() <= e {
+				// the range had at the kill is from before it (written
+				// after the count before, its promotion was done).
+				if tr.GetEpoch() <= epochAt[id] {
 					continue
 				}
 				if displaced == killed {
@@ -557,4 +573,24 @@ func (c *cluster) failoverPromotions(p *Promoter, ids []string, victims ledAt, l
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// countAllTransitions maps each range to how many transition records it
+// has, in one etcd read (keys only) rather than one per range.
+func (p *Promoter) countAllTransitions(tb testing.TB) map[string]int {
+	tb.Helper()
+	prefix := p.cfg.Prefix + "transitions/"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := p.cfg.Etcd.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		tb.Fatalf("reading the transition records: %v", err)
+	}
+	n := map[string]int{}
+	for _, kv := range resp.Kvs {
+		// transitions/<range>/<epoch>: range ids hold no slash.
+		id, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		n[id]++
+	}
+	return n
 }
