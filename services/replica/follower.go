@@ -57,6 +57,9 @@ type follower struct {
 	leaderID      string
 	leaderAddress string
 	client        tenurev1connect.ReplicaServiceClient
+	// sess is the fetch session to the leader replica, shared with every
+	// range this replica follows there.
+	sess *fetchSession
 
 	// ctx is cancelled, with the reason, when following ends (a fence, a
 	// halt, Close).
@@ -92,6 +95,7 @@ func (h *hosted) startFollowerLocked() {
 		leaderID:      h.st.LeaderID,
 		leaderAddress: h.st.LeaderAddress,
 		client:        tenurev1connect.NewReplicaServiceClient(h.s.httpClient(), h.st.LeaderAddress, transport.ClientOptions(transport.ForReplica(h.st.LeaderID))...),
+		sess:          h.s.session(h.st.LeaderID, h.st.LeaderAddress),
 		ctx:           ctx,
 		cancel:        cancel,
 	}
@@ -104,6 +108,8 @@ func (h *hosted) startFollowerLocked() {
 // of the local store stops the range.
 func (f *follower) run() {
 	defer f.closeStream()
+	f.sess.following.Add(1)
+	defer f.sess.following.Add(-1)
 	log := f.h.log.With("epoch", f.epoch, "leader", f.leaderID)
 	var bo backoff
 	diskFull := backoff{min: diskFullBackoffMin, max: diskFullBackoffMax}
@@ -292,10 +298,15 @@ func (f *follower) advanceLogStart() {
 func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*tenurev1.FetchResponse, error) {
 	// The leader's fetch session, shared with every range this replica
 	// follows there, unless the leader has none (an older replica): then
-	// this loop's own FetchStream, or unary Fetch for the oldest.
-	if sess := f.h.s.session(f.leaderID, f.leaderAddress); sess.usable() {
+	// this loop's own FetchStream, or unary Fetch for the oldest. A range
+	// followed alone on its leader keeps its own FetchStream: that is
+	// already the one stream to the leader, with the same single message
+	// per pull and per answer, and it saves the session's hand-off from
+	// its receiving goroutine to this one: measured one in flight, 9%
+	// fewer records/s and 15% more CPU per record through the session.
+	if f.sess.following.Load() > 1 && f.sess.usable() {
 		f.closeStream()
-		a, err := sess.fetch(f.ctx, req)
+		a, err := f.sess.fetch(f.ctx, req)
 		if !errors.Is(err, errNoSession) {
 			return a, err
 		}

@@ -101,6 +101,9 @@ type fetchSession struct {
 	// fetch loop is told errNoSession.
 	noSessionUntil time.Time
 
+	// following counts the fetch loops following a range on this leader:
+	// a range alone there keeps its own FetchStream (follower.fetch).
+	following atomic.Int64
 	// Streams and messages, for status and tests.
 	streams  atomic.Uint64
 	messages atomic.Uint64

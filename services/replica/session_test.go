@@ -77,8 +77,10 @@ func TestFetchSessionCarriesEveryRange(t *testing.T) {
 		c.waitRangeCaughtUp(c.node(i%3+1), id)
 	}
 	for _, n := range c.nodes {
-		if got := n.gate.count("FetchStream") + n.gate.count("Fetch"); got != 0 {
-			t.Errorf("%s opened %d per-range fetch calls; every range should ride the sessions", n.id, got)
+		// The first range elected on each leader was followed alone for a
+		// moment, on its own FetchStream (see the next test): one each.
+		if got := n.gate.count("FetchStream") + n.gate.count("Fetch"); got > 2 {
+			t.Errorf("%s opened %d per-range fetch calls, beyond one per leader for the first range; every range should ride the sessions", n.id, got)
 		}
 		// One session to each other replica; a few more only if one broke.
 		if got := n.gate.count("FetchSession"); got < 2 || got > 6 {
@@ -111,6 +113,46 @@ func TestFetchSessionCarriesEveryRange(t *testing.T) {
 	c.waitRangeCaughtUp(c.node(1), ids[0])
 }
 
+// secondRange is a range led by the same replica as rangeID in the session
+// tests: a follower uses a session once it follows two ranges there.
+const secondRange = "second"
+
+// A range followed alone on its leader keeps its own FetchStream (already
+// the one stream to that leader, without the session's hand-off); once a
+// second range is followed there, both ride one session.
+func TestFetchSessionOnceTwoRangesShareALeader(t *testing.T) {
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, r1, r2, r3)
+	c.mustAppend(r1, values("alone", 3)...)
+	c.waitCaughtUp(r1, r2, r3)
+	for _, n := range []*node{r2, r3} {
+		if n.gate.count("FetchStream") == 0 || n.gate.count("FetchSession") != 0 {
+			t.Fatalf("%s following one range: %d FetchStreams, %d sessions; want its own stream only", n.id, n.gate.count("FetchStream"), n.gate.count("FetchSession"))
+		}
+	}
+	c.electRange(secondRange, 1, r1, r2, r3)
+	streams := r2.gate.count("FetchStream")
+	ctx := ctxT(t)
+	for i := range 5 {
+		if err := c.appendTo(ctx, r1, secondRange, values(fmt.Sprintf("two-%d-", i), 2)...); err != nil {
+			t.Fatal(err)
+		}
+		c.mustAppend(r1, values(fmt.Sprintf("one-%d-", i), 2)...)
+	}
+	c.waitCaughtUp(r1, r2, r3)
+	c.waitRangeCaughtUp(r1, secondRange)
+	c.sameLogs(c.storeLog(r1), r2, r3)
+	for _, n := range []*node{r2, r3} {
+		if n.gate.count("FetchSession") == 0 {
+			t.Errorf("%s follows two ranges on r1 without a session", n.id)
+		}
+	}
+	if got := r2.gate.count("FetchStream"); got != streams {
+		t.Errorf("r2 opened %d more FetchStreams after the second range: both should ride the session", got-streams)
+	}
+}
+
 // A follower whose leader has FetchStream but no FetchSession (an older
 // replica) replicates on per-range streams, and says so once per leader.
 func TestFollowerFallsBackToPerRangeStreams(t *testing.T) {
@@ -122,10 +164,15 @@ func TestFollowerFallsBackToPerRangeStreams(t *testing.T) {
 		n.gate.mu.Unlock()
 	}
 	c.elect(1, r1, r2, r3)
+	c.electRange(secondRange, 1, r1, r2, r3) // two ranges: a session is tried
 	for i := range 5 {
 		c.mustAppend(r1, values("p", i+1)...)
+		if err := c.appendTo(ctxT(t), r1, secondRange, values("q", i+1)...); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c.waitCaughtUp(r1, r2, r3)
+	c.waitRangeCaughtUp(r1, secondRange)
 	c.sameLogs(c.storeLog(r1), r2, r3)
 	if logs := c.logs.String(); strings.Count(logs, "leader has no FetchSession") != 2 {
 		t.Fatalf("want each follower to report the fallback once; logs:\n%s", logs)
@@ -144,16 +191,25 @@ func TestFetchSessionSurvivesAPartition(t *testing.T) {
 	c := newCluster(t, 3)
 	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
 	c.elect(1, r1, r2, r3)
+	c.electRange(secondRange, 1, r1, r2, r3)
+	ctx := ctxT(t)
 	c.mustAppend(r1, values("a", 3)...)
 	c.waitCaughtUp(r1, r2, r3)
 	r3.gate.block()
 	for i := range 5 {
 		c.mustAppend(r1, values(fmt.Sprintf("b%d-", i), 2)...) // r1 and r2 are a quorum
+		if err := c.appendTo(ctx, r1, secondRange, values(fmt.Sprintf("c%d-", i), 2)...); err != nil {
+			t.Fatal(err)
+		}
 	}
 	opened := r3.gate.count("FetchSession")
 	r3.gate.open()
 	c.waitCaughtUp(r1, r2, r3)
+	c.waitRangeCaughtUp(r1, secondRange)
 	c.sameLogs(c.storeLog(r1), r2, r3)
+	if opened == 0 {
+		t.Fatal("r3 never opened a session for its two ranges on r1")
+	}
 	if r3.gate.count("FetchSession") <= opened {
 		t.Fatalf("r3 caught up without opening a new session (%d opened before healing)", opened)
 	}
