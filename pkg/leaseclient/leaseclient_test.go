@@ -120,6 +120,12 @@ func TestFailover(t *testing.T) {
 		// rest on the second; a grant waits out its deadline on the first.
 		{name: "frozen first, read", first: frozen, call: getRange, wantSecond: true},
 		{name: "frozen first, grant", first: frozen, call: grant, wantCode: connect.CodeDeadlineExceeded},
+		// The same, when the deadline Connect passes along ran out on the
+		// server before the client's own (a race under load): the answer
+		// is deadline_exceeded, and later calls move on too.
+		{name: "deadline answered first, grant", first: func(context.Context) error {
+			return connect.NewError(connect.CodeDeadlineExceeded, errors.New("the server's copy of the deadline ran out first"))
+		}, call: grant, wantCode: connect.CodeDeadlineExceeded},
 		// An answer is an answer, also an error one.
 		{name: "ok first, read", first: ok, call: getRange},
 	} {

@@ -122,8 +122,13 @@ func (f *Failover) Do(req *http.Request) (*http.Response, error) {
 			// Unavailable): this instance works. One that answers
 			// Unavailable (it cannot reach etcd in time) answers this
 			// call, whose outcome is unknown, but later calls try the
-			// next instance first.
-			if resp.StatusCode == http.StatusServiceUnavailable {
+			// next instance first. So does one that answers
+			// deadline_exceeded (HTTP 504 in Connect): the caller's
+			// deadline, which Connect sends along, ran out on the server
+			// first, and the call spent it there, as a caller's own
+			// deadline spent waiting would (below). Which of the two
+			// fires first is a race, decided by load.
+			if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusGatewayTimeout {
 				f.current.CompareAndSwap(int32(idx), int32((idx+1)%n))
 			} else {
 				f.current.Store(int32(idx))
