@@ -3,8 +3,10 @@ package replica
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -53,6 +55,8 @@ type servedSession struct {
 	sent    time.Time
 	sendErr error
 	failed  chan struct{}
+	// heard is when the follower's last message arrived (unix nanoseconds).
+	heard atomic.Int64
 
 	// pulls is the parent of every pull's context: cancelled when the
 	// session ends, so every held pull returns.
@@ -84,9 +88,11 @@ func (s *Replica) FetchSession(ctx context.Context, st *connect.BidiStream[tenur
 	}
 	ss.pulls, ss.stopPulls = context.WithCancel(ctx)
 	received := make(chan error, 1) // buffered: the receiver may end after we stopped listening
+	ss.heard.Store(time.Now().UnixNano())
 	go func() {
 		for {
 			m, err := st.Receive()
+			ss.heard.Store(time.Now().UnixNano())
 			if errors.Is(err, io.EOF) {
 				err = errSessionClosed
 			} else if err == nil {
@@ -129,8 +135,16 @@ func (ss *servedSession) watch(ctx context.Context, received chan error) (err er
 	for {
 		select {
 		case <-timer.C:
+			if d := ss.silence(); d > 0 {
+				// A follower heartbeats too (session_client.go): one
+				// silent this long is gone or cut off. Without this its
+				// pulls stayed held, counted as fetches in hand (so
+				// status never called it "not fetching"), until the
+				// kernel gave up on the connection, many minutes later.
+				return connect.NewError(connect.CodeUnavailable, fmt.Errorf("no message from the follower for %v: ending its fetch session", d.Round(time.Millisecond))), false
+			}
 			ss.beat()
-			timer.Reset(ss.heartbeatDue())
+			timer.Reset(min(ss.heartbeatDue(), ss.heartbeatNow()))
 		case <-ss.failed:
 			ss.mu.Lock()
 			defer ss.mu.Unlock()
@@ -145,6 +159,22 @@ func (ss *servedSession) watch(ctx context.Context, received chan error) (err er
 			return ctx.Err(), false
 		}
 	}
+}
+
+func (ss *servedSession) heartbeatNow() time.Duration {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.heartbeat
+}
+
+// silence is how long the follower has been silent if that is past its
+// heartbeat plus fetchSlack, else 0.
+func (ss *servedSession) silence() time.Duration {
+	d := time.Since(time.Unix(0, ss.heard.Load()))
+	if d > ss.heartbeatNow()+fetchSlack {
+		return d
+	}
+	return 0
 }
 
 // heartbeatDue is how long from now the next heartbeat is due: a

@@ -97,6 +97,7 @@ type fetchSession struct {
 	sending   bool
 	sent      *sync.Cond
 	sendErr   error
+	lastSent  time.Time // when a message last went out on cur
 	// noSessionUntil: the leader answered Unimplemented; until then every
 	// fetch loop is told errNoSession.
 	noSessionUntil time.Time
@@ -165,6 +166,32 @@ func (fs *fetchSession) usable() bool {
 	return !time.Now().Before(fs.noSessionUntil)
 }
 
+// heartbeat sends an empty message on st whenever nothing was sent on it
+// for a heartbeat, until ctx ends.
+func (fs *fetchSession) heartbeat(ctx context.Context, st *connect.BidiStreamForClient[tenurev1.FetchSessionRequest, tenurev1.FetchSessionResponse], every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fs.mu.Lock()
+		if fs.cur != st || fs.sending || time.Since(fs.lastSent) < every {
+			fs.mu.Unlock()
+			continue
+		}
+		fs.sending = true
+		fs.mu.Unlock()
+		if fs.write(st, &tenurev1.FetchSessionRequest{}) {
+			// Pulls handed in during the write found it sending and
+			// left their sending to it.
+			fs.flush()
+		}
+	}
+}
+
 // flush sends what is queued on the open stream unless another goroutine
 // is sending: the fetch loop handing in a pull writes it itself, with every
 // pull queued by then, and pulls queued while a write is in progress go out
@@ -185,22 +212,31 @@ func (fs *fetchSession) flush() {
 		}
 		fs.sending = true
 		fs.mu.Unlock()
-		err := st.Send(m)
-		fs.mu.Lock()
-		fs.sending = false
-		fs.sent.Broadcast()
-		if err == nil {
-			fs.s.metrics.fetchSent.Inc()
-		} else if fs.cur == st {
-			fs.sendErr = err
-			fs.curCancel()
-			fs.cur = nil
-		}
-		fs.mu.Unlock()
-		if err != nil {
+		if !fs.write(st, m) {
 			return
 		}
 	}
+}
+
+// write sends m on st; the caller set fs.sending, which write clears. A
+// failed write ends the stream. It reports whether the write succeeded.
+func (fs *fetchSession) write(st *connect.BidiStreamForClient[tenurev1.FetchSessionRequest, tenurev1.FetchSessionResponse], m *tenurev1.FetchSessionRequest) bool {
+	err := st.Send(m)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.sending = false
+	fs.sent.Broadcast()
+	if err == nil {
+		fs.lastSent = time.Now()
+		fs.s.metrics.fetchSent.Inc()
+		return true
+	}
+	if fs.cur == st {
+		fs.sendErr = err
+		fs.curCancel()
+		fs.cur = nil
+	}
+	return false
 }
 
 // run opens streams while pulls wait, failing the waiting pulls when a
@@ -247,6 +283,10 @@ func (fs *fetchSession) stream() error {
 	var silent atomic.Bool
 	watchdog := time.AfterFunc(limit, func() { silent.Store(true); cancel() })
 	defer watchdog.Stop()
+	// The follower heartbeats too: the leader ends a session it has heard
+	// nothing on for the heartbeat plus fetchSlack (session.go), so that
+	// a follower gone or cut off does not keep its pulls held there.
+	go fs.heartbeat(ctx, st, heartbeat)
 
 	// The first message names the heartbeat and carries every pull still
 	// waiting: the ones sent on the last stream (which ended idle) died
@@ -267,7 +307,7 @@ func (fs *fetchSession) stream() error {
 	if err == nil {
 		fs.s.metrics.fetchSent.Inc()
 		fs.mu.Lock()
-		fs.cur, fs.curCancel = st, cancel
+		fs.cur, fs.curCancel, fs.lastSent = st, cancel, time.Now()
 		fs.mu.Unlock()
 		fs.flush() // pulls handed in during the first write
 		for {

@@ -271,3 +271,44 @@ func TestFetchSessionRefusesBadMessages(t *testing.T) {
 		}
 	}
 }
+
+// A follower that goes silent on its session (gone, or cut off without
+// the connection breaking) has its session ended by the leader after its
+// heartbeat plus 5 s: its held pulls no longer count as fetches in hand,
+// so status calls it "not fetching". A live follower heartbeats and keeps
+// its session.
+func TestLeaderEndsASilentFollowersSession(t *testing.T) {
+	c := newCluster(t, 3)
+	r1, r2, r3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, r1, r2, r3)
+	c.electRange(secondRange, 1, r1, r2, r3)
+	c.mustAppend(r1, values("a", 2)...)
+	c.waitCaughtUp(r1, r2, r3)
+	ctx := ctxT(t)
+	st := r1.rc.FetchSession(ctx)
+	defer func() { _ = st.CloseRequest(); _ = st.CloseResponse() }()
+	// A pull at r2's position, as r2's own session would send it, and then
+	// silence.
+	pos := c.status(r2)
+	if err := st.Send(&tenurev1.FetchSessionRequest{HeartbeatMs: 100, Pulls: []*tenurev1.SessionPull{{Id: 1, Fetch: &tenurev1.FetchRequest{
+		RangeId: rangeID, Epoch: 1, ReplicaId: "r2", FetchOffset: pos.GetLogEnd(), LastFetchedEpoch: 1,
+	}}}}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var err error
+	for err == nil && time.Since(start) < 20*time.Second {
+		_, err = st.Receive() // heartbeats, until the leader ends it
+	}
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "no message from the follower") {
+		t.Fatalf("a silent follower's session ended with %v after %v, want Unavailable naming the silence", err, time.Since(start))
+	}
+	// r2's and r3's own sessions heartbeat: they lived through the same
+	// spell, and the ranges still replicate on them.
+	opened := r2.gate.count("FetchSession")
+	c.mustAppend(r1, values("b", 2)...)
+	c.waitCaughtUp(r1, r2, r3)
+	if got := r2.gate.count("FetchSession"); got != opened {
+		t.Errorf("r2 opened %d new sessions: its live session was ended too", got-opened)
+	}
+}

@@ -89,9 +89,12 @@ type ReplicaServiceClient interface {
 	// range's pull, with no deadline of its own, until that range has news
 	// (records, a divergence, a newer HWM or log start, or an error), and
 	// sends the answers ready at once in one message. An idle range costs
-	// nothing; the stream carries a heartbeat (an empty message) when the
-	// leader has sent nothing for heartbeat_ms. A follower whose leader
-	// answers Unimplemented (an older replica) uses FetchStream per range.
+	// nothing; the stream carries a heartbeat (an empty message) each way
+	// when a side has sent nothing for heartbeat_ms, and the leader ends a
+	// session it has heard nothing on for heartbeat_ms plus 5 s, so a
+	// follower gone or cut off does not keep its pulls held. A follower whose
+	// leader answers Unimplemented (an older replica) uses FetchStream per
+	// range.
 	FetchSession(context.Context) *connect.BidiStreamForClient[v1.FetchSessionRequest, v1.FetchSessionResponse]
 	// Fence durably records fenced epoch E before answering, stops acting under
 	// any lower epoch, and answers the replica's log end, HWM and epoch history
@@ -305,9 +308,12 @@ type ReplicaServiceHandler interface {
 	// range's pull, with no deadline of its own, until that range has news
 	// (records, a divergence, a newer HWM or log start, or an error), and
 	// sends the answers ready at once in one message. An idle range costs
-	// nothing; the stream carries a heartbeat (an empty message) when the
-	// leader has sent nothing for heartbeat_ms. A follower whose leader
-	// answers Unimplemented (an older replica) uses FetchStream per range.
+	// nothing; the stream carries a heartbeat (an empty message) each way
+	// when a side has sent nothing for heartbeat_ms, and the leader ends a
+	// session it has heard nothing on for heartbeat_ms plus 5 s, so a
+	// follower gone or cut off does not keep its pulls held. A follower whose
+	// leader answers Unimplemented (an older replica) uses FetchStream per
+	// range.
 	FetchSession(context.Context, *connect.BidiStream[v1.FetchSessionRequest, v1.FetchSessionResponse]) error
 	// Fence durably records fenced epoch E before answering, stops acting under
 	// any lower epoch, and answers the replica's log end, HWM and epoch history
