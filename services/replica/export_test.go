@@ -46,3 +46,15 @@ func (s *Replica) AdvanceLogStartForTest(rangeID string, to uint64) (uint64, err
 	}
 	return h.r.AdvanceLogStart(to)
 }
+
+// SessionMessages is how many messages this replica has received on its
+// fetch sessions, heartbeats included.
+func (s *Replica) SessionMessages() uint64 {
+	s.sessions.mu.Lock()
+	defer s.sessions.mu.Unlock()
+	var n uint64
+	for _, fs := range s.sessions.m {
+		n += fs.messages.Load()
+	}
+	return n
+}

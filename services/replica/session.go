@@ -144,7 +144,7 @@ func (ss *servedSession) watch(ctx context.Context, received chan error) (err er
 				return connect.NewError(connect.CodeUnavailable, fmt.Errorf("no message from the follower for %v: ending its fetch session", d.Round(time.Millisecond))), false
 			}
 			ss.beat()
-			timer.Reset(min(ss.heartbeatDue(), ss.heartbeatNow()))
+			timer.Reset(ss.heartbeatDue())
 		case <-ss.failed:
 			ss.mu.Lock()
 			defer ss.mu.Unlock()

@@ -51,7 +51,7 @@ type fetchSessions struct {
 	m  map[sessionKey]*fetchSession
 }
 
-// get returns the session to the leader, creating it on first use. A
+// session returns the session to the leader, creating it on first use. A
 // session runs a stream only while it has pulls waiting, so one that is no
 // longer used costs a map entry.
 func (s *Replica) session(leaderID, address string) *fetchSession {
@@ -105,8 +105,8 @@ type fetchSession struct {
 	// following counts the fetch loops following a range on this leader:
 	// a range alone there keeps its own FetchStream (follower.fetch).
 	following atomic.Int64
-	// Streams and messages, for status and tests.
-	streams  atomic.Uint64
+	// messages counts the messages received on the session (tests:
+	// SessionMessages in export_test.go).
 	messages atomic.Uint64
 }
 
@@ -274,7 +274,6 @@ func (fs *fetchSession) failLocked(err error) {
 func (fs *fetchSession) stream() error {
 	ctx, cancel := context.WithCancel(fs.s.ctx)
 	defer cancel()
-	fs.streams.Add(1)
 	fs.s.metrics.sessionsOpened.Inc()
 	st := fs.client.FetchSession(ctx)
 	heartbeat := fs.s.cfg.FetchWait
@@ -392,7 +391,11 @@ func (fs *fetchSession) nextMessageLocked() *tenurev1.FetchSessionRequest {
 }
 
 // deliver hands each answer to its pull. It reports whether the stream is
-// idle: the message is a heartbeat and no pull waits.
+// idle: the message is a heartbeat, no pull waits, and fewer than two
+// ranges are followed on this leader (only then do ranges use the session,
+// follower.fetch). Without the last condition a heartbeat arriving while
+// every range was between an answer and its next pull closed the stream of
+// a session in use, and the next pulls paid for a new one.
 func (fs *fetchSession) deliver(m *tenurev1.FetchSessionResponse) (idle bool) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -415,17 +418,5 @@ func (fs *fetchSession) deliver(m *tenurev1.FetchSessionResponse) (idle bool) {
 			p.done <- pullResult{a: a.GetFetch()}
 		}
 	}
-	return len(m.GetAnswers()) == 0 && len(fs.waiting) == 0
-}
-
-// SessionMessages is how many messages this replica has received on its
-// fetch sessions, heartbeats included.
-func (s *Replica) SessionMessages() uint64 {
-	s.sessions.mu.Lock()
-	defer s.sessions.mu.Unlock()
-	var n uint64
-	for _, fs := range s.sessions.m {
-		n += fs.messages.Load()
-	}
-	return n
+	return len(m.GetAnswers()) == 0 && len(fs.waiting) == 0 && fs.following.Load() < 2
 }
