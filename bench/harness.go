@@ -171,6 +171,10 @@ func run(ctx context.Context, newAppender func(client int) (Appender, error), sh
 		return records == 0 || issued.Add(int64(shape.Batch))-int64(shape.Batch) < int64(records)
 	}
 	var wg sync.WaitGroup
+	stopProfile, err := startWindowProfile()
+	if err != nil {
+		return Result{}, err
+	}
 	cpu0, sched0 := processCPU(), schedSamples()
 	start := time.Now()
 	deadline := start.Add(d)
@@ -201,6 +205,7 @@ func run(ctx context.Context, newAppender func(client int) (Appender, error), sh
 	wg.Wait()
 	elapsed := time.Since(start)
 	cpu, sched := processCPU()-cpu0, schedSamples()-sched0
+	stopProfile()
 
 	var r Result
 	var lat []time.Duration

@@ -24,6 +24,10 @@ import (
 // repetitions.
 var benchDuration = flag.Duration("bench.duration", 5*time.Second, "measured duration of each benchmark shape")
 
+func init() {
+	flag.StringVar(&WindowCPUProfile, "bench.cpuprofile", "", "write a CPU profile of each run's measured window (setup left out) to this file; each run overwrites it")
+}
+
 // BenchmarkJetStream measures acknowledged publishes to an R3 file-storage
 // stream on an in-process 3-node JetStream cluster whose servers fsync every
 // write before acknowledging (jetstream { sync_interval: always }).

@@ -160,6 +160,11 @@ func BenchmarkTenureManyRanges(b *testing.B) {
 		n, _, err := walSyncStats(regs)
 		return n, err
 	}}
+	// Messages between replicas (fetch sessions' and the per-range fetch
+	// streams'), each counted once, by its follower.
+	fetchMsgs := counter{unit: "fetch-msgs/record", read: func() (uint64, error) {
+		return counterSum(regs, "tenure_replica_fetch_messages_sent_total", "tenure_replica_fetch_messages_received_total")
+	}}
 	ready := 0 // ranges many-0..many-(ready-1) exist
 	for _, s := range manyShapes() {
 		b.Run(s.Name, func(b *testing.B) {
@@ -183,7 +188,7 @@ func BenchmarkTenureManyRanges(b *testing.B) {
 				return a, nil
 			}
 			n0, sum0, err0 := walSyncStats(regs)
-			r := runShapeCounting(b, newAppender, s.Shape, syncsCounter, walSyncs)
+			r := runShapeCounting(b, newAppender, s.Shape, syncsCounter, walSyncs, fetchMsgs)
 			n1, sum1, err1 := walSyncStats(regs)
 			if err := errors.Join(err0, err1); err != nil {
 				b.Logf("WAL sync durations unavailable: %v", err)
@@ -372,4 +377,31 @@ func BenchmarkFloorManyRanges(b *testing.B) {
 			runShapeCounting(b, c.newAppender, s.Shape, syncsCounter, own)
 		})
 	}
+}
+
+// counterSum sums the counters named in the replicas' registries.
+func counterSum(regs []*prometheus.Registry, names ...string) (uint64, error) {
+	var sum float64
+	for _, reg := range regs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			return 0, err
+		}
+		for _, name := range names {
+			found := false
+			for _, mf := range mfs {
+				if mf.GetName() != name {
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					sum += m.GetCounter().GetValue()
+				}
+				found = true
+			}
+			if !found {
+				return 0, fmt.Errorf("no %s in a replica's registry", name)
+			}
+		}
+	}
+	return uint64(sum), nil
 }

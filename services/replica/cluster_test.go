@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -373,6 +374,13 @@ type gate struct {
 	// calls counts the fetch calls made through the gate, by procedure
 	// name ("Fetch", "FetchStream", "FetchSession"): a stream counts once.
 	calls map[string]int
+	// holding, while set, keeps the messages a fetch session receives
+	// (FetchStreams are not held): each session buffers them, and once
+	// holding is cleared delivers them as one message, as a leader
+	// combines the answers that became ready while it was sending.
+	// heldRecordAnswers counts the answers with records buffered so far.
+	holding           atomic.Bool
+	heldRecordAnswers atomic.Int64
 }
 
 // count is how many calls of procedure went through the gate.
@@ -473,6 +481,10 @@ func (g *gate) roundTripStream(req *http.Request, session bool) (*http.Response,
 	if err != nil {
 		return nil, err
 	}
+	if session {
+		resp.Body = &gatedSessionAnswers{gatedAnswers{body: body, ReadCloser: resp.Body}, nil, nil}
+		return resp, nil
+	}
 	resp.Body = &gatedAnswers{body: body, ReadCloser: resp.Body}
 	return resp, nil
 }
@@ -565,6 +577,60 @@ func (a *gatedAnswers) Read(p []byte) (int, error) {
 		return 0, errPartitioned
 	}
 	return n, err
+}
+
+// gatedSessionAnswers is gatedAnswers for a fetch session, read one whole
+// envelope at a time so that, while the gate holds, messages are buffered
+// and then merged into one (gate.holding).
+type gatedSessionAnswers struct {
+	gatedAnswers
+	held    []*tenurev1.SessionAnswer // answers of the messages held
+	pending []byte                    // the rest of the envelope being passed on
+}
+
+func (a *gatedSessionAnswers) Read(p []byte) (int, error) {
+	g := a.body.g
+	for len(a.pending) == 0 {
+		var head [5]byte
+		if _, err := io.ReadFull(a.ReadCloser, head[:]); err != nil {
+			return 0, err
+		}
+		env := make([]byte, 5+binary.BigEndian.Uint32(head[1:]))
+		copy(env, head[:])
+		if _, err := io.ReadFull(a.ReadCloser, env[5:]); err != nil {
+			return 0, err
+		}
+		if a.body.refused() {
+			return 0, errPartitioned
+		}
+		if head[0] != 0 || !g.holding.Load() {
+			// The end of the stream, or not held: after what was held.
+			if len(a.held) > 0 {
+				m, err := proto.Marshal(&tenurev1.FetchSessionResponse{Answers: a.held})
+				if err != nil {
+					return 0, err
+				}
+				a.held = nil
+				a.pending = binary.BigEndian.AppendUint32([]byte{0}, uint32(len(m)))
+				a.pending = append(a.pending, m...)
+			}
+			a.pending = append(a.pending, env...)
+			break
+		}
+		var m tenurev1.FetchSessionResponse
+		if err := proto.Unmarshal(env[5:], &m); err != nil {
+			return 0, err
+		}
+		for _, ans := range m.GetAnswers() {
+			if len(ans.GetFetch().GetRecords()) > 0 {
+				g.heldRecordAnswers.Add(1)
+			}
+		}
+		a.held = append(a.held, m.GetAnswers()...)
+	}
+	n := copy(p, a.pending)
+	a.pending = a.pending[n:]
+	return n, nil
 }
 
 func (g *gate) allows(m *tenurev1.FetchRequest) bool {

@@ -58,3 +58,15 @@ func (s *Replica) SessionMessages() uint64 {
 	}
 	return n
 }
+
+// SessionAppliedAnswers is how many fetched answers this replica's fetch
+// sessions wrote for their fetch loops, several ranges' in one commit.
+func (s *Replica) SessionAppliedAnswers() uint64 {
+	s.sessions.mu.Lock()
+	defer s.sessions.mu.Unlock()
+	var n uint64
+	for _, fs := range s.sessions.m {
+		n += fs.applied.Load()
+	}
+	return n
+}

@@ -179,7 +179,7 @@ func (f *follower) step() error {
 		return err
 	}
 	wait := f.h.s.cfg.FetchWait
-	a, err := f.fetch(&tenurev1.FetchRequest{
+	a, pre, err := f.fetch(&tenurev1.FetchRequest{
 		RangeId:          f.h.id,
 		Epoch:            f.epoch,
 		ReplicaId:        f.h.s.cfg.ID,
@@ -192,10 +192,16 @@ func (f *follower) step() error {
 	if err != nil {
 		return fmt.Errorf("fetch from %s at %s (offset %d, epoch %d): %w", f.leaderID, f.leaderAddress, end, f.epoch, err)
 	}
-	if err := validateFetchAnswer(f.epoch, end, lastEpoch, a); err != nil {
-		return fmt.Errorf("answer from leader %s: %w", f.leaderID, err)
+	var newEnd uint64
+	if pre != nil {
+		// The session checked and wrote it with other ranges' answers.
+		newEnd, err = pre.end, pre.err
+	} else {
+		if err := validateFetchAnswer(f.epoch, end, lastEpoch, a); err != nil {
+			return fmt.Errorf("answer from leader %s: %w", f.leaderID, err)
+		}
+		newEnd, err = f.apply(end, a)
 	}
-	newEnd, err := f.apply(end, a)
 	// A full disk refused the records (apply wrote nothing): the HWM and
 	// the log start still follow the leader below, since retention is what
 	// frees this replica's space, and then the loop backs off (run).
@@ -295,7 +301,7 @@ func (f *follower) advanceLogStart() {
 // fetch is one long poll, answered within timeout: a message on the loop's
 // FetchStream, opened on first use and after any failure, or a unary Fetch
 // to a leader without FetchStream.
-func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*tenurev1.FetchResponse, error) {
+func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*tenurev1.FetchResponse, *applied, error) {
 	// The leader's fetch session, shared with every range this replica
 	// follows there, unless the leader has none (an older replica): then
 	// this loop's own FetchStream, or unary Fetch for the oldest. A range
@@ -306,9 +312,9 @@ func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*te
 	// fewer records/s and 15% more CPU per record through the session.
 	if f.sess.following.Load() > 1 && f.sess.usable() {
 		f.closeStream()
-		a, err := f.sess.fetch(f.ctx, req)
-		if !errors.Is(err, errNoSession) {
-			return a, err
+		r := f.sess.fetch(f.ctx, f, req)
+		if !errors.Is(r.err, errNoSession) {
+			return r.a, r.applied, r.err
 		}
 	}
 	if f.unary {
@@ -317,10 +323,10 @@ func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*te
 		f.h.s.metrics.fetchSent.Inc()
 		resp, err := f.client.Fetch(ctx, connect.NewRequest(req))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		f.h.s.metrics.fetchReceived.Inc()
-		return resp.Msg, nil
+		return resp.Msg, nil, nil
 	}
 	if f.stream == nil {
 		ctx, cancel := context.WithCancel(f.ctx)
@@ -359,9 +365,9 @@ func (f *follower) fetch(req *tenurev1.FetchRequest, timeout time.Duration) (*te
 			f.unary = true
 			return f.fetch(req, timeout)
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return m.GetFetch(), nil
+	return m.GetFetch(), nil, nil
 }
 
 // closeStream ends the loop's FetchStream, if one is open.
@@ -452,15 +458,79 @@ func (f *follower) apply(end uint64, a *tenurev1.FetchResponse) (newEnd uint64, 
 		return end, nil
 	}
 	if err := r.AppendRecords(recs); err != nil {
-		if errors.Is(err, logstore.ErrDiskFull) {
-			// Refused before anything was journaled or written: the log
-			// still ends at end, and the same records are fetched again
-			// once space is back (step).
-			return end, fmt.Errorf("append %d records at %d: %w", len(recs), end, err)
-		}
-		return 0, &storeError{fmt.Errorf("append %d records at %d: %w", len(recs), end, err)}
+		return appendFailed(len(recs), end, err)
 	}
 	return end + uint64(len(recs)), nil
+}
+
+// appendFailed is apply's answer to n records at end that the store
+// refused or failed to write.
+func appendFailed(n int, end uint64, err error) (newEnd uint64, _ error) {
+	if errors.Is(err, logstore.ErrDiskFull) {
+		// Refused before anything was journaled or written: the log
+		// still ends at end, and the same records are fetched again
+		// once space is back (step).
+		return end, fmt.Errorf("append %d records at %d: %w", n, end, err)
+	}
+	return 0, &storeError{fmt.Errorf("append %d records at %d: %w", n, end, err)}
+}
+
+// applied is an answer the fetch session applied for the loop (queueApply):
+// the log end after it, or apply's error.
+type applied struct {
+	end uint64
+	err error
+}
+
+// queueApply queues the records of a plain answer to req (records, no
+// divergence, not below the log start) after the checks validateFetchAnswer
+// and apply make, and holding h.mu shared as apply does, so that a fetch
+// session that received answers for several ranges at once writes them in
+// one group commit and one WAL sync (fetchSession.deliver) rather than one
+// or two per range. It returns what commits the store's queue (unless
+// another finish did), waits for the write, releases h.mu and reports as
+// apply would. It returns nil, having done nothing, for
+// anything else, which the fetch loop checks and applies itself as before:
+// another kind of answer, one that fails a check (the loop fails it the
+// same way), records the store refuses (nothing was queued, so the loop
+// meets the same refusal), and a range whose h.mu is held or wanted
+// exclusively (a fence or a cut in progress: the session's receiver never
+// waits for one).
+func (f *follower) queueApply(req *tenurev1.FetchRequest, a *tenurev1.FetchResponse) (finish func() applied) {
+	recs := a.GetRecords()
+	if len(recs) == 0 || a.GetDiverging() != nil || a.GetBelowLogStart() {
+		return nil
+	}
+	end := req.GetFetchOffset()
+	if validateFetchAnswer(f.epoch, end, req.GetLastFetchedEpoch(), a) != nil {
+		return nil
+	}
+	h, r := f.h, f.h.r
+	if !h.mu.TryRLock() {
+		return nil
+	}
+	// apply's own checks: still this loop's range, and the log still ends
+	// where the pull was made.
+	if h.follow != f || r.LogEnd() != end {
+		h.mu.RUnlock()
+		return nil
+	}
+	wait, err := r.QueueRecords(recs)
+	if err != nil {
+		h.mu.RUnlock()
+		return nil
+	}
+	return func() applied {
+		defer h.mu.RUnlock()
+		// The first finish commits every range's queued records; the
+		// others find them written.
+		r.CommitQueued()
+		if err := wait(); err != nil {
+			newEnd, err := appendFailed(len(recs), end, err)
+			return applied{end: newEnd, err: err}
+		}
+		return applied{end: end + uint64(len(recs))}
+	}
 }
 
 // resetToLogStart acts on a below_log_start answer: the leader cannot serve

@@ -105,34 +105,39 @@ type fetchSession struct {
 	// following counts the fetch loops following a range on this leader:
 	// a range alone there keeps its own FetchStream (follower.fetch).
 	following atomic.Int64
-	// messages counts the messages received on the session (tests:
-	// SessionMessages in export_test.go).
-	messages atomic.Uint64
+	// messages counts the messages received on the session, applied the
+	// answers it wrote for their fetch loops (deliver) (tests:
+	// SessionMessages, SessionAppliedAnswers in export_test.go).
+	messages, applied atomic.Uint64
 }
 
 // sessionPull is one range's pull, waiting for its answer.
 type sessionPull struct {
 	id   uint64
+	f    *follower // the fetch loop that pulls
 	req  *tenurev1.FetchRequest
 	done chan pullResult // buffered: the answer never waits for the loop
 }
 
+// pullResult is a pull's answer, with applied set when the session wrote
+// its records for the loop (deliver), or why the pull failed.
 type pullResult struct {
-	a   *tenurev1.FetchResponse
-	err error
+	a       *tenurev1.FetchResponse
+	applied *applied
+	err     error
 }
 
 // fetch sends req on the session and waits for its answer, a failure of
 // the stream, or the end of ctx (the pull is then dropped on the leader
 // too). errNoSession: the leader has no sessions, use FetchStream.
-func (fs *fetchSession) fetch(ctx context.Context, req *tenurev1.FetchRequest) (*tenurev1.FetchResponse, error) {
+func (fs *fetchSession) fetch(ctx context.Context, f *follower, req *tenurev1.FetchRequest) pullResult {
 	fs.mu.Lock()
 	if time.Now().Before(fs.noSessionUntil) {
 		fs.mu.Unlock()
-		return nil, errNoSession
+		return pullResult{err: errNoSession}
 	}
 	fs.nextID++
-	p := &sessionPull{id: fs.nextID, req: req, done: make(chan pullResult, 1)}
+	p := &sessionPull{id: fs.nextID, f: f, req: req, done: make(chan pullResult, 1)}
 	fs.waiting[p.id] = p
 	fs.queue = append(fs.queue, p)
 	if !fs.running {
@@ -143,7 +148,7 @@ func (fs *fetchSession) fetch(ctx context.Context, req *tenurev1.FetchRequest) (
 	fs.flush()
 	select {
 	case r := <-p.done:
-		return r.a, r.err
+		return r
 	case <-ctx.Done():
 		fs.mu.Lock()
 		if _, ok := fs.waiting[p.id]; ok {
@@ -155,7 +160,7 @@ func (fs *fetchSession) fetch(ctx context.Context, req *tenurev1.FetchRequest) (
 		}
 		fs.mu.Unlock()
 		fs.flush()
-		return nil, context.Cause(ctx)
+		return pullResult{err: context.Cause(ctx)}
 	}
 }
 
@@ -396,27 +401,69 @@ func (fs *fetchSession) nextMessageLocked() *tenurev1.FetchSessionRequest {
 // follower.fetch). Without the last condition a heartbeat arriving while
 // every range was between an answer and its next pull closed the stream of
 // a session in use, and the next pulls paid for a new one.
+//
+// When the message carries records for two or more ranges, deliver writes
+// them itself (queueApply): every range's records are queued, then one
+// group commit writes them and one WAL sync makes them durable, and each
+// fetch loop is handed its answer as applied. Handed to the loops, each
+// would commit on its own, and the first would sync alone while the others
+// queued behind it: one record in flight per range made that one or two
+// syncs per record on every follower. Answers of any other kind, and those
+// queueApply leaves alone, are handed to their loops first, unchanged.
 func (fs *fetchSession) deliver(m *tenurev1.FetchSessionResponse) (idle bool) {
+	type answer struct {
+		p *sessionPull
+		r pullResult
+	}
+	var got []answer
+	withRecords := 0
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
 	for _, a := range m.GetAnswers() {
 		p := fs.waiting[a.GetId()]
 		if p == nil {
 			continue // given up by its fetch loop
 		}
 		delete(fs.waiting, a.GetId())
+		var r pullResult
 		switch {
 		case a.GetErrorCode() != 0:
 			code := connect.Code(a.GetErrorCode())
 			if code > connect.CodeUnauthenticated {
 				code = connect.CodeUnknown
 			}
-			p.done <- pullResult{err: connect.NewError(code, errors.New(a.GetErrorMessage()))}
+			r.err = connect.NewError(code, errors.New(a.GetErrorMessage()))
 		case a.GetFetch() == nil:
-			p.done <- pullResult{err: errors.New("fetch session answer carries no fetch answer")}
+			r.err = errors.New("fetch session answer carries no fetch answer")
 		default:
-			p.done <- pullResult{a: a.GetFetch()}
+			r.a = a.GetFetch()
+			if len(r.a.GetRecords()) > 0 {
+				withRecords++
+			}
 		}
+		got = append(got, answer{p, r})
 	}
-	return len(m.GetAnswers()) == 0 && len(fs.waiting) == 0 && fs.following.Load() < 2
+	idle = len(m.GetAnswers()) == 0 && len(fs.waiting) == 0 && fs.following.Load() < 2
+	fs.mu.Unlock()
+
+	type queuedAnswer struct {
+		answer
+		finish func() applied
+	}
+	var queued []queuedAnswer
+	for _, g := range got {
+		if withRecords > 1 && g.r.a != nil {
+			if finish := g.p.f.queueApply(g.p.req, g.r.a); finish != nil {
+				queued = append(queued, queuedAnswer{g, finish})
+				continue
+			}
+		}
+		g.p.done <- g.r
+	}
+	for _, q := range queued {
+		ap := q.finish()
+		q.r.applied = &ap
+		fs.applied.Add(1)
+		q.p.done <- q.r
+	}
+	return idle
 }

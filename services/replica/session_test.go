@@ -113,6 +113,71 @@ func TestFetchSessionCarriesEveryRange(t *testing.T) {
 	c.waitRangeCaughtUp(c.node(1), ids[0])
 }
 
+// A session message that carries records for many ranges is written by
+// the session itself, every range's records in one group commit (one WAL
+// sync), not by each range's fetch loop on its own. The test gate holds
+// r2's session messages while one record is appended to each range, then
+// hands them over as one message, as a leader combines the answers that
+// became ready while it was sending; r3 meanwhile acknowledges the appends.
+func TestFetchSessionWritesManyRangesInOneCommit(t *testing.T) {
+	c := newCluster(t, 3)
+	const ranges = 8
+	ids := make([]string, ranges)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("b%d", i)
+		c.electRange(ids[i], 1, c.node(1), c.node(2), c.node(3))
+	}
+	for _, id := range ids {
+		c.waitRangeCaughtUp(c.node(1), id)
+	}
+	// The first range was followed alone for a moment, on a FetchStream of
+	// its own (TestFetchSessionOnceTwoRangesShareALeader): its long poll
+	// there ends within a FetchWait, and its next pull rides the session.
+	time.Sleep(3 * c.fetchWait)
+	r2 := c.node(2)
+	before := r2.r.SessionAppliedAnswers()
+	r2.gate.holding.Store(true)
+	held := r2.gate.heldRecordAnswers.Load()
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, ranges)
+	for _, id := range ids {
+		wg.Go(func() {
+			if err := c.appendTo(ctx, c.node(1), id, values(id+"-", 1)...); err != nil {
+				errs <- fmt.Errorf("append to %s: %w", id, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "r2's session holding an answer with records for every range", func() bool {
+		return r2.gate.heldRecordAnswers.Load()-held >= ranges
+	})
+	r2.gate.holding.Store(false)
+	for _, id := range ids {
+		c.waitRangeCaughtUp(c.node(1), id)
+	}
+	if got := r2.r.SessionAppliedAnswers() - before; got != ranges {
+		t.Fatalf("r2's session wrote %d of the %d ranges' answers itself; want all, in one commit", got, ranges)
+	}
+	for _, id := range ids {
+		l, err := c.node(1).r.LogForTest(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := r2.r.LogForTest(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l) != 2 || len(f) != len(l) || string(f[1].GetValue()) != string(l[1].GetValue()) {
+			t.Fatalf("range %s: r2 holds %d records, the leader %d; want the epoch start and the one appended, the same", id, len(f), len(l))
+		}
+	}
+}
+
 // secondRange is a range led by the same replica as rangeID in the session
 // tests: a follower uses a session once it follows two ranges there.
 const secondRange = "second"

@@ -192,11 +192,28 @@ func (r *Range) appendLocked(epoch uint64, epochStart bool, flags byte, p prepar
 // history mirrors the leader's, from the record's own epoch and offset,
 // rather than claiming an epoch started wherever the follower happened to be.
 func (r *Range) AppendRecords(recs []*tenurev1.Record) error {
-	if err := r.usable("AppendRecords"); err != nil {
+	wait, err := r.QueueRecords(recs)
+	if err != nil {
 		return err
 	}
+	r.s.writeInline()
+	return wait()
+}
+
+// QueueRecords is AppendRecords without its commit: it checks, journals
+// and queues the records exactly as AppendRecords does, and returns what
+// waits until they are written (AppendRecords' return). Queuing does not
+// wake the writer: the caller then calls CommitQueued. A caller
+// applying fetched records for several ranges at once (a fetch session's
+// answers) queues each range's, then commits once, so that one group
+// commit and one WAL sync write them all, not one or two per range. On an
+// error nothing was queued.
+func (r *Range) QueueRecords(recs []*tenurev1.Record) (wait func() error, err error) {
+	if err := r.usable("AppendRecords"); err != nil {
+		return nil, err
+	}
 	if err := validateRecords(recs); err != nil {
-		return fmt.Errorf("%w: AppendRecords on %s: %w", ErrInvalid, r.id, err)
+		return nil, fmt.Errorf("%w: AppendRecords on %s: %w", ErrInvalid, r.id, err)
 	}
 	// A follower stores the producer fields it was sent: its dedupe state,
 	// should it lead, derives from them.
@@ -208,20 +225,28 @@ func (r *Range) AppendRecords(recs []*tenurev1.Record) error {
 	// Before anything is journaled or assigned: a full follower fetches
 	// the same records again later.
 	if err := r.s.diskRefusal("AppendRecords", r.id, p.bytes); err != nil {
-		return err
+		return nil, err
 	}
 	if err := r.s.reserve(len(recs), p.bytes); err != nil {
-		return err
+		return nil, err
 	}
 	w, err := r.appendRecordsLocked(recs, p)
 	if err != nil {
 		r.s.release(len(recs), p.bytes)
-		return err
+		return nil, err
 	}
-	r.s.writeInline()
-	<-w.done
-	return w.err
+	return func() error {
+		<-w.done
+		return w.err
+	}, nil
 }
+
+// CommitQueued runs the group commit of everything queued on r's store,
+// every range's, on the caller's goroutine, sync included, as
+// AppendRecords does for its own records (writeInline); when a commit is
+// already running it leaves the queue to the writer, which takes it next.
+// With nothing queued it returns at once.
+func (r *Range) CommitQueued() { r.s.writeInline() }
 
 // validateRecords checks a fetched batch on its own: bounds, no nil record,
 // no epoch 0, contiguous offsets, non-decreasing epochs, and epoch-start

@@ -113,3 +113,84 @@ func valueAt(off uint64) string {
 	}
 	return fmt.Sprintf("v%d", off)
 }
+
+// Records queued for several ranges (QueueRecords) and committed at once
+// (CommitQueued) are written by one group commit and made durable by one
+// WAL sync, as a fetch session's answers for many ranges are applied: one
+// AppendRecords per range would commit, and mostly sync, once per range.
+func TestQueuedRecordsOfManyRangesShareOneSync(t *testing.T) {
+	s := newOpener(t).open()
+	defer closeStore(t, s)
+	const ranges = 8
+	rs := make([]*logstore.Range, ranges)
+	mine := map[*logstore.Range]bool{}
+	for i := range rs {
+		rs[i] = mustRange(t, s, fmt.Sprintf("q%d", i))
+		mine[rs[i]] = true
+		if err := rs[i].AppendRecords([]*tenurev1.Record{rec(0, 1, true, "")}); err != nil {
+			t.Fatalf("AppendRecords(epoch start) on q%d = %v", i, err)
+		}
+	}
+	var mu sync.Mutex
+	var syncs []int // per sync covering any of rs: how many of rs it covered
+	t.Cleanup(logstore.SetSyncedHook(func(ends map[*logstore.Range]uint64) {
+		n := 0
+		for r := range ends {
+			if mine[r] {
+				n++
+			}
+		}
+		if n > 0 {
+			mu.Lock()
+			syncs = append(syncs, n)
+			mu.Unlock()
+		}
+	}))
+	waits := make([]func() error, ranges)
+	for i, r := range rs {
+		w, err := r.QueueRecords([]*tenurev1.Record{rec(1, 1, false, "a"), rec(2, 1, false, "b")})
+		if err != nil {
+			t.Fatalf("QueueRecords on q%d = %v", i, err)
+		}
+		waits[i] = w
+	}
+	rs[0].CommitQueued() // the store's queue, every range's
+	for i, w := range waits {
+		if err := w(); err != nil {
+			t.Fatalf("q%d: queued records failed: %v", i, err)
+		}
+		if got := rs[i].DurableEnd(); got != 3 {
+			t.Fatalf("q%d: DurableEnd() after CommitQueued = %d, want 3", i, got)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(syncs) != 1 || syncs[0] != ranges {
+		t.Fatalf("syncs covering the queued ranges: %v (ranges covered by each), want one covering all %d", syncs, ranges)
+	}
+	for _, r := range rs {
+		checkConsistent(t, r)
+	}
+}
+
+// A queued batch that fails its checks is refused with nothing queued, so
+// a caller may hand the same records to AppendRecords, which refuses them
+// the same way.
+func TestQueueRecordsRefusesAsAppendRecordsDoes(t *testing.T) {
+	s := newOpener(t).open()
+	defer closeStore(t, s)
+	r := mustRange(t, s, "q")
+	if err := r.AppendRecords([]*tenurev1.Record{rec(0, 1, true, "")}); err != nil {
+		t.Fatal(err)
+	}
+	gap := []*tenurev1.Record{rec(5, 1, false, "gap")}
+	if _, err := r.QueueRecords(gap); err == nil {
+		t.Fatal("QueueRecords accepted records past the log end")
+	}
+	if got := r.LogEnd(); got != 1 {
+		t.Fatalf("LogEnd() after a refused QueueRecords = %d, want 1", got)
+	}
+	if err := r.AppendRecords(gap); err == nil {
+		t.Fatal("AppendRecords accepted records past the log end")
+	}
+}
