@@ -50,23 +50,21 @@ func (s *Replica) AdvanceLogStartForTest(rangeID string, to uint64) (uint64, err
 // SessionMessages is how many messages this replica has received on its
 // fetch sessions, heartbeats included.
 func (s *Replica) SessionMessages() uint64 {
-	s.sessions.mu.Lock()
-	defer s.sessions.mu.Unlock()
-	var n uint64
-	for _, fs := range s.sessions.m {
-		n += fs.messages.Load()
-	}
-	return n
+	return s.sumSessions(func(fs *fetchSession) uint64 { return fs.messages.Load() })
 }
 
 // SessionAppliedAnswers is how many fetched answers this replica's fetch
 // sessions wrote for their fetch loops, several ranges' in one commit.
 func (s *Replica) SessionAppliedAnswers() uint64 {
+	return s.sumSessions(func(fs *fetchSession) uint64 { return fs.applied.Load() })
+}
+
+func (s *Replica) sumSessions(count func(*fetchSession) uint64) uint64 {
 	s.sessions.mu.Lock()
 	defer s.sessions.mu.Unlock()
 	var n uint64
 	for _, fs := range s.sessions.m {
-		n += fs.applied.Load()
+		n += count(fs)
 	}
 	return n
 }
