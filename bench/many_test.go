@@ -165,6 +165,45 @@ func BenchmarkTenureManyRanges(b *testing.B) {
 	fetchMsgs := counter{unit: "fetch-msgs/record", read: func() (uint64, error) {
 		return counterSum(regs, "tenure_replica_fetch_messages_sent_total", "tenure_replica_fetch_messages_received_total")
 	}}
+	runTenureManyShapes(b, c, func(b *testing.B, newAppender func(client int) (Appender, error), shape Shape) {
+		n0, sum0, err0 := walSyncStats(regs)
+		r := runShapeCounting(b, newAppender, shape, syncsCounter, walSyncs, fetchMsgs)
+		n1, sum1, err1 := walSyncStats(regs)
+		if err := errors.Join(err0, err1); err != nil {
+			b.Logf("WAL sync durations unavailable: %v", err)
+		} else if n1 > n0 && r.Elapsed > 0 {
+			b.ReportMetric((sum1-sum0)/float64(n1-n0)*1e6, "wal-sync-us")
+			b.ReportMetric((sum1-sum0)/float64(len(regs))/r.Elapsed.Seconds(), "wal-sync-busy")
+		}
+	})
+}
+
+// BenchmarkTenureManyRangesProcs is BenchmarkTenureManyRanges with each
+// replica a `tenure replica` process, as deployed: each has the Go
+// runtime's threads of its own, where in one process the three replicas'
+// blocking fdatasyncs hold the same two Ps. It reports fetch-msgs/record
+// from the processes' metrics; their syncs are not counted (other
+// processes).
+func BenchmarkTenureManyRangesProcs(b *testing.B) {
+	metricsPorts := freePorts(b, 3)
+	c, _ := startTenureProcsWith(b, 3, func(i int) []string {
+		return []string{"--metrics-listen", fmt.Sprintf("127.0.0.1:%d", metricsPorts[i])}
+	})
+	fetchMsgs := counter{unit: "fetch-msgs/record", read: func() (uint64, error) {
+		var sum float64
+		for _, port := range metricsPorts {
+			sum += fetchMessages(b, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		}
+		return uint64(sum), nil
+	}}
+	runTenureManyShapes(b, c, func(b *testing.B, newAppender func(client int) (Appender, error), shape Shape) {
+		runShapeCounting(b, newAppender, shape, fetchMsgs)
+	})
+}
+
+// runTenureManyShapes runs manyShapes on c, creating the ranges each needs
+// (newManyRanges) and measuring each with measure.
+func runTenureManyShapes(b *testing.B, c *tenureCluster, measure func(b *testing.B, newAppender func(client int) (Appender, error), shape Shape)) {
 	ready := 0 // ranges many-0..many-(ready-1) exist
 	for _, s := range manyShapes() {
 		b.Run(s.Name, func(b *testing.B) {
@@ -177,7 +216,7 @@ func BenchmarkTenureManyRanges(b *testing.B) {
 				ready = s.Ranges
 			}
 			b.Logf("%d ranges, %d clients, one append in flight each, %s", s.Ranges, s.Clients, pick(s.Random))
-			newAppender := func(client int) (Appender, error) {
+			measure(b, func(client int) (Appender, error) {
 				if !s.Random {
 					return c.newAppenderAt(client%len(c.nodes), manyRangeID(client), false), nil
 				}
@@ -186,16 +225,7 @@ func BenchmarkTenureManyRanges(b *testing.B) {
 					a.leaders = append(a.leaders, c.newAppenderAt(i, "", false))
 				}
 				return a, nil
-			}
-			n0, sum0, err0 := walSyncStats(regs)
-			r := runShapeCounting(b, newAppender, s.Shape, syncsCounter, walSyncs, fetchMsgs)
-			n1, sum1, err1 := walSyncStats(regs)
-			if err := errors.Join(err0, err1); err != nil {
-				b.Logf("WAL sync durations unavailable: %v", err)
-			} else if n1 > n0 && r.Elapsed > 0 {
-				b.ReportMetric((sum1-sum0)/float64(n1-n0)*1e6, "wal-sync-us")
-				b.ReportMetric((sum1-sum0)/float64(len(regs))/r.Elapsed.Seconds(), "wal-sync-busy")
-			}
+			}, s.Shape)
 		})
 	}
 }
@@ -284,7 +314,18 @@ func walSyncStats(regs []*prometheus.Registry) (n uint64, seconds float64, err e
 // client is its own connection; the cluster routes each publish to its
 // stream's leader, wherever the client is connected.
 func BenchmarkJetStreamManyRanges(b *testing.B) {
-	c := startJetStreamCluster(b, 3)
+	runJetStreamManyShapes(b, startJetStreamCluster(b, 3), syncsCounter)
+}
+
+// BenchmarkJetStreamManyRangesProcs is BenchmarkJetStreamManyRanges with
+// each server a nats-server process (BenchmarkJetStreamProcs' cluster).
+func BenchmarkJetStreamManyRangesProcs(b *testing.B) {
+	runJetStreamManyShapes(b, startJetStreamProcs(b))
+}
+
+// runJetStreamManyShapes runs manyShapes on c, creating the streams each
+// needs (newManyStreams), and reports counters' increase per record.
+func runJetStreamManyShapes(b *testing.B, c *jsCluster, counters ...counter) {
 	ready := 0
 	for _, s := range manyShapes() {
 		b.Run(s.Name, func(b *testing.B) {
@@ -309,7 +350,7 @@ func BenchmarkJetStreamManyRanges(b *testing.B) {
 			}
 			// The streams stay until the cluster goes: deleting a
 			// thousand takes a while and nothing after them needs it.
-			runShapeCounting(b, newAppender, s.Shape, syncsCounter)
+			runShapeCounting(b, newAppender, s.Shape, counters...)
 		})
 	}
 }

@@ -94,6 +94,13 @@ func startTenureProcsWith(b *testing.B, n int, extra func(i int) []string) (*ten
 // nats-server process, configured as startJetStreamCluster configures the
 // in-process ones (sync_interval: always, routes on 127.0.0.1).
 func BenchmarkJetStreamProcs(b *testing.B) {
+	runJetStreamShapes(b, startJetStreamProcs(b))
+}
+
+// startJetStreamProcs starts three nats-server processes configured as
+// startJetStreamCluster configures the in-process servers and waits until
+// their JetStream cluster has formed.
+func startJetStreamProcs(b *testing.B) *jsCluster {
 	bin := serverBinary(b, *natsBinary, "", "github.com/nats-io/nats-server/v2")
 	const n = 3
 	ports := freePorts(b, 2*n) // client ports, then route ports
@@ -133,7 +140,7 @@ cluster { name: bench, listen: 127.0.0.1:%d, routes: [%s] }
 		_, err = js.AccountInfo(ctx)
 		return err
 	})
-	runJetStreamShapes(b, c)
+	return c
 }
 
 // serverBinary returns prebuilt if set, else builds pkg into tb's temp dir

@@ -196,7 +196,7 @@ func (r *Range) AppendRecords(recs []*tenurev1.Record) error {
 	if err != nil {
 		return err
 	}
-	r.s.writeInline()
+	r.s.writeInline(true)
 	return wait()
 }
 
@@ -242,11 +242,12 @@ func (r *Range) QueueRecords(recs []*tenurev1.Record) (wait func() error, err er
 }
 
 // CommitQueued runs the group commit of everything queued on r's store,
-// every range's, on the caller's goroutine, sync included, as
-// AppendRecords does for its own records (writeInline); when a commit is
-// already running it leaves the queue to the writer, which takes it next.
-// With nothing queued it returns at once.
-func (r *Range) CommitQueued() { r.s.writeInline() }
+// every range's, on the caller's goroutine, as AppendRecords does for its
+// own records (writeInline), but hands the sync to the syncer: the records
+// are written on return, and durable once WaitDurable says so. When a
+// commit is already running it leaves the queue to the writer, which takes
+// it next. With nothing queued it returns at once.
+func (r *Range) CommitQueued() { r.s.writeInline(false) }
 
 // validateRecords checks a fetched batch on its own: bounds, no nil record,
 // no epoch 0, contiguous offsets, non-decreasing epochs, and epoch-start

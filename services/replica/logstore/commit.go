@@ -313,7 +313,12 @@ func (s *Store) takeLocked() batch {
 // next, so commits still never overlap and the queue order is still the
 // commit order; a sync may still run beside the next commit, as with the
 // syncer.
-func (s *Store) writeInline() {
+//
+// With syncInline false the caller only commits, and hands the sync to the
+// syncer as the writer does: CommitQueued's caller, a fetch session's
+// receiver, is then free for the next message while the sync runs, and the
+// records that message brings join the next sync.
+func (s *Store) writeInline(syncInline bool) {
 	s.qmu.Lock()
 	if s.writerBusy || len(s.queue) == 0 || s.failed != nil || s.closing {
 		// Busy: the writer takes the queue next. Closing: the writer
@@ -324,7 +329,10 @@ func (s *Store) writeInline() {
 	s.writerBusy = true
 	b := s.takeLocked()
 	s.qmu.Unlock()
-	ends, err := s.commitBatch(b, false)
+	ends, err := s.commitBatch(b, !syncInline)
+	if !syncInline {
+		ends = nil // the syncer has them
+	}
 	s.qmu.Lock()
 	s.writerBusy = false
 	// Wake the writer only if it has something to do (writes queued

@@ -116,8 +116,9 @@ func valueAt(off uint64) string {
 
 // Records queued for several ranges (QueueRecords) and committed at once
 // (CommitQueued) are written by one group commit and made durable by one
-// WAL sync, as a fetch session's answers for many ranges are applied: one
-// AppendRecords per range would commit, and mostly sync, once per range.
+// WAL sync (the syncer's), as a fetch session's answers for many ranges
+// are applied: one AppendRecords per range would commit, and mostly sync,
+// once per range.
 func TestQueuedRecordsOfManyRangesShareOneSync(t *testing.T) {
 	s := newOpener(t).open()
 	defer closeStore(t, s)
@@ -155,12 +156,17 @@ func TestQueuedRecordsOfManyRangesShareOneSync(t *testing.T) {
 		waits[i] = w
 	}
 	rs[0].CommitQueued() // the store's queue, every range's
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	for i, w := range waits {
 		if err := w(); err != nil {
 			t.Fatalf("q%d: queued records failed: %v", i, err)
 		}
-		if got := rs[i].DurableEnd(); got != 3 {
-			t.Fatalf("q%d: DurableEnd() after CommitQueued = %d, want 3", i, got)
+		if got := rs[i].LogEnd(); got != 3 {
+			t.Fatalf("q%d: LogEnd() after CommitQueued = %d, want 3", i, got)
+		}
+		if err := rs[i].WaitDurable(ctx, 3); err != nil {
+			t.Fatalf("q%d: WaitDurable(3) = %v", i, err)
 		}
 	}
 	mu.Lock()
