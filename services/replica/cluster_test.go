@@ -504,17 +504,12 @@ type gatedRequests struct {
 
 func (b *gatedRequests) Read(p []byte) (int, error) {
 	if len(b.pending) == 0 {
-		var head [5]byte
-		if _, err := io.ReadFull(b.r, head[:]); err != nil {
+		env, err := readEnvelope(b.r)
+		if err != nil {
 			return 0, err
 		}
-		if head[0] != 0 {
-			return 0, fmt.Errorf("test gate: unexpected fetch stream envelope flags %#x", head[0])
-		}
-		env := make([]byte, 5+binary.BigEndian.Uint32(head[1:]))
-		copy(env, head[:])
-		if _, err := io.ReadFull(b.r, env[5:]); err != nil {
-			return 0, err
+		if env[0] != 0 {
+			return 0, fmt.Errorf("test gate: unexpected fetch stream envelope flags %#x", env[0])
 		}
 		var fetches []*tenurev1.FetchRequest
 		if b.session {
@@ -591,19 +586,14 @@ type gatedSessionAnswers struct {
 func (a *gatedSessionAnswers) Read(p []byte) (int, error) {
 	g := a.body.g
 	for len(a.pending) == 0 {
-		var head [5]byte
-		if _, err := io.ReadFull(a.ReadCloser, head[:]); err != nil {
-			return 0, err
-		}
-		env := make([]byte, 5+binary.BigEndian.Uint32(head[1:]))
-		copy(env, head[:])
-		if _, err := io.ReadFull(a.ReadCloser, env[5:]); err != nil {
+		env, err := readEnvelope(a.ReadCloser)
+		if err != nil {
 			return 0, err
 		}
 		if a.body.refused() {
 			return 0, errPartitioned
 		}
-		if head[0] != 0 || !g.holding.Load() {
+		if env[0] != 0 || !g.holding.Load() {
 			// The end of the stream, or not held: after what was held.
 			if len(a.held) > 0 {
 				m, err := proto.Marshal(&tenurev1.FetchSessionResponse{Answers: a.held})
@@ -631,6 +621,21 @@ func (a *gatedSessionAnswers) Read(p []byte) (int, error) {
 	n := copy(p, a.pending)
 	a.pending = a.pending[n:]
 	return n, nil
+}
+
+// readEnvelope reads one whole Connect stream envelope from r: a flags
+// byte, a 4-byte big-endian length, the message.
+func readEnvelope(r io.Reader) ([]byte, error) {
+	var head [5]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, err
+	}
+	env := make([]byte, 5+binary.BigEndian.Uint32(head[1:]))
+	copy(env, head[:])
+	if _, err := io.ReadFull(r, env[5:]); err != nil {
+		return nil, err
+	}
+	return env, nil
 }
 
 func (g *gate) allows(m *tenurev1.FetchRequest) bool {

@@ -105,9 +105,10 @@ type fetchSession struct {
 	// following counts the fetch loops following a range on this leader:
 	// a range alone there keeps its own FetchStream (follower.fetch).
 	following atomic.Int64
-	// messages counts the messages received on the session, applied the
-	// answers it wrote for their fetch loops (deliver) (tests:
-	// SessionMessages, SessionAppliedAnswers in export_test.go).
+	// messages counts the messages received on the session; applied
+	// counts the answers the session wrote for their fetch loops
+	// (deliver). Tests read them (SessionMessages, SessionAppliedAnswers
+	// in export_test.go).
 	messages, applied atomic.Uint64
 }
 
