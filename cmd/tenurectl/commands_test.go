@@ -522,6 +522,13 @@ func testStatusMajorityDown(t *testing.T, c *testCluster) {
 func testNotLeaderFollowed(t *testing.T, c *testCluster) {
 	leader := c.createRange("redirect", "r1")
 	f := c.byID[c.others(leader)[0]]
+	// createRange returns once the leader serves; a follower is adopted in
+	// the same promotion but may answer a moment later, and until then it
+	// refuses with "leader unknown", which names nobody to follow.
+	waitFor(t, f.id+" to follow "+leader+" at epoch 1", 20*time.Second, func() bool {
+		r, _ := c.replicaJSON("redirect", f.id)
+		return r.Role == "follower" && r.Epoch == 1
+	})
 	follower := &tenurev1.Replica{Id: f.id, Address: f.srv.URL()}
 	var out, errOut bytes.Buffer
 	e := &env{stdout: &out, stderr: &errOut}
