@@ -29,11 +29,13 @@ import (
 // joins a queue for its destination and kind; at most maxInflightBatches
 // (maxInflightLeaseBatches to the lease service) batches per destination
 // and kind are in flight, and whatever queued up
-// while they were out goes in the next one, up to wire.MaxRangesPerBatch. A
-// lone call (an ordinary single failover) goes out as the single-range RPC,
-// exactly as before. Each promotion still runs its own steps in its own
-// order, decides with the pure Decide on its own answers, and waits only for
-// its own range's outcome; a batch is only how its request travels.
+// while they were out goes in the next one, up to wire.MaxRangesPerBatch; a
+// batch that would go out beside another first waits, briefly, for the rest
+// of its burst (burstQuiet). A lone call (an ordinary single failover) goes
+// out at once as the single-range RPC, exactly as before. Each promotion
+// still runs its own steps in its own order, decides with the pure Decide
+// on its own answers, and waits only for its own range's outcome; a batch
+// is only how its request travels.
 //
 // Tracing: each promotion's step span (fence, adopt, grant-epoch,
 // bind-lease) stays in the promotion's trace and covers the wait. A batched
@@ -59,6 +61,19 @@ const maxInflightBatches = 2
 // rather than in four rounds of two: the grant step is in every
 // promotion's path.
 const maxInflightLeaseBatches = 8
+
+// A batch that would go out beside another already in flight waits for the
+// burst it belongs to: until it is full, or no call has joined the queue for
+// burstQuiet, or it has waited burstMaxWait. Without the wait, a mass
+// failover's promotions, which start within some 30 ms of each other, went
+// out as one RPC per free slot: the first seven of 334 grants alone or in
+// twos, each holding a slot for a whole etcd round under load (~600 ms),
+// and the rest in a second round behind them. The first call of a quiet
+// coalescer still goes out at once, so a lone failover waits for nothing.
+const (
+	burstQuiet   = 2 * time.Millisecond
+	burstMaxWait = 20 * time.Millisecond
+)
 
 // maxSingleInflight bounds the single-range calls in flight per destination
 // and kind when the destination does not implement the batched call.
@@ -91,6 +106,8 @@ type coalescer[Req, Resp any] struct {
 	mu       sync.Mutex
 	queue    []*queued[Req, Resp]
 	inflight int
+	// joined is when the newest call joined the queue (awaitBurst).
+	joined time.Time
 	// unbatched is set once the destination answered Unimplemented.
 	unbatched bool
 }
@@ -114,6 +131,7 @@ func (c *coalescer[Req, Resp]) call(ctx context.Context, req *Req) (*Resp, error
 	q := &queued[Req, Resp]{ctx: ctx, req: req, done: make(chan outcome[Resp], 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, q)
+	c.joined = time.Now()
 	if c.inflight < c.maxInflight {
 		c.inflight++
 		go c.flush()
@@ -131,6 +149,7 @@ func (c *coalescer[Req, Resp]) call(ctx context.Context, req *Req) (*Resp, error
 func (c *coalescer[Req, Resp]) flush() {
 	for {
 		c.mu.Lock()
+		c.awaitBurstLocked()
 		// Callers that gave up are dropped: their promotion moved on, and a
 		// fence or adoption it no longer waits for is at best useless.
 		//
@@ -167,6 +186,27 @@ func (c *coalescer[Req, Resp]) flush() {
 			continue
 		}
 		c.sendBatch(qs)
+	}
+}
+
+// awaitBurstLocked returns when this flush may take its batch: at once when
+// it is the only flush (nothing else in flight), otherwise once the queue
+// holds a full batch, no call has joined for burstQuiet, or burstMaxWait has
+// passed. c.mu is held, and released while it waits.
+func (c *coalescer[Req, Resp]) awaitBurstLocked() {
+	deadline := time.Now().Add(burstMaxWait)
+	for c.inflight > 1 && len(c.queue) < wire.MaxRangesPerBatch {
+		now := time.Now()
+		until := c.joined.Add(burstQuiet)
+		if deadline.Before(until) {
+			until = deadline
+		}
+		if !now.Before(until) {
+			return
+		}
+		c.mu.Unlock()
+		time.Sleep(until.Sub(now))
+		c.mu.Lock()
 	}
 }
 

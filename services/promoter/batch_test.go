@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,6 +127,71 @@ func TestCoalescerNeverBatchesARangeTwice(t *testing.T) {
 	for range ranges * repeats {
 		if err := <-errs; err != nil {
 			t.Errorf("fence = %v", err)
+		}
+	}
+}
+
+// A burst of calls that joins while another call is out goes out in full
+// batches, not one RPC per free slot: every call of the burst is in flight
+// while the first is still out. Before, a mass failover's first grants took
+// the free slots alone or in twos, each for a whole etcd round under load,
+// and the rest of the 334 waited a second round behind them. (With 400
+// calls the coalescer before this change filled its eight slots with
+// batches of 1 to 60 in every run of four, and the test failed.)
+func TestCoalescerSendsABurstInFullBatches(t *testing.T) {
+	type req = tenurev1.GrantEpochRequest
+	type resp = tenurev1.GrantEpochResponse
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	// Released on every way out, so no RPC of the test outlives it.
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseAll()
+	var mu sync.Mutex
+	var sizes []int
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("%d RPCs: %v", len(sizes), sizes)
+	}()
+	out := func(n int) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+		<-release
+	}
+	// sent is how many calls went out, in any RPC.
+	sent := func() (calls int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range sizes {
+			calls += n
+		}
+		return calls
+	}
+	c := newCoalescer("test-grants", maxInflightLeaseBatches, 10*time.Second, (*req).GetRangeId,
+		func(context.Context, *req) (*resp, error) { out(1); return &resp{}, nil },
+		func(_ context.Context, rs []*req) ([]outcome[resp], error) {
+			out(len(rs))
+			return make([]outcome[resp], len(rs)), nil
+		})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const burst = 400
+	errs := make(chan error, burst+1)
+	send := func(i int) {
+		_, err := c.call(ctx, &req{RangeId: fmt.Sprintf("b%03d", i)})
+		errs <- err
+	}
+	go send(0)
+	waitFor(t, "the first call to go out", 10*time.Second, func() bool { return sent() == 1 })
+	for i := 1; i <= burst; i++ {
+		go send(i)
+	}
+	waitFor(t, "the whole burst to go out beside the first call", 10*time.Second, func() bool { return sent() == burst+1 })
+	releaseAll()
+	for range burst + 1 {
+		if err := <-errs; err != nil {
+			t.Errorf("call = %v", err)
 		}
 	}
 }
