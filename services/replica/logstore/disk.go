@@ -248,6 +248,13 @@ func (s *Store) diskRefusal(op, id string, bytes int) error {
 		}
 		return nil
 	}
+	// A store that failed (a write found no space after its records had
+	// offsets) answers with its failure, not as a full disk: its caller
+	// stops the ranges and reopens the store, where a full disk only
+	// refuses. The replica's refusal then says the store reopens by itself.
+	if err := s.writeErr(); err != nil {
+		return err
+	}
 	d.refused.Add(1)
 	d.mu.Lock()
 	reason := d.reason

@@ -58,6 +58,14 @@ func TestWALWriteENOSPCFailsStoreReopenHolds(t *testing.T) {
 	if st := s.DiskStatus(); !st.Full {
 		t.Fatalf("DiskStatus() after the ENOSPC = %+v, want full", st)
 	}
+	// An append after the failure is refused with the failure, not as a
+	// full disk: the replica answers the two differently (stop the ranges
+	// and reopen the store; refuse and keep leading). Before, the full
+	// disk was checked first, and a replica whose ranges had not yet been
+	// stopped answered "disk full" for a store that had failed.
+	if _, err := r.Append(1, false, [][]byte{[]byte("after")}); !errors.Is(err, logstore.ErrFailed) || errors.Is(err, logstore.ErrDiskFull) {
+		t.Fatalf("Append on the failed store = %v, want its failure (ErrFailed), not ErrDiskFull", err)
+	}
 	_ = s.Close() // reports the failure
 
 	noSpace.Store(false)
