@@ -106,7 +106,7 @@ type coalescer[Req, Resp any] struct {
 	mu       sync.Mutex
 	queue    []*queued[Req, Resp]
 	inflight int
-	// joined is when the newest call joined the queue (awaitBurst).
+	// joined is when the newest call joined the queue (awaitBurstLocked).
 	joined time.Time
 	// unbatched is set once the destination answered Unimplemented.
 	unbatched bool
