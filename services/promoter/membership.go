@@ -574,44 +574,55 @@ func (p *Promoter) completeInFlight(ctx context.Context, rng *tenurev1.RangeInfo
 // recordIncarnations records, after a successful promotion, the
 // incarnation of every member that had none recorded and whose answer
 // counted: from now on the member is (id, incarnation). Best effort: a
-// member left without one is recorded by the next promotion.
+// member left without one is recorded when it is next reconciled or by the
+// next promotion.
 func (m *promotion) recordIncarnations(ctx context.Context) {
-	want := map[string]string{}
+	rev := m.revision
 	for _, f := range m.tr.GetReplicas() {
 		if f.GetCounted() && f.GetIncarnation() != "" && m.incarnations[f.GetReplicaId()] == "" {
-			want[f.GetReplicaId()] = f.GetIncarnation()
+			rev = m.p.recordIncarnation(ctx, m.rangeID, rev, f.GetReplicaId(), f.GetIncarnation())
 		}
 	}
-	rev := m.revision
-	for id, inc := range want {
-		for attempt := 1; attempt <= casRetries; attempt++ {
-			cctx, cancel := context.WithTimeout(ctx, m.p.cfg.RPCTimeout)
-			resp, err := m.p.lease.ChangeMembership(cctx, connect.NewRequest(&tenurev1.ChangeMembershipRequest{
-				RangeId: m.rangeID, ExpectedRevision: rev, Step: tenurev1.MembershipStep_MEMBERSHIP_STEP_SET_INCARNATION,
-				Replica: &tenurev1.Replica{Id: id, Incarnation: inc},
-			}))
-			cancel()
-			if err == nil {
-				rev = resp.Msg.GetRange().GetMembershipRevision()
-				m.p.log.InfoContext(ctx, "recorded replica incarnation", "range", m.rangeID, "replica", id, "incarnation", inc)
-				break
-			}
-			if connect.CodeOf(err) != connect.CodeAborted {
-				m.p.log.WarnContext(ctx, "replica incarnation not recorded", "range", m.rangeID, "replica", id, "err", err)
-				break
-			}
-			// The membership moved: read it again; record only if the
-			// member is still one with none recorded (never replace one).
-			rng, gerr := m.p.getRange(ctx, m.rangeID)
-			if gerr != nil {
-				break
+}
+
+// recordIncarnation records inc as member id's incarnation, expecting the
+// membership at rev (0: read it first), and returns the revision it left.
+// It never replaces one: when the membership moved, it records only if id
+// is still a member with none recorded. Recording only narrows which
+// answers count (with none recorded, any disk's answer counts as the
+// member's), so a caller may record any disk that answered as the member
+// and was adopted. Failures are logged; the next reconcile or promotion
+// tries again.
+func (p *Promoter) recordIncarnation(ctx context.Context, rangeID string, rev int64, id, inc string) int64 {
+	for attempt := 1; attempt <= casRetries; attempt++ {
+		if rev == 0 {
+			rng, err := p.getRange(ctx, rangeID)
+			if err != nil {
+				return 0
 			}
 			if r := member(rng, id); r == nil || r.GetIncarnation() != "" {
-				break
+				return rng.GetMembershipRevision()
 			}
 			rev = rng.GetMembershipRevision()
 		}
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
+		resp, err := p.lease.ChangeMembership(cctx, connect.NewRequest(&tenurev1.ChangeMembershipRequest{
+			RangeId: rangeID, ExpectedRevision: rev, Step: tenurev1.MembershipStep_MEMBERSHIP_STEP_SET_INCARNATION,
+			Replica: &tenurev1.Replica{Id: id, Incarnation: inc},
+		}))
+		cancel()
+		if err == nil {
+			p.log.InfoContext(ctx, "recorded replica incarnation", "range", rangeID, "replica", id, "incarnation", inc)
+			return resp.Msg.GetRange().GetMembershipRevision()
+		}
+		if connect.CodeOf(err) != connect.CodeAborted {
+			p.log.WarnContext(ctx, "replica incarnation not recorded", "range", rangeID, "replica", id, "err", err)
+			return 0
+		}
+		// The membership moved: read it again (rev 0).
+		rev = 0
 	}
+	return 0
 }
 
 // promoteNow runs an operator's (or a membership step's) promotion of

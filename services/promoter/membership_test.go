@@ -579,6 +579,41 @@ func TestWipedReplicaIsNotCounted(t *testing.T) {
 	c.checkAcked("r", acks)
 }
 
+// A member that missed the range's first promotion (down, or its fence
+// answer came after the quorum's grace) was never counted, so that
+// promotion did not record its incarnation. Its reconcile records it: else
+// the member stays "any disk", a wipe of it undetected, until the range's
+// next promotion. Before, r3 stayed without one for as long as r1 led.
+func TestStragglerIncarnationRecordedOnReconcile(t *testing.T) {
+	c := newCluster(t, 3)
+	r3 := c.byID["r3"]
+	c.stop(r3)
+	c.createRange("r", "r1")
+	c.newPromoter("p1", true)
+	c.leader("r", 1, 20*time.Second)
+	waitFor(t, "r1 and r2's incarnations to be recorded", 10*time.Second, func() bool {
+		for _, r := range c.getRange("r").GetReplicas() {
+			if r.GetId() != "r3" && r.GetIncarnation() == "" {
+				return false
+			}
+		}
+		return true
+	})
+	if inc := member(c.getRange("r"), "r3").GetIncarnation(); inc != "" {
+		t.Fatalf("r3 never answered, yet incarnation %q is recorded for it", inc)
+	}
+	c.start(r3)
+	waitFor(t, "r3's incarnation to be recorded once it is reconciled", 20*time.Second, func() bool {
+		return member(c.getRange("r"), "r3").GetIncarnation() != ""
+	})
+	if got, want := member(c.getRange("r"), "r3").GetIncarnation(), r3.r.Incarnation(); got != want {
+		t.Fatalf("r3 recorded as incarnation %s; its disk is %s", got, want)
+	}
+	if st := c.status("r3", "r"); st.GetRole() != tenurev1.Role_ROLE_FOLLOWER || st.GetEpoch() != 1 {
+		t.Fatalf("r3 is %v at epoch %d, want a follower at 1", st.GetRole(), st.GetEpoch())
+	}
+}
+
 // The leader dies while a removal is in flight (its step's promotion never
 // ran): the automatic promotion needs a quorum of the voters after the
 // step, {r1, r2}, as well as of those before it, so with r1 dead the range

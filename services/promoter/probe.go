@@ -299,7 +299,7 @@ func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch, generat
 		defer p.end(key)
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
 		defer cancel()
-		_, err := p.batchers(r).fence.call(cctx, &tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID,
+		fenced, err := p.batchers(r).fence.call(cctx, &tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID,
 			Incarnation: r.GetIncarnation(), RangeGeneration: generation})
 		if err == nil {
 			err = p.adoptFollower(cctx, rangeID, epoch, r, leader, members)
@@ -309,6 +309,14 @@ func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch, generat
 			return
 		}
 		p.log.Info("reconciled straggler", "range", rangeID, "epoch", epoch, "replica", r.GetId(), "leader", leader.GetId())
+		// A member whose fence answer came after its promotion had decided
+		// was never counted, so that promotion did not record its
+		// incarnation: record it now, or the member stays "any disk" (a
+		// wipe of it undetected) until the range's next promotion, which
+		// may be months away.
+		if r.GetIncarnation() == "" && fenced.GetIncarnation() != "" {
+			p.recordIncarnation(ctx, rangeID, 0, r.GetId(), fenced.GetIncarnation())
+		}
 	}()
 }
 
