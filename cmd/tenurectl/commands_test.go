@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
 
 // One cluster serves every command test: starting one is most of the cost.
@@ -31,6 +32,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"status", testStatus},
 		{"promote and transitions", testPromoteTransitions},
 		{"not-leader answers are followed", testNotLeaderFollowed},
+		{"a refusal naming no leader is sent again", testNoLeaderNamedResent},
 		{"bench", testBench},
 		{"bench --duration --disk", testBenchDuration},
 		{"epochs with a diverged replica", testEpochsDivergence},
@@ -514,6 +516,40 @@ func testStatusMajorityDown(t *testing.T, c *testCluster) {
 		return code == exitOK && json.Unmarshal([]byte(out), &st) == nil && len(st) == 1 && st[0].Leader != "" &&
 			st[0].Promotion != nil && st[0].Promotion.State == "healthy"
 	})
+}
+
+// A replica fenced by a promotion still running refuses appends naming no
+// leader. That refusal wrote nothing, so produce sends the batch again to
+// the leader it finds, even --no-idempotence (which never resends a batch
+// that may have been written). It used to fail with "outcome unknown".
+func testNoLeaderNamedResent(t *testing.T, c *testCluster) {
+	leader := c.createRange("no-leader-named", "r1")
+	f := c.byID[c.others(leader)[0]]
+	// As a promoter's fence at epoch 2 leaves f until its adopt: fenced, no
+	// leader known. The range's own leader serves on at epoch 1 with the
+	// other follower.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rc := tenurev1connect.NewReplicaServiceClient(transport.NewHTTPClient(), f.srv.URL(), transport.ClientOptions()...)
+	if _, err := rc.Fence(ctx, connect.NewRequest(&tenurev1.FenceRequest{RangeId: "no-leader-named", Epoch: 2, FencerId: "test"})); err != nil {
+		t.Fatalf("fence %s at epoch 2: %v", f.id, err)
+	}
+	var out, errOut bytes.Buffer
+	e := &env{stdout: &out, stderr: &errOut}
+	leaseURL, promoterURL, empty, no := c.lease.Server.URL(), c.promoterURL, "", false
+	cl := newClients(clusterOpts{lease: &leaseURL, promoter: &promoterURL, json: &no, cacert: &empty, cert: &empty, key: &empty})
+	defer cl.close()
+	p := &producer{c: cl, e: e, rangeID: "no-leader-named", leader: &tenurev1.Replica{Id: f.id, Address: f.srv.URL()}, retryFor: 20 * time.Second}
+	if err := p.append(ctx, [][]byte{[]byte("a")}); err != nil {
+		t.Fatalf("plain produce through %s, fenced with no leader: %v", f.id, err)
+	}
+	if !strings.HasPrefix(out.String(), "range no-leader-named, leader ") || !strings.HasSuffix(out.String(), ":\n1\n") {
+		t.Errorf("produce printed %q, want the record at offset 1 under the leader", out.String())
+	}
+	recs := c.mustCtl("", "consume", "no-leader-named")
+	if recs != "1\ta\n" {
+		t.Errorf("consume after produce = %q, want the one record once", recs)
+	}
 }
 
 // produce and consume follow the leader a replica's not-leader answer

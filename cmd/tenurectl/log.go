@@ -50,8 +50,10 @@ up to --retry-for; the leader writes each record at most once, and answers a
 retry of records it holds with their original offsets. If produce still
 fails, the failed append's outcome is unknown (it may yet commit under a
 later leader): consume the range before producing it again.
---no-idempotence sends plain appends, never retried (for a server older than
-idempotent producers, which would ignore the producer fields).
+--no-idempotence sends plain appends, never retried once sent (for a server
+older than idempotent producers, which would ignore the producer fields); a
+refusal by a replica that does not lead wrote nothing, so that batch is
+still sent again, to the leader, for up to --retry-for.
 `
 
 func runProduce(ctx context.Context, e *env, args []string) error {
@@ -62,7 +64,7 @@ func runProduce(ctx context.Context, e *env, args []string) error {
 	binary := fs.Bool("binary", false, "the whole of stdin is one record, bytes as they are")
 	echo := fs.Bool("echo", false, "print each record's value after its offset")
 	retryFor := fs.Duration("retry-for", 30*time.Second, "how long to retry an append whose outcome is unknown (0: never)")
-	plain := fs.Bool("no-idempotence", false, "send plain appends, without producer id and sequence, and never retry them")
+	plain := fs.Bool("no-idempotence", false, "send plain appends, without producer id and sequence, and never retry one that may have been written")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -246,7 +248,11 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 				continue
 			}
 		}
-		if p.id == nil || !retryable(err) || time.Now().Add(pause).After(deadline) {
+		// A not-leader refusal wrote nothing whether or not it names a
+		// leader (a replica fenced by a promotion still running knows
+		// none yet): even a plain append goes again, once one leads.
+		refused := wire.NotLeader(err) != nil
+		if (p.id == nil && !refused) || !retryable(err) || time.Now().Add(pause).After(deadline) {
 			break
 		}
 		// The same sequence again, to whoever leads now: the leader
@@ -267,6 +273,10 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 		}
 		if connect.CodeOf(err) == connect.CodeInvalidArgument {
 			return fmt.Errorf("the leader refused the batch of %s: %s%s", plural(len(values), "record"), connectMessage(err), done)
+		}
+		if wire.NotLeader(err) != nil {
+			return fmt.Errorf("append of %s refused by %s at %s, which does not lead range %s and names no leader: %s%s.\nNothing of them was written; no leader was found within --retry-for %v: 'tenurectl status %s' shows why",
+				plural(len(values), "record"), p.leader.GetId(), p.leader.GetAddress(), p.rangeID, connectMessage(err), done, p.retryFor, p.rangeID)
 		}
 		return fmt.Errorf("append of %s to leader %s at %s failed: %v%s.\nTheir outcome is unknown: they may still commit under a later leader; 'tenurectl consume %s' shows what did before you produce them again",
 			plural(len(values), "record"), p.leader.GetId(), p.leader.GetAddress(), err, done, p.rangeID)
