@@ -92,6 +92,7 @@ func (s *Service) grantTxn(req *tenurev1.GrantEpochRequest, sess session) rangeT
 			// The session the new lease is attached to is still this live
 			// session when the transaction applies (it could expire in between).
 			clientv3.Compare(clientv3.CreateRevision(sess.key), "=", sess.createRev),
+			clientv3.Compare(clientv3.ModRevision(sess.key), "=", sess.modRev),
 			// The range exists: a deleted range keeps its epoch key as a
 			// tombstone (DeleteRange), which must not take grants.
 			clientv3.Compare(clientv3.CreateRevision(s.keys.members(id)), ">", 0),
@@ -135,6 +136,7 @@ func (s *Service) grantAnswer(ctx context.Context, req *tenurev1.GrantEpochReque
 			return nil, rangeNotFound(id)
 		}
 		// The epoch compare held, so the session compare failed.
+		s.sessions.forget(holder, sess)
 		return nil, failedf("session %d of holder %q expired or was closed before the grant; nothing was granted", sess.id, holder)
 	}
 	rec := s.grantRecord(req, sess)
@@ -273,7 +275,10 @@ func (s *Service) bindTxn(req *tenurev1.BindLeaseRequest, sess session) rangeTxn
 			// deposed. Comparing in the same transaction closes the window
 			// between checking and writing.
 			clientv3.Compare(clientv3.Value(epochKey), "=", formatEpoch(req.GetEpoch())),
+			// This very session, its record unchanged since it was read
+			// (session, in sessions.go).
 			clientv3.Compare(clientv3.CreateRevision(sess.key), "=", sess.createRev),
+			clientv3.Compare(clientv3.ModRevision(sess.key), "=", sess.modRev),
 		},
 		then: []clientv3.Op{
 			clientv3.OpPut(s.keys.lease(id), mustJSON(bindRecord(req, sess)), clientv3.WithLease(clientv3.LeaseID(sess.id))),
@@ -302,6 +307,7 @@ func (s *Service) bindAnswer(ctx context.Context, req *tenurev1.BindLeaseRequest
 		if cur != epoch {
 			return nil, notCurrent(id, epoch, cur)
 		}
+		s.sessions.forget(holder, sess)
 		return nil, failedf("session %d of holder %q expired or was closed before the bind; nothing was bound", sess.id, holder)
 	}
 	return &tenurev1.BindLeaseResponse{Lease: s.boundLease(ctx, id, bindRecord(req, sess))}, nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/services/lease"
@@ -178,5 +179,68 @@ func TestTwoInstancesShareOneEtcd(t *testing.T) {
 	// a's session is renewed through b.
 	if _, err := b.Client.KeepAlive(ctx, connect.NewRequest(&tenurev1.KeepAliveRequest{SessionId: sid, Held: []*tenurev1.RangeEpoch{{RangeId: "shared", Epoch: e}}})); err != nil {
 		t.Fatalf("b.KeepAlive(a's session) = %v", err)
+	}
+}
+
+// TestGrantRemembersTheSessionYetRefusesItClosed: after a holder's first
+// grant its session is remembered, so the next grant costs etcd one
+// transaction and no read. A remembered session still grants nothing once
+// it is marked closing (its record rewritten, the lease not yet revoked)
+// or closed: the transaction compares the record's revisions, which a
+// remembered copy cannot pass.
+func TestGrantRemembersTheSessionYetRefusesItClosed(t *testing.T) {
+	kv := &countingKV{}
+	env := newEnv(t, lease.WithStoreWrappers(
+		func(inner clientv3.KV) clientv3.KV { kv.KV = inner; return kv },
+		func(inner clientv3.Lease) clientv3.Lease { return inner },
+	))
+	ctx := testCtx(t, 30*time.Second)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		createRange(t, ctx, env.Client, id)
+	}
+	epochOf := func(id string) uint64 {
+		t.Helper()
+		r, err := env.Client.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: id}))
+		if err != nil {
+			t.Fatalf("GetRange(%q) = %v", id, err)
+		}
+		return r.Msg.GetRange().GetEpoch()
+	}
+	sid := openSession(t, ctx, env.Client, "promoter", 60_000)
+	grant(t, ctx, env.Client, "a", 0, "promoter", sid)
+	kv.reset()
+	grant(t, ctx, env.Client, "b", 0, "promoter", sid)
+	if gets, txns := kv.gets.Load(), kv.txns.Load(); gets != 0 || txns != 1 {
+		t.Errorf("a second grant under one session cost etcd %d gets and %d txns; want 0 and 1", gets, txns)
+	}
+
+	// Marked closing, as CloseSession does just before it revokes.
+	key := fmt.Sprintf("%ssessions/promoter/%016x", testPrefix(t), uint64(sid))
+	got, err := env.EtcdClient.Get(ctx, key)
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("session record %s: %v, %v", key, got, err)
+	}
+	closing := strings.Replace(string(got.Kvs[0].Value), "{", `{"closing":true,`, 1)
+	if _, err := env.EtcdClient.Put(ctx, key, closing, clientv3.WithLease(clientv3.LeaseID(sid))); err != nil {
+		t.Fatal(err)
+	}
+	_, err = env.Client.GrantEpoch(ctx, connect.NewRequest(&tenurev1.GrantEpochRequest{RangeId: "c", HolderId: "promoter", SessionId: sid}))
+	wantCode(t, "GrantEpoch under a remembered session since marked closing", err, connect.CodeFailedPrecondition)
+	if e := epochOf("c"); e != 0 {
+		t.Fatalf("range c at epoch %d after a grant under a closing session; want 0", e)
+	}
+
+	// Closed outright: remembered by a grant, then closed.
+	sid2 := openSession(t, ctx, env.Client, "promoter", 60_000)
+	grant(t, ctx, env.Client, "c", 0, "promoter", sid2)
+	if _, err := env.Client.CloseSession(ctx, connect.NewRequest(&tenurev1.CloseSessionRequest{SessionId: sid2})); err != nil {
+		t.Fatalf("CloseSession() = %v", err)
+	}
+	_, err = env.Client.GrantEpoch(ctx, connect.NewRequest(&tenurev1.GrantEpochRequest{RangeId: "d", HolderId: "promoter", SessionId: sid2}))
+	wantCode(t, "GrantEpoch under a remembered session since closed", err, connect.CodeFailedPrecondition)
+	_, err = env.Client.BindLease(ctx, connect.NewRequest(&tenurev1.BindLeaseRequest{RangeId: "c", Epoch: 1, HolderId: "promoter", SessionId: sid2}))
+	wantCode(t, "BindLease under a remembered session since closed", err, connect.CodeFailedPrecondition)
+	if e := epochOf("d"); e != 0 {
+		t.Fatalf("range d at epoch %d after a grant under a closed session; want 0", e)
 	}
 }

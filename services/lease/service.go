@@ -80,6 +80,8 @@ type Service struct {
 
 	// ttls remembers sessions' remaining TTLs for a moment (remaining).
 	ttls ttlSamples
+	// sessions remembers sessions resolved by id (sessionCache).
+	sessions sessionCache
 
 	closeOnce sync.Once
 	closing   chan struct{}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -110,11 +111,60 @@ func (s *Service) openSession(ctx context.Context, req *tenurev1.OpenSessionRequ
 type session struct {
 	id  int64
 	key string
-	// createRev is the session key's create revision: the transaction that
-	// binds a lease compares it, so the lease is attached only if this very
-	// session is still live when the transaction applies.
-	createRev int64
-	rec       sessionRecord
+	// createRev and modRev are the session key's create and last-modified
+	// revisions: the transaction that binds a lease compares both, so the
+	// lease is attached only if this very session is still live, and its
+	// record still the one read here (not since marked closing), when the
+	// transaction applies. That compare, not the freshness of the read,
+	// is what makes a grant safe, so a session may be remembered (below).
+	createRev, modRev int64
+	rec               sessionRecord
+}
+
+// sessionCache remembers sessions resolved by id, so a grant or bind
+// after the first does not wait for a linearizable read (130-290 ms under
+// a mass failover's load) before its transaction. A remembered session
+// that has since expired, closed or been marked closing fails the
+// transaction's session compare, exactly as a fresh read would have
+// refused it, and is forgotten then.
+type sessionCache struct {
+	mu sync.Mutex
+	m  map[sessionKey]session
+}
+
+type sessionKey struct {
+	holder string
+	id     int64
+}
+
+// maxCachedSessions bounds sessionCache: a lease service sees one session
+// per holder process at a time, a few more as old ones expire. Past the
+// bound it starts over rather than track which expired.
+const maxCachedSessions = 4096
+
+func (c *sessionCache) get(holder string, id int64) (session, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sess, ok := c.m[sessionKey{holder, id}]
+	return sess, ok
+}
+
+func (c *sessionCache) put(holder string, id int64, sess session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedSessions {
+		c.m = map[sessionKey]session{}
+	}
+	c.m[sessionKey{holder, id}] = sess
+}
+
+// forget drops sess, whose transaction's session compare failed.
+func (c *sessionCache) forget(holder string, sess session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.m[sessionKey{holder, sess.id}]; ok && cur.modRev == sess.modRev {
+		delete(c.m, sessionKey{holder, sess.id})
+	}
 }
 
 // maxSessionsScanned bounds the sessions read to find a holder's newest live
@@ -126,6 +176,13 @@ const maxSessionsScanned = 16
 func (s *Service) resolveSession(ctx context.Context, holder string, id int64) (session, error) {
 	if id < 0 {
 		return session{}, invalidf("session_id %d: session ids are positive (0 = the holder's newest session)", id)
+	}
+	if id != 0 {
+		// Only a named session is remembered: "the holder's newest" must
+		// see a session opened since.
+		if sess, ok := s.sessions.get(holder, id); ok {
+			return sess, nil
+		}
 	}
 	var kvs []*mvccpb.KeyValue
 	if id == 0 {
@@ -150,7 +207,11 @@ func (s *Service) resolveSession(ctx context.Context, holder string, id int64) (
 		if rec.Closing {
 			continue
 		}
-		return session{id: kv.Lease, key: string(kv.Key), createRev: kv.CreateRevision, rec: rec}, nil
+		sess := session{id: kv.Lease, key: string(kv.Key), createRev: kv.CreateRevision, modRev: kv.ModRevision, rec: rec}
+		if id != 0 {
+			s.sessions.put(holder, id, sess)
+		}
+		return sess, nil
 	}
 	if id == 0 {
 		return session{}, failedf("holder %q has no live session: it must OpenSession first", holder)
