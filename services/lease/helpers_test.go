@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,7 +52,23 @@ func newEnv(t *testing.T, opts ...lease.Option) *leasetest.Env {
 	return leasetest.StartOn(t, sharedEtcd, append([]lease.Option{lease.WithPrefix(testPrefix(t))}, opts...)...)
 }
 
-func testPrefix(t *testing.T) string { return "/test/" + strings.ReplaceAll(t.Name(), "/", "_") + "/" }
+// testPrefix is t's own key prefix: its name and, since -count=2 runs it
+// again on the same etcd, which run of the package's tests this is. It is
+// the same for every call within one test.
+func testPrefix(t *testing.T) string {
+	if p, ok := prefixes.Load(t); ok {
+		return p.(string)
+	}
+	p := fmt.Sprintf("/test/%s/%d/", strings.ReplaceAll(t.Name(), "/", "_"), prefixRuns.Add(1))
+	prefixes.Store(t, p)
+	t.Cleanup(func() { prefixes.Delete(t) })
+	return p
+}
+
+var (
+	prefixes   sync.Map // *testing.T -> string
+	prefixRuns atomic.Int64
+)
 
 // testCtx bounds a test's calls.
 func testCtx(t *testing.T, d time.Duration) context.Context {
