@@ -50,10 +50,11 @@ up to --retry-for; the leader writes each record at most once, and answers a
 retry of records it holds with their original offsets. If produce still
 fails, the failed append's outcome is unknown (it may yet commit under a
 later leader): consume the range before producing it again.
---no-idempotence sends plain appends, never retried once sent (for a server
-older than idempotent producers, which would ignore the producer fields); a
-refusal by a replica that does not lead wrote nothing, so that batch is
-still sent again, to the leader, for up to --retry-for.
+--no-idempotence sends plain appends (for a server older than idempotent
+producers, which would ignore the producer fields). A plain append that may
+have been written is never sent again; one refused by a replica that does
+not lead wrote nothing, so it is sent again, to the leader, for up to
+--retry-for.
 `
 
 func runProduce(ctx context.Context, e *env, args []string) error {
