@@ -276,7 +276,7 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 			return fmt.Errorf("the leader refused the batch of %s: %s%s", plural(len(values), "record"), connectMessage(err), done)
 		}
 		if wire.NotLeader(err) != nil {
-			return fmt.Errorf("append of %s refused by %s at %s, which does not lead range %s and names no leader: %s%s.\nNothing of them was written; no leader was found within --retry-for %v: 'tenurectl status %s' shows why",
+			return fmt.Errorf("append of %s refused by %s at %s, which does not lead range %s: %s%s.\nNothing of them was written; no serving leader took them within --retry-for %v: 'tenurectl status %s' shows why",
 				plural(len(values), "record"), p.leader.GetId(), p.leader.GetAddress(), p.rangeID, connectMessage(err), done, p.retryFor, p.rangeID)
 		}
 		return fmt.Errorf("append of %s to leader %s at %s failed: %v%s.\nTheir outcome is unknown: they may still commit under a later leader; 'tenurectl consume %s' shows what did before you produce them again",

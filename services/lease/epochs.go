@@ -90,8 +90,8 @@ func (s *Service) grantTxn(req *tenurev1.GrantEpochRequest, sess session) rangeT
 			// no repeats.
 			clientv3.Compare(clientv3.Value(epochKey), "=", formatEpoch(prev)),
 			// The session the new lease is attached to is still this live
-			// session when the transaction applies (it could expire in between).
-			clientv3.Compare(clientv3.CreateRevision(sess.key), "=", sess.createRev),
+			// session, its record unchanged, when the transaction applies
+			// (it could expire or close in between; session in sessions.go).
 			clientv3.Compare(clientv3.ModRevision(sess.key), "=", sess.modRev),
 			// The range exists: a deleted range keeps its epoch key as a
 			// tombstone (DeleteRange), which must not take grants.
@@ -277,7 +277,6 @@ func (s *Service) bindTxn(req *tenurev1.BindLeaseRequest, sess session) rangeTxn
 			clientv3.Compare(clientv3.Value(epochKey), "=", formatEpoch(req.GetEpoch())),
 			// This very session, its record unchanged since it was read
 			// (session, in sessions.go).
-			clientv3.Compare(clientv3.CreateRevision(sess.key), "=", sess.createRev),
 			clientv3.Compare(clientv3.ModRevision(sess.key), "=", sess.modRev),
 		},
 		then: []clientv3.Op{

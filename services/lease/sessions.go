@@ -111,14 +111,15 @@ func (s *Service) openSession(ctx context.Context, req *tenurev1.OpenSessionRequ
 type session struct {
 	id  int64
 	key string
-	// createRev and modRev are the session key's create and last-modified
-	// revisions: the transaction that binds a lease compares both, so the
-	// lease is attached only if this very session is still live, and its
-	// record still the one read here (not since marked closing), when the
-	// transaction applies. That compare, not the freshness of the read,
-	// is what makes a grant safe, so a session may be remembered (below).
-	createRev, modRev int64
-	rec               sessionRecord
+	// modRev is the session key's last-modified revision: the transaction
+	// that binds a lease compares it, so the lease is attached only if the
+	// key still holds the very record read here when the transaction
+	// applies (revisions are never reused: an expired and re-created key,
+	// or a record since marked closing, has another). That compare, not the
+	// freshness of the read, is what makes a grant safe, so a session may
+	// be remembered (below).
+	modRev int64
+	rec    sessionRecord
 }
 
 // sessionCache remembers sessions resolved by id, so a grant or bind
@@ -207,7 +208,7 @@ func (s *Service) resolveSession(ctx context.Context, holder string, id int64) (
 		if rec.Closing {
 			continue
 		}
-		sess := session{id: kv.Lease, key: string(kv.Key), createRev: kv.CreateRevision, modRev: kv.ModRevision, rec: rec}
+		sess := session{id: kv.Lease, key: string(kv.Key), modRev: kv.ModRevision, rec: rec}
 		if id != 0 {
 			s.sessions.put(holder, id, sess)
 		}
