@@ -163,6 +163,8 @@ func ServeListener(ln net.Listener, regs ...Registration) *Server {
 		p.SetHTTP2(true)
 		p.SetUnencryptedHTTP2(false)
 		handler, scheme = auth.Handler(mux, src, slog.Default()), "https"
+	} else {
+		ln = bufferedReads(ln)
 	}
 	drain := make(chan struct{})
 	base := context.WithValue(context.Background(), drainKey{}, (<-chan struct{})(drain))
