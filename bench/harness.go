@@ -281,15 +281,6 @@ func AddServerProcess(pid int) (remove func()) {
 	}
 }
 
-// serverProcesses reports whether server processes are registered with
-// AddServerProcess: the system measured does not run (only) in this
-// process.
-func serverProcesses() bool {
-	serverProcs.Lock()
-	defer serverProcs.Unlock()
-	return len(serverProcs.pids) > 0
-}
-
 // procCPU is process pid's user and system CPU time from /proc/PID/stat
 // (0 if it cannot be read). The counts are in USER_HZ ticks, 100 per second
 // on Linux whatever the kernel's own tick: 10 ms resolution, fine for runs

@@ -50,17 +50,12 @@ func runJetStreamShapes(b *testing.B, c *jsCluster) {
 }
 
 // runShape runs shape once for -bench.duration and reports the result. It is
-// the common body of every system's sub-benchmarks. With the servers in
-// this process it also reports syncs/record (runShapeCounting); not when
-// they run in processes of their own, whose syncs this process's counters
-// do not see.
+// the common body of every system's sub-benchmarks. It also reports
+// syncs/record (runShapeCounting), which counts the servers' syncs whether
+// they run in this process or in processes of their own (startServer).
 func runShape(b *testing.B, newAppender func(client int) (Appender, error), shape Shape) {
 	b.Helper()
-	var counters []counter
-	if !serverProcesses() {
-		counters = append(counters, syncsCounter)
-	}
-	runShapeCounting(b, newAppender, shape, counters...)
+	runShapeCounting(b, newAppender, shape, syncsCounter)
 }
 
 type jsCluster struct {

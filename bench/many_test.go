@@ -100,9 +100,9 @@ type counter struct {
 	read func() (uint64, error)
 }
 
-// syncsCounter counts this process's fsync and fdatasync calls
-// (syncs_test.go): every system's flushes when its servers run in this
-// process.
+// syncsCounter counts the fsync and fdatasync calls of this process and of
+// the server processes it starts (syncs_test.go): every system's flushes,
+// its servers in this process or in processes of their own.
 var syncsCounter = counter{unit: "syncs/record", read: processSyncs}
 
 // runShapeCounting is runShape that also reports each counter's increase
@@ -181,9 +181,9 @@ func BenchmarkTenureManyRanges(b *testing.B) {
 // BenchmarkTenureManyRangesProcs is BenchmarkTenureManyRanges with each
 // replica a `tenure replica` process, as deployed: each has the Go
 // runtime's threads of its own, where in one process the three replicas'
-// blocking fdatasyncs hold the same two Ps. It reports fetch-msgs/record
-// from the processes' metrics; their syncs are not counted (other
-// processes).
+// blocking fdatasyncs hold the same two Ps. It reports syncs/record (the
+// processes' fsyncs and fdatasyncs, counted by the kernel) and
+// fetch-msgs/record from the processes' metrics.
 func BenchmarkTenureManyRangesProcs(b *testing.B) {
 	metricsPorts := freePorts(b, 3)
 	c, _ := startTenureProcsWith(b, 3, func(i int) []string {
@@ -197,7 +197,7 @@ func BenchmarkTenureManyRangesProcs(b *testing.B) {
 		return uint64(sum), nil
 	}}
 	runTenureManyShapes(b, c, func(b *testing.B, newAppender func(client int) (Appender, error), shape Shape) {
-		runShapeCounting(b, newAppender, shape, fetchMsgs)
+		runShapeCounting(b, newAppender, shape, syncsCounter, fetchMsgs)
 	})
 }
 
@@ -314,7 +314,7 @@ func walSyncStats(regs []*prometheus.Registry) (n uint64, seconds float64, err e
 // client is its own connection; the cluster routes each publish to its
 // stream's leader, wherever the client is connected.
 func BenchmarkJetStreamManyRanges(b *testing.B) {
-	runJetStreamManyShapes(b, startJetStreamCluster(b, 3), syncsCounter)
+	runJetStreamManyShapes(b, startJetStreamCluster(b, 3))
 }
 
 // BenchmarkJetStreamManyRangesProcs is BenchmarkJetStreamManyRanges with
@@ -324,8 +324,9 @@ func BenchmarkJetStreamManyRangesProcs(b *testing.B) {
 }
 
 // runJetStreamManyShapes runs manyShapes on c, creating the streams each
-// needs (newManyStreams), and reports counters' increase per record.
-func runJetStreamManyShapes(b *testing.B, c *jsCluster, counters ...counter) {
+// needs (newManyStreams), and reports syncs/record besides the harness's
+// metrics.
+func runJetStreamManyShapes(b *testing.B, c *jsCluster) {
 	ready := 0
 	for _, s := range manyShapes() {
 		b.Run(s.Name, func(b *testing.B) {
@@ -350,7 +351,7 @@ func runJetStreamManyShapes(b *testing.B, c *jsCluster, counters ...counter) {
 			}
 			// The streams stay until the cluster goes: deleting a
 			// thousand takes a while and nothing after them needs it.
-			runShapeCounting(b, newAppender, s.Shape, counters...)
+			runShapeCounting(b, newAppender, s.Shape, syncsCounter)
 		})
 	}
 }

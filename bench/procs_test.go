@@ -189,6 +189,11 @@ func startServer(tb testing.TB, dir, bin string, args ...string) int {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// This process's sync counters are inherited by the processes it
+	// starts once they are open, and only then: open them first, so that
+	// syncs/record counts the server's (an error is reported where the
+	// metric is, by runShapeCounting).
+	_, _ = processSyncs()
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		tb.Fatalf("start %s: %v", bin, err)

@@ -50,7 +50,11 @@ var procSyncs struct {
 
 // processSyncs is how many fsync and fdatasync calls this process made
 // since the counters were opened (at the first call), or the reason they
-// cannot be counted.
+// cannot be counted. It includes the calls of every process started after
+// that, while it runs and once it has exited: a child task, thread or
+// process, inherits its parent thread's counters, and a counter's value
+// includes its inheritors' (a fork copies them, exec keeps them).
+// startServer opens the counters before it starts a server.
 func processSyncs() (uint64, error) {
 	procSyncs.once.Do(func() {
 		if !*countSyncs {
