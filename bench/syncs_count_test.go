@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -11,7 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,12 +63,7 @@ func probeSyncCounter() error {
 	if err != nil {
 		return err
 	}
-	attr := unix.PerfEventAttr{
-		Type:   unix.PERF_TYPE_TRACEPOINT,
-		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
-		Config: id,
-	}
-	fd, err := unix.PerfEventOpen(&attr, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	fd, err := openTracepoint(id, 0, 0)
 	if err != nil {
 		return fmt.Errorf("perf_event_open tracepoint %d: %w", id, err)
 	}
@@ -157,14 +153,31 @@ func waitForFile(path string) error {
 	return fmt.Errorf("%s did not appear within 30s", path)
 }
 
+// serverSyncsAloneEnv marks the process TestServerProcessSyncs runs itself
+// in.
+const serverSyncsAloneEnv = "TENURE_BENCH_SERVER_SYNCS_ALONE"
+
 // TestServerProcessSyncs checks that syncs/record counts the syncs of a
 // server process started by startServer (the ...Procs benchmarks) exactly
 // once: a stand-in server makes a known number of syncs, from threads
-// created both before and after it started. Run alone, it also checks that
-// startServer opens the counters before it starts the server: the first
-// to be opened, they would otherwise miss it.
+// created both before and after it started. It runs in a process of its
+// own, where no counter is open yet (TestProcessSyncs opens this one's),
+// so it also checks that startServer opens the counters before it starts
+// the server: opened after, they would miss it.
 func TestServerProcessSyncs(t *testing.T) {
 	skipWithoutSyncCounters(t)
+	if os.Getenv(serverSyncsAloneEnv) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestServerProcessSyncs$", "-test.v")
+		cmd.Env = append(os.Environ(), serverSyncsAloneEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS: TestServerProcessSyncs")) {
+			t.Fatalf("TestServerProcessSyncs in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
+	if procSyncs.fds != nil || procSyncs.err != nil {
+		t.Fatal("this process's sync counters are open already: the test would not see whether startServer opens them")
+	}
 	dir := t.TempDir()
 	t.Setenv(syncHelperEnv, dir) // for the child only: this process's init has run
 	startServer(t, dir, os.Args[0], "-test.run=^$")

@@ -104,13 +104,7 @@ func openSyncCounters() ([]int, error) {
 		var fds []int
 		for _, tid := range tids {
 			for _, id := range ids {
-				attr := unix.PerfEventAttr{
-					Type:   unix.PERF_TYPE_TRACEPOINT,
-					Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
-					Config: id,
-					Bits:   unix.PerfBitInherit,
-				}
-				fd, err := unix.PerfEventOpen(&attr, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+				fd, err := openTracepoint(id, tid, unix.PerfBitInherit)
 				if errors.Is(err, unix.ESRCH) {
 					continue // the thread exited; so did its calls' chance to be missed
 				}
@@ -132,6 +126,18 @@ func openSyncCounters() ([]int, error) {
 		closeAll(fds)
 	}
 	return nil, errors.New("the process kept creating threads while its sync counters were opened")
+}
+
+// openTracepoint opens a counter of tracepoint id on thread tid (0: the
+// calling thread) with the attribute bits given.
+func openTracepoint(id uint64, tid int, bits uint64) (int, error) {
+	attr := unix.PerfEventAttr{
+		Type:   unix.PERF_TYPE_TRACEPOINT,
+		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		Config: id,
+		Bits:   bits,
+	}
+	return unix.PerfEventOpen(&attr, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
 }
 
 func closeAll(fds []int) {
