@@ -29,11 +29,16 @@ import (
 // open tracepoint counters (root or CAP_PERFMON); without them the metric
 // is reported unavailable, never guessed.
 
-// syncTracepoints are the system calls counted: the two that flush a
-// file's data (fsync also its metadata). msync and sync_file_range are not
-// counted: neither system here flushes a log with them on the append path
-// (the logstore fsyncs Badger's files itself rather than msync them).
-var syncTracepoints = []string{"sys_enter_fdatasync", "sys_enter_fsync"}
+// syncTracepoints are what is counted, as "subsystem/event": the two
+// system calls that flush a file's data (fsync also its metadata), and the
+// requests submitted to an io_uring, where tenure's WAL sends its
+// fdatasyncs when the process is busy (package internal/uring): those run
+// on a kernel worker, not through a system call. An fsync is the only
+// request tenure submits, and no other system here uses io_uring. msync
+// and sync_file_range are not counted: neither system here flushes a log
+// with them on the append path (the logstore fsyncs Badger's files itself
+// rather than msync them).
+var syncTracepoints = []string{"syscalls/sys_enter_fdatasync", "syscalls/sys_enter_fsync", "io_uring/io_uring_submit_req"}
 
 // countSyncs turns the counters off: each inherited counter is switched
 // in and out with its thread on every context switch, which is not
@@ -146,12 +151,13 @@ func closeAll(fds []int) {
 	}
 }
 
-// tracepointID reads a syscalls tracepoint's id from tracefs (mounted at
-// /sys/kernel/tracing, or under debugfs on older systems).
+// tracepointID reads the id of a tracepoint, "subsystem/event", from
+// tracefs (mounted at /sys/kernel/tracing, or under debugfs on older
+// systems).
 func tracepointID(event string) (uint64, error) {
 	var errs []error
 	for _, root := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
-		b, err := os.ReadFile(filepath.Join(root, "events", "syscalls", event, "id"))
+		b, err := os.ReadFile(filepath.Join(root, "events", event, "id"))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -160,7 +166,7 @@ func tracepointID(event string) (uint64, error) {
 	}
 	// tracefs is often not mounted until something asks for it (perf
 	// mounts it on first use); mounting it is the operator's call.
-	return 0, fmt.Errorf("tracepoint syscalls:%s (is tracefs mounted? mount -t tracefs nodev /sys/kernel/tracing): %w", event, errors.Join(errs...))
+	return 0, fmt.Errorf("tracepoint %s (is tracefs mounted? mount -t tracefs nodev /sys/kernel/tracing): %w", event, errors.Join(errs...))
 }
 
 // threads lists the process's thread ids, ascending.

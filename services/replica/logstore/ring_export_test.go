@@ -1,0 +1,13 @@
+package logstore
+
+// SetWALSyncOnRing decides, with onRing, whether each WAL sync goes through
+// the store's io_uring (where it has one); the returned function restores
+// the decision to uring.Contended.
+func SetWALSyncOnRing(onRing func() bool) (restore func()) {
+	prev := walSyncOnRing
+	walSyncOnRing = onRing
+	return func() { walSyncOnRing = prev }
+}
+
+// WALHasRing reports whether s's WAL holds an io_uring to sync through.
+func (s *Store) WALHasRing() bool { return s.wal.ring != nil }
