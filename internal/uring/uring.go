@@ -38,7 +38,6 @@ import (
 // The kernel ABI (include/uapi/linux/io_uring.h).
 const (
 	opFsync         = 3 // IORING_OP_FSYNC
-	opRead          = 22
 	fsyncDatasync   = 1 // IORING_FSYNC_DATASYNC
 	offSQRing       = 0
 	offCQRing       = 0x8000000
@@ -73,11 +72,14 @@ type params struct {
 // completion. Its methods may be called from any goroutine; operations run
 // one at a time.
 type Ring struct {
-	mu     sync.Mutex
-	fd     int
-	closed bool
-	ev     *os.File // the eventfd, non-blocking: reads park in the poller
-	seq    uint64   // user_data of the last submission
+	mu sync.Mutex
+	fd int
+	// broken is why the ring takes no more operations (it was closed, or
+	// failed), wrapping ErrRing; nil while it works.
+	broken   error
+	released bool
+	ev       *os.File // the eventfd, non-blocking: reads park in the poller
+	seq      uint64   // user_data of the last submission
 
 	sqRing, cqRing, sqes []byte
 	p                    params
@@ -125,43 +127,28 @@ func New() (*Ring, error) {
 // Fdatasync is fdatasync(2) of fd, run by the kernel on the ring: the same
 // call (vfs_fsync_range, data only), the same errors.
 func (r *Ring) Fdatasync(fd int) error {
-	return r.do(func(sqe []byte) {
+	_, err := r.submit(func(sqe []byte) {
 		sqe[0] = opFsync
 		putU32(sqe, 4, uint32(int32(fd)))
 		putU32(sqe, 28, fsyncDatasync)
 	})
+	return err
 }
 
-// read is read(2) of up to len(b) bytes of fd at its current position, on
-// the ring (tests use it: an operation that waits as long as they like).
-func (r *Ring) read(fd int, b []byte) (int, error) {
-	var n int
-	err := r.doResult(func(sqe []byte) {
-		sqe[0] = opRead
-		putU32(sqe, 4, uint32(int32(fd)))
-		putU64(sqe, 8, ^uint64(0)) // offset -1: the file's position
-		putU64(sqe, 16, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))))
-		putU32(sqe, 24, uint32(len(b)))
-	}, &n)
-	return n, err
-}
+// ErrRing wraps every failure of the ring itself, as opposed to the errno
+// an operation completed with: the ring was closed, or could not submit
+// or wait (the ring is then unusable, and every later call fails with it
+// too). The operation may not have run; the caller makes the system call
+// itself instead.
+var ErrRing = errors.New("uring: ring unusable")
 
-func (r *Ring) do(fill func(sqe []byte)) error {
-	var n int
-	return r.doResult(fill, &n)
-}
-
-// errClosed: the ring was closed.
-var errClosed = errors.New("uring: ring closed")
-
-// doResult submits one operation filled in by fill, waits for its
-// completion and stores its non-negative result in res, or returns the
-// errno it failed with.
-func (r *Ring) doResult(fill func(sqe []byte), res *int) error {
+// submit runs one operation, filled in by fill, and returns its result
+// once it completed, or the errno it failed with.
+func (r *Ring) submit(fill func(sqe []byte)) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
-		return errClosed
+	if r.broken != nil {
+		return 0, r.broken
 	}
 	r.seq++
 	tail := r.u32(r.sqRing, r.p.sqOff.tail)
@@ -184,10 +171,10 @@ func (r *Ring) doResult(fill func(sqe []byte), res *int) error {
 		if errno == 0 {
 			errno = unix.EIO
 		}
-		// The entry was not consumed: take it back, so the ring stays
-		// consistent for the next call.
-		atomic.StoreUint32(tail, atomic.LoadUint32(tail)-1)
-		return fmt.Errorf("io_uring_enter: %w", errno)
+		// Whether the kernel took the entry is unknown: nothing more
+		// goes through this ring.
+		r.broken = fmt.Errorf("%w: io_uring_enter: %w", ErrRing, errno)
+		return 0, r.broken
 	}
 	head, ctail := r.u32(r.cqRing, r.p.cqOff.head), r.u32(r.cqRing, r.p.cqOff.tail)
 	mask := atomic.LoadUint32(r.u32(r.cqRing, r.p.cqOff.ringMask))
@@ -203,16 +190,16 @@ func (r *Ring) doResult(fill func(sqe []byte), res *int) error {
 				continue // an earlier operation's (cannot happen: one at a time)
 			}
 			if result < 0 {
-				return unix.Errno(-result)
+				return 0, unix.Errno(-result)
 			}
-			*res = int(result)
-			return nil
+			return int(result), nil
 		}
 		// Parks in the poller until the kernel posts a completion. A
 		// completion posted since the check above has already raised
 		// the counter, so this read returns at once.
 		if _, err := r.ev.Read(buf[:]); err != nil {
-			return fmt.Errorf("io_uring eventfd: %w", err)
+			r.broken = fmt.Errorf("%w: io_uring eventfd: %w", ErrRing, err)
+			return 0, r.broken
 		}
 	}
 }
@@ -225,15 +212,16 @@ func (r *Ring) u32(ring []byte, off uint32) *uint32 {
 func putU32(b []byte, off int, v uint32) { *(*uint32)(unsafe.Pointer(&b[off])) = v }
 func putU64(b []byte, off int, v uint64) { *(*uint64)(unsafe.Pointer(&b[off])) = v }
 
-// Close releases the ring. Calls after it fail; a call in progress ends
-// first.
+// Close releases the ring. Calls after it fail with ErrRing; a call in
+// progress ends first.
 func (r *Ring) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	if r.released {
 		return nil
 	}
-	r.closed = true
+	r.released = true
+	r.broken = fmt.Errorf("%w: closed", ErrRing)
 	return r.release()
 }
 

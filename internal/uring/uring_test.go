@@ -9,9 +9,26 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+// opRead is IORING_OP_READ.
+const opRead = 22
+
+// read is read(2) of up to len(b) bytes of fd at its current position, on
+// the ring: an operation that waits as long as the test likes. b must stay
+// reachable until it returns.
+func (r *Ring) read(fd int, b []byte) (int, error) {
+	return r.submit(func(sqe []byte) {
+		sqe[0] = opRead
+		putU32(sqe, 4, uint32(int32(fd)))
+		putU64(sqe, 8, ^uint64(0)) // offset -1: the file's position
+		putU64(sqe, 16, uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))))
+		putU32(sqe, 24, uint32(len(b)))
+	})
+}
 
 // newRing returns a ring, or skips where the kernel refuses io_uring (the
 // callers fall back to fdatasync there; nothing of the ring to test).
@@ -60,7 +77,7 @@ func TestFdatasyncFailureIsTheErrno(t *testing.T) {
 	r := newRing(t)
 	// A descriptor that is not open: the kernel's answer, as fdatasync(2)
 	// gives it.
-	if err := r.Fdatasync(1 << 20); !errors.Is(err, unix.EBADF) {
+	if err := r.Fdatasync(1 << 20); !errors.Is(err, unix.EBADF) || errors.Is(err, ErrRing) {
 		t.Fatalf("Fdatasync(bad fd) = %v, want EBADF", err)
 	}
 	// A pipe cannot be synced: EINVAL, as from fdatasync(2).
@@ -93,8 +110,8 @@ func TestClosedRingRefuses(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if err := r.Fdatasync(0); !errors.Is(err, errClosed) {
-		t.Fatalf("Fdatasync after Close = %v, want %v", err, errClosed)
+	if err := r.Fdatasync(0); !errors.Is(err, ErrRing) {
+		t.Fatalf("Fdatasync after Close = %v, want %v", err, ErrRing)
 	}
 }
 
@@ -153,13 +170,13 @@ func TestWaiterParksInThePoller(t *testing.T) {
 	}
 }
 
-// waiterState returns the state of the goroutine inside Ring.doResult, as
+// waiterState returns the state of the goroutine inside Ring.submit, as
 // the runtime's goroutine dump shows it ("" when there is none).
 func waiterState() string {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if !strings.Contains(g, "uring.(*Ring).doResult") {
+		if !strings.Contains(g, "uring.(*Ring).submit") {
 			continue
 		}
 		// "goroutine 7 [IO wait]:" or "goroutine 7 [IO wait, 2 minutes]:"

@@ -11,3 +11,7 @@ func SetWALSyncOnRing(onRing func() bool) (restore func()) {
 
 // WALHasRing reports whether s's WAL holds an io_uring to sync through.
 func (s *Store) WALHasRing() bool { return s.wal.ring != nil }
+
+// CloseWALRing closes s's WAL ring under it, as a ring that failed: every
+// later call on it fails with uring.ErrRing.
+func (s *Store) CloseWALRing() error { return s.wal.ring.Close() }

@@ -244,7 +244,12 @@ var walSyncOnRing = uring.Contended
 // The same kernel call either way, with the same guarantee and errors.
 func (w *wal) fdatasync(f *os.File) error {
 	if w.ring != nil && walSyncOnRing() {
-		return w.ring.Fdatasync(int(f.Fd()))
+		err := w.ring.Fdatasync(int(f.Fd()))
+		if !errors.Is(err, uring.ErrRing) {
+			return err // the fdatasync's own outcome
+		}
+		// The ring failed, not the sync (which may not have run): sync
+		// the plain way. The ring refuses every later call the same way.
 	}
 	return unix.Fdatasync(int(f.Fd()))
 }
