@@ -15,7 +15,9 @@
 // with the bench module, five interleaved rounds against plain fdatasync:
 // 1.19x the records/s at 100 ranges, at 256 in flight and with 64 clients
 // (medians of per-round ratios); one append in flight within its noise.
-// Only busy processes sync on the ring (Contended).
+// With the three replicas in processes of their own (two Ps each on the
+// same two cores: Ps to spare) it changed nothing. Only busy processes
+// sync on the ring (Contended).
 //
 // New fails where io_uring is unavailable (kernels before 5.6,
 // io_uring_disabled, or a seccomp profile that refuses it, as Docker's
