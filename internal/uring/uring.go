@@ -21,7 +21,8 @@
 //
 // New fails where io_uring is unavailable (kernels before 5.6,
 // io_uring_disabled, or a seccomp profile that refuses it, as Docker's
-// default does); callers then call unix.Fdatasync themselves.
+// default does from Docker 25 on; 20.10, on the CI machine, allows it);
+// callers then call unix.Fdatasync themselves.
 package uring
 
 import (

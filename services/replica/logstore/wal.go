@@ -175,8 +175,8 @@ type wal struct {
 	syncMu sync.Mutex
 	// ring runs the fdatasyncs of a busy process, so that the syncing
 	// goroutine does not hold a P meanwhile (package uring); nil where
-	// io_uring is unavailable (Docker's default seccomp profile refuses
-	// it), and every sync is then a plain fdatasync.
+	// io_uring is unavailable (an old kernel, or a seccomp profile that
+	// refuses it), and every sync is then a plain fdatasync.
 	ring *uring.Ring
 	// noRing is why there is no ring (logged at Open).
 	noRing error
