@@ -17,7 +17,7 @@
 // (medians of per-round ratios); one append in flight within its noise.
 // With the three replicas in processes of their own (two Ps each on the
 // same two cores: Ps to spare) it changed nothing. Only busy processes
-// sync on the ring (Contended).
+// sync on the ring (sched.Contended).
 //
 // New fails where io_uring is unavailable (kernels before 5.6,
 // io_uring_disabled, or a seccomp profile that refuses it, as Docker's
@@ -29,8 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
-	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -240,29 +238,4 @@ func (r *Ring) release() error {
 	}
 	errs = append(errs, unix.Close(r.fd))
 	return errors.Join(errs...)
-}
-
-// runnable is the runtime's count of goroutines ready to run and waiting
-// for a P. Reading it costs about 100 ns (per-P counters, not a walk of
-// every goroutine); runnableMu guards the sample buffer.
-var (
-	runnableMu sync.Mutex
-	runnable   = []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
-)
-
-// Contended reports whether at least as many goroutines wait for a P as
-// there are Ps: then a P held through a blocking system call keeps work
-// waiting, and a sync is better waited for on the ring. Otherwise a plain
-// fdatasync is cheaper: through the ring the caller parks, its thread goes
-// idle and the completion has to wake one again, a few futex calls and
-// context switches per sync (perf stat, one append in flight: 34,000
-// futex calls instead of 1,000 in 3 s, and 60% more CPU per record).
-// Sampled at the start of each sync, the count reached GOMAXPROCS for 97%
-// of the syncs at 100 ranges and for 40% with one append in flight.
-func Contended() bool {
-	runnableMu.Lock()
-	defer runnableMu.Unlock()
-	metrics.Read(runnable)
-	v := runnable[0].Value
-	return v.Kind() == metrics.KindUint64 && v.Uint64() >= uint64(runtime.GOMAXPROCS(0))
 }

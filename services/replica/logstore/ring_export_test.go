@@ -2,7 +2,7 @@ package logstore
 
 // SetWALSyncOnRing decides, with onRing, whether each WAL sync goes through
 // the store's io_uring (where it has one); the returned function restores
-// the decision to uring.Contended.
+// the decision to sched.Contended.
 func SetWALSyncOnRing(onRing func() bool) (restore func()) {
 	prev := walSyncOnRing
 	walSyncOnRing = onRing
