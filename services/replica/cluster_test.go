@@ -381,6 +381,26 @@ type gate struct {
 	// heldRecordAnswers counts the answers with records buffered so far.
 	holding           atomic.Bool
 	heldRecordAnswers atomic.Int64
+	// pullMessages is the number of pulls in each session message sent
+	// with any, recordMessages the number of answers with records in each
+	// session message received with any (not held), in order.
+	pullMessages, recordMessages []int
+}
+
+// sizes returns a copy of one of the gate's message logs.
+func (g *gate) sizes(log *[]int) []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]int(nil), (*log)...)
+}
+
+func (g *gate) logSize(log *[]int, n int) {
+	if n == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	*log = append(*log, n)
 }
 
 // count is how many calls of procedure went through the gate.
@@ -520,6 +540,7 @@ func (b *gatedRequests) Read(p []byte) (int, error) {
 			for _, p := range m.GetPulls() {
 				fetches = append(fetches, p.GetFetch())
 			}
+			b.g.logSize(&b.g.pullMessages, len(m.GetPulls()))
 		} else {
 			var m tenurev1.FetchStreamRequest
 			if err := proto.Unmarshal(env[5:], &m); err != nil {
@@ -593,6 +614,13 @@ func (a *gatedSessionAnswers) Read(p []byte) (int, error) {
 		if a.body.refused() {
 			return 0, errPartitioned
 		}
+		if env[0] == 0 && !g.holding.Load() {
+			var m tenurev1.FetchSessionResponse
+			if err := proto.Unmarshal(env[5:], &m); err != nil {
+				return 0, err
+			}
+			g.logSize(&g.recordMessages, recordAnswers(&m))
+		}
 		if env[0] != 0 || !g.holding.Load() {
 			// The end of the stream, or not held: after what was held.
 			if len(a.held) > 0 {
@@ -611,16 +639,23 @@ func (a *gatedSessionAnswers) Read(p []byte) (int, error) {
 		if err := proto.Unmarshal(env[5:], &m); err != nil {
 			return 0, err
 		}
-		for _, ans := range m.GetAnswers() {
-			if len(ans.GetFetch().GetRecords()) > 0 {
-				g.heldRecordAnswers.Add(1)
-			}
-		}
+		g.heldRecordAnswers.Add(int64(recordAnswers(&m)))
 		a.held = append(a.held, m.GetAnswers()...)
 	}
 	n := copy(p, a.pending)
 	a.pending = a.pending[n:]
 	return n, nil
+}
+
+// recordAnswers is how many of m's answers carry records.
+func recordAnswers(m *tenurev1.FetchSessionResponse) int {
+	n := 0
+	for _, ans := range m.GetAnswers() {
+		if len(ans.GetFetch().GetRecords()) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // readEnvelope reads one whole Connect stream envelope from r: a flags

