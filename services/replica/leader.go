@@ -156,13 +156,27 @@ func (l *leader) endedErr() error {
 func (l *leader) commitLoop() {
 	for {
 		changed := l.h.r.Changed()
+		// Index commits matter only to a size limit; without one, a nil
+		// channel never wakes the loop.
+		var grown <-chan struct{}
+		if l.h.hasSizeLimit() {
+			grown = l.h.r.StoredGrown()
+		}
 		if !l.advanceOrHalt() {
 			return
 		}
-		select {
-		case <-changed:
-		case <-l.ctx.Done():
-			return
+		for woke := false; !woke; {
+			select {
+			case <-changed:
+				woke = true
+			case <-grown:
+				// An index commit: the appends it stored may be what
+				// passes the size limit (logstore StoredGrown).
+				grown = l.h.r.StoredGrown()
+				l.h.checkRetentionSize()
+			case <-l.ctx.Done():
+				return
+			}
 		}
 	}
 }

@@ -143,14 +143,21 @@ func (s *Replica) retentionLoop(interval time.Duration) {
 // not at every commit). The leadership calls it whenever it looks at its
 // commit point; it costs three atomic loads when nothing is due.
 func (h *hosted) checkRetentionSize() {
-	p := h.retention.Load()
-	if p == nil || p.GetMaxBytes() == 0 {
+	if !h.hasSizeLimit() {
 		return // no policy learned, or no size limit: the interval's passes only
 	}
+	p := h.retention.Load()
 	from := max(p.GetMaxBytes(), h.retentionLeft.Load())
 	if h.r.StoredBytes() > from+retentionSlack(p.GetMaxBytes()) {
 		h.s.retentionDue.add(h)
 	}
+}
+
+// hasSizeLimit reports whether the range's policy, once learned, limits
+// its size.
+func (h *hosted) hasSizeLimit() bool {
+	p := h.retention.Load()
+	return p != nil && p.GetMaxBytes() > 0
 }
 
 // retentionPass refreshes the policies of the ranges this replica leads and

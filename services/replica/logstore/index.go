@@ -158,11 +158,20 @@ func (s *Store) indexPending() error {
 	}
 	s.indexCommits.Add(1)
 	applyMarks(plans)
+	grown := map[*Range]bool{}
 	for _, w := range writes {
 		// Under indexMu, after the commit: RetainBytes reads the counter
 		// and a snapshot together under it (marks.go).
 		w.r.rc.stored.Add(int64(len(w.batch)))
 		w.r.indexed(w)
+		grown[w.r] = true
+	}
+	// StoredBytes rose: wake StoredGrown once per range.
+	for r := range grown {
+		r.mu.Lock()
+		close(r.grown)
+		r.grown = make(chan struct{})
+		r.mu.Unlock()
 	}
 	return nil
 }

@@ -149,3 +149,28 @@ func TestTruncateRecordsNotYetIndexed(t *testing.T) {
 	sameRecords(t, "after reopening", readAll(t, r), want)
 	checkConsistent(t, r)
 }
+
+// An index commit raises its ranges' StoredBytes and wakes StoredGrown.
+// A leader checks its range's size limit on it (replica commitLoop):
+// when the last appends passed the limit only once indexed, after the
+// last append, nothing else woke the leader, and the range stayed over
+// its limit until the next retention interval.
+func TestIndexCommitWakesStoredGrown(t *testing.T) {
+	_, s, r := heldLeader(t)
+	defer closeStore(t, s)
+	appendN(t, r, 1, 10)
+	waitDurable(t, r, r.LogEnd())
+	before := r.StoredBytes()
+	grown := r.StoredGrown()
+	if err := s.IndexNow(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-grown:
+	default:
+		t.Fatal("an index commit left StoredGrown waiting")
+	}
+	if after := r.StoredBytes(); after <= before {
+		t.Fatalf("StoredBytes %d after the index commit, %d before; want more", after, before)
+	}
+}

@@ -129,6 +129,9 @@ type Range struct {
 	// changed is closed and replaced at every change of next, logEnd,
 	// durableEnd, hwm, state or history.
 	changed chan struct{}
+	// grown is closed and replaced when an index commit raises the
+	// range's StoredBytes (StoredGrown).
+	grown chan struct{}
 
 	// syncOnDemand: the syncer makes this range's writes durable only once
 	// something needs them to be (SetSyncOnDemand, commit.go). Read
@@ -146,7 +149,7 @@ type Range struct {
 }
 
 func newRange(s *Store, id string, j *journal.Journal) *Range {
-	return &Range{s: s, id: id, j: j, changed: make(chan struct{})}
+	return &Range{s: s, id: id, j: j, changed: make(chan struct{}), grown: make(chan struct{})}
 }
 
 // notifyLocked wakes Changed waiters. r.mu is held.
@@ -424,6 +427,19 @@ func (r *Range) Changed() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.changed
+}
+
+// StoredGrown returns a channel closed when an index commit next raises
+// StoredBytes (take a new one after each wake, as with Changed). A
+// batch counts toward StoredBytes once indexed, up to indexDelay after
+// its append returned, so a size limit passed by the last appends is
+// passed only then: the leader checks its range's limit on this too.
+// Apart from Changed, so that the fetches and reads waiting on Changed
+// are not woken by every index commit.
+func (r *Range) StoredGrown() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.grown
 }
 
 // WaitDurable waits until DurableEnd >= off, ctx is done, the store fails
