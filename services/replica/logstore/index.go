@@ -43,17 +43,21 @@ import (
 // commit, and Open replays the WAL into it, as before.
 
 // indexDelay bounds how long a batch waits for others to share its Badger
-// commit; every read of a waiting batch is served from memory meanwhile,
-// and indexMaxBytes bounds what waits. Each index commit costs the same
-// whatever it carries (a segment write, a Badger transaction with its
-// hand-offs, the time marks): at one append in flight (~3k appends/s
-// here) 5 ms was 15 batches per commit and 200 commits a second per
-// replica. 25 ms against 5 ms, six rounds alternating which runs first
-// (bench module, 2026-12-06): 1.11x records/s at one in flight, 1.08x
-// with 64 clients, 1.04x at 256 in flight, 1.19x at 100 ranges, and
-// 5-16% less CPU per record.
+// commit. At one append in flight (~1-3k appends/s here) that is a handful
+// of batches per commit; every read of a waiting batch is served from
+// memory meanwhile.
+//
+// Longer would be cheaper: an index commit costs about the same whatever
+// it carries (a segment write, a Badger transaction with its hand-offs,
+// the time marks), and 25 ms against 5 ms gave 1.04-1.19x the records/s
+// by shape, six rounds alternating which ran first (bench module,
+// 2026-12-06). But StoredBytes (status, metrics, the retention size
+// check) counts a batch only once indexed, so it would trail an append
+// by 25 ms, and status readers comparing snapshots (the promoter's
+// authorisation test) saw the late change as a change they made. Counting
+// published batches in StoredBytes has to come first.
 // A variable so tests can hold batches unindexed.
-var indexDelay = 25 * time.Millisecond
+var indexDelay = 5 * time.Millisecond
 
 // indexMaxBytes bounds the value bytes waiting to be indexed before the
 // writer indexes them at once: it bounds the memory the tails hold beyond

@@ -83,7 +83,7 @@ func markPrefix(id string) []byte { return []byte(prefixMark + id + "/") }
 // StoredBytes returns the bytes of the range's stored batches, from its
 // log start (a batch straddling it counts whole; batches being deleted
 // below it count until they are) to the last indexed batch: the batches
-// published in the last indexDelay (25 ms) or so, still waiting for the
+// published in the last indexDelay (5 ms) or so, still waiting for the
 // index (index.go), count once indexed. A counter: free to call.
 func (r *Range) StoredBytes() uint64 {
 	return uint64(max(r.rc.stored.Load(), 0))
