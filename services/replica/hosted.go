@@ -62,7 +62,7 @@ type hosted struct {
 	// leader, or the lease service: retention.go); nil until then, and
 	// then nothing is removed. Only a leadership applies it.
 	retention atomic.Pointer[tenurev1.RetentionPolicy]
-	// retentionLeft is the stored bytes the last retention pass left
+	// retentionLeft is the indexed bytes the last retention pass left
 	// (applyRetention), for checkRetentionSize.
 	retentionLeft atomic.Uint64
 }

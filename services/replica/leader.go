@@ -160,7 +160,7 @@ func (l *leader) commitLoop() {
 		// channel never wakes the loop.
 		var grown <-chan struct{}
 		if l.h.hasSizeLimit() {
-			grown = l.h.r.StoredGrown()
+			grown = l.h.r.IndexGrown()
 		}
 		if !l.advanceOrHalt() {
 			return
@@ -171,8 +171,9 @@ func (l *leader) commitLoop() {
 				woke = true
 			case <-grown:
 				// An index commit: the appends it stored may be what
-				// passes the size limit (logstore StoredGrown).
-				grown = l.h.r.StoredGrown()
+				// passes the size limit, as retention sees it (logstore
+				// IndexGrown, checkRetentionSize).
+				grown = l.h.r.IndexGrown()
 				l.h.checkRetentionSize()
 			case <-l.ctx.Done():
 				return

@@ -136,19 +136,24 @@ func (s *Replica) retentionLoop(interval time.Duration) {
 	}
 }
 
-// checkRetentionSize queues the range for an early pass when its stored
+// checkRetentionSize queues the range for an early pass when its indexed
 // bytes passed its size limit by retentionSlack: counted from the limit,
 // or from what the last pass left when that was more (a pass the HWM held
 // back is tried again only once another slack's worth has been indexed,
-// not at every commit). The leadership calls it whenever it looks at its
-// commit point; it costs three atomic loads when nothing is due.
+// not at every commit). Indexed bytes, not StoredBytes: a pass can cut
+// only batches Badger holds (RetainBytes), so a pass run for bytes still
+// waiting for the index would cut nothing and record them as left, and
+// the index commit that stores them would then not make a pass due. The
+// leadership calls it whenever it looks at its commit point and after each
+// index commit of its range (IndexGrown); it costs three atomic loads when
+// nothing is due.
 func (h *hosted) checkRetentionSize() {
 	if !h.hasSizeLimit() {
 		return // no policy learned, or no size limit: the interval's passes only
 	}
 	p := h.retention.Load()
 	from := max(p.GetMaxBytes(), h.retentionLeft.Load())
-	if h.r.StoredBytes() > from+retentionSlack(p.GetMaxBytes()) {
+	if h.r.IndexedBytes() > from+retentionSlack(p.GetMaxBytes()) {
 		h.s.retentionDue.add(h)
 	}
 }
@@ -283,7 +288,7 @@ func (h *hosted) applyRetention(now time.Time) {
 		return
 	}
 	// What this pass leaves, for checkRetentionSize, however it ends.
-	defer func() { h.retentionLeft.Store(h.r.StoredBytes()) }()
+	defer func() { h.retentionLeft.Store(h.r.IndexedBytes()) }()
 	from := h.r.LogStart()
 	target := retentionTarget(h.r, p, now)
 	if target <= from {

@@ -72,10 +72,9 @@ func TestLeaderAppliesTheSizeLimitBeforeTheInterval(t *testing.T) {
 	}
 	waitUntil(t, 10*time.Second, "the log start to advance before the hour's interval", func() bool { return status().GetLogStart() > 0 })
 	// The appends stopped: the range ends within the limit plus the
-	// slack, whenever the last early pass ran. The last appends count
-	// toward the stored bytes once indexed (up to indexDelay after the
-	// last append returned), and that index commit must trigger the pass
-	// they make due (logstore TestIndexCommitWakesStoredGrown).
+	// slack, whenever the last early pass ran. A pass can cut the last
+	// appends only once indexed (up to indexDelay after the last append
+	// returned), and that index commit must trigger the pass they make due (logstore TestStoredBytesCountsAnAppendAndTheIndexCommitWakesIndexGrown).
 	st := status()
 	for deadline := time.Now().Add(10 * time.Second); st.GetStoredBytes() > limit+slack && time.Now().Before(deadline); st = status() {
 		time.Sleep(10 * time.Millisecond)

@@ -767,6 +767,9 @@ func (r *Range) published(w *write) uint64 {
 		panic(fmt.Sprintf("logstore: range %s: committed write at %d, log end is %d", r.id, w.base, r.logEnd))
 	}
 	r.logEnd, r.lastEpoch = w.end, w.lastEpoch
+	// Counted with the log end that makes it readable (marks.go), not
+	// when indexed.
+	r.rc.published.Add(int64(len(w.batch)))
 	r.trimTailLocked()
 	r.notifyLocked()
 	return r.truncGen

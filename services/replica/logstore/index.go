@@ -47,17 +47,17 @@ import (
 // of batches per commit; every read of a waiting batch is served from
 // memory meanwhile.
 //
-// Longer would be cheaper: an index commit costs about the same whatever
-// it carries (a segment write, a Badger transaction with its hand-offs,
-// the time marks), and 25 ms against 5 ms gave 1.04-1.19x the records/s
-// by shape, six rounds alternating which ran first (bench module,
-// 2026-12-06). But StoredBytes (status, metrics, the retention size
-// check) counts a batch only once indexed, so it would trail an append
-// by 25 ms, and status readers comparing snapshots (the promoter's
-// authorisation test) saw the late change as a change they made. Counting
-// published batches in StoredBytes has to come first.
-// A variable so tests can hold batches unindexed.
-var indexDelay = 5 * time.Millisecond
+// 25 ms, not 5: an index commit costs about the same whatever it carries
+// (a segment write, a Badger transaction with its hand-offs, the time
+// marks), and 25 ms against 5 ms gave 1.04-1.19x the records/s by shape,
+// six rounds alternating which ran first (bench module, 2026-12-06). What
+// waits is bounded by indexMaxBytes, and served from the tails meanwhile.
+// It was reverted once, because StoredBytes then counted a batch only once
+// indexed and trailed an append by 25 ms (a status reader comparing two
+// snapshots saw bytes arrive by themselves); StoredBytes now counts a batch
+// when published (marks.go), and only retention, which can cut indexed
+// batches only, waits for the index (IndexedBytes, IndexGrown).
+var indexDelay = 25 * time.Millisecond
 
 // indexMaxBytes bounds the value bytes waiting to be indexed before the
 // writer indexes them at once: it bounds the memory the tails hold beyond
@@ -170,7 +170,7 @@ func (s *Store) indexPending() error {
 		w.r.indexed(w)
 		grown[w.r] = true
 	}
-	// StoredBytes rose: wake StoredGrown once per range.
+	// The indexed part rose: wake IndexGrown once per range.
 	for r := range grown {
 		r.mu.Lock()
 		close(r.grown)

@@ -26,7 +26,7 @@ func TestIndexFailureWithATakenBatchFailsItsAppends(t *testing.T) {
 	restore := logstore.SetSegmentWriteFault(func(uint32) error { return syscall.EIO })
 	defer restore()
 	// Appends from many goroutines until the store fails: the index comes
-	// due every indexDelay (5 ms) while the queue is rarely empty, so the
+	// due every indexDelay (25 ms) while the queue is rarely empty, so the
 	// writer takes a batch and an index in one turn again and again.
 	var wg sync.WaitGroup
 	done := make(chan struct{})

@@ -150,27 +150,46 @@ func TestTruncateRecordsNotYetIndexed(t *testing.T) {
 	checkConsistent(t, r)
 }
 
-// An index commit raises its ranges' StoredBytes and wakes StoredGrown.
-// A leader checks its range's size limit on it (replica commitLoop):
-// when the last appends passed the limit only once indexed, after the
-// last append, nothing else woke the leader, and the range stayed over
-// its limit until the next retention interval.
-func TestIndexCommitWakesStoredGrown(t *testing.T) {
+// StoredBytes counts a batch from its append on, not from its index
+// commit: status and metrics report an append's bytes with its log end, and
+// a status reader comparing two snapshots never sees bytes arrive by
+// themselves up to indexDelay later (with 25 ms, the promoter's
+// authorisation test saw stored_bytes move between two snapshots around
+// refused calls). IndexedBytes, what RetainBytes can cut, follows the index;
+// an index commit raises it and wakes IndexGrown, on which a leader checks
+// its range's size limit (replica commitLoop): when the last appends
+// passed the limit only once indexed, nothing else woke the leader, and the
+// range stayed over its limit until the next retention interval.
+func TestStoredBytesCountsAnAppendAndTheIndexCommitWakesIndexGrown(t *testing.T) {
 	_, s, r := heldLeader(t)
 	defer closeStore(t, s)
+	startStored, startIndexed := r.StoredBytes(), r.IndexedBytes()
 	appendN(t, r, 1, 10)
 	waitDurable(t, r, r.LogEnd())
-	before := r.StoredBytes()
-	grown := r.StoredGrown()
+	if n := s.Stats().IndexCommits; n != 0 {
+		t.Fatalf("IndexCommits = %d, want 0: the test must look before the index commit", n)
+	}
+	appended := r.StoredBytes()
+	if appended <= startStored {
+		t.Fatalf("StoredBytes %d after 10 appends, %d before; want more before any index commit", appended, startStored)
+	}
+	if got := r.IndexedBytes(); got != startIndexed {
+		t.Fatalf("IndexedBytes %d before the index commit, want %d as at the start", got, startIndexed)
+	}
+	grown := r.IndexGrown()
 	if err := s.IndexNow(); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-grown:
 	default:
-		t.Fatal("an index commit left StoredGrown waiting")
+		t.Fatal("an index commit left IndexGrown waiting")
 	}
-	if after := r.StoredBytes(); after <= before {
-		t.Fatalf("StoredBytes %d after the index commit, %d before; want more", after, before)
+	if got := r.StoredBytes(); got != appended {
+		t.Fatalf("StoredBytes %d after the index commit, %d before it; want no change", got, appended)
 	}
+	if got := r.IndexedBytes(); got != appended {
+		t.Fatalf("IndexedBytes %d after the index commit, want StoredBytes, %d", got, appended)
+	}
+	checkStoredBytes(t, s, r)
 }

@@ -13,11 +13,16 @@ import (
 // Retention's measures: how many bytes a range stores, and when its
 // records were written.
 //
-// StoredBytes is a counter per range (rc.stored): set at Open from the
-// pass over every l/ key (buildAccounting), raised by each index commit by
-// the batches it stores, lowered by releaseStored. Reading it costs
-// nothing; RetainBytes reads the range's keys from its first one up to the
-// boundary it returns, the batches the caller is about to delete anyway.
+// StoredBytes is a counter per range (rc.published): set at Open from the
+// pass over every l/ key (buildAccounting), raised by each publish by the
+// batch it makes readable, lowered by releaseStored. So it counts a batch
+// from its append on, though Badger holds it only once indexed (up to
+// indexDelay later): a status reader sees an append's bytes with its log
+// end, and never sees them arrive later by themselves. rc.stored counts
+// the indexed part only, the batches RetainBytes can see: raised by each
+// index commit, lowered by releaseStored. Reading either costs nothing;
+// RetainBytes reads the range's keys from its first one up to the boundary
+// it returns, the batches the caller is about to delete anyway.
 //
 // Time marks. m/<id>/<offset u64 BE> -> unix milliseconds (u64 value): every
 // record of the range below offset was written on this replica at or before
@@ -58,8 +63,13 @@ const markMax = 128
 
 // reclaimRange is a range's retention bookkeeping.
 type reclaimRange struct {
-	// stored is the bytes of the range's stored batches in Badger (pointer
-	// lengths and inline batches), the indexed part of its log.
+	// published is the bytes of the range's batches from its log start to
+	// its log end: those in Badger (pointer lengths and inline batches)
+	// and those published and waiting for the index (their batch lengths,
+	// which the index commit stores as pointers of the same lengths).
+	published atomic.Int64
+	// stored is the part of published in Badger, the indexed part of the
+	// log: what RetainBytes reads keys for.
 	stored atomic.Int64
 	// markMu guards marks, ordered by offset (and by time: a mark's time
 	// never decreases). Lock order: r.mu may be held when it is taken.
@@ -82,10 +92,15 @@ func markPrefix(id string) []byte { return []byte(prefixMark + id + "/") }
 
 // StoredBytes returns the bytes of the range's stored batches, from its
 // log start (a batch straddling it counts whole; batches being deleted
-// below it count until they are) to the last indexed batch: the batches
-// published in the last indexDelay (5 ms) or so, still waiting for the
-// index (index.go), count once indexed. A counter: free to call.
+// below it count until they are) to its log end, batches still waiting for
+// the index (index.go) included. A counter: free to call.
 func (r *Range) StoredBytes() uint64 {
+	return uint64(max(r.rc.published.Load(), 0))
+}
+
+// IndexedBytes returns the part of StoredBytes that Badger holds: the
+// batches RetainBytes can see. A counter: free to call.
+func (r *Range) IndexedBytes() uint64 {
 	return uint64(max(r.rc.stored.Load(), 0))
 }
 
@@ -102,7 +117,10 @@ func (r *Range) StoredBytes() uint64 {
 // the bytes being released (they are below the log start anyway).
 func (r *Range) RetainBytes(limit uint64) uint64 {
 	start := r.LogStart()
-	if r.StoredBytes() <= limit {
+	// The indexed part: the batches waiting for the index are above every
+	// indexed one, so they cannot move the answer until indexed (the
+	// leader checks again then: IndexGrown).
+	if r.IndexedBytes() <= limit {
 		return start
 	}
 	s := r.s

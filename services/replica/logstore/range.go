@@ -129,8 +129,8 @@ type Range struct {
 	// changed is closed and replaced at every change of next, logEnd,
 	// durableEnd, hwm, state or history.
 	changed chan struct{}
-	// grown is closed and replaced when an index commit raises the
-	// range's StoredBytes (StoredGrown).
+	// grown is closed and replaced when an index commit stores batches
+	// of the range (IndexGrown).
 	grown chan struct{}
 
 	// syncOnDemand: the syncer makes this range's writes durable only once
@@ -429,14 +429,14 @@ func (r *Range) Changed() <-chan struct{} {
 	return r.changed
 }
 
-// StoredGrown returns a channel closed when an index commit next raises
-// StoredBytes (take a new one after each wake, as with Changed). A
-// batch counts toward StoredBytes once indexed, up to indexDelay after
-// its append returned, so a size limit passed by the last appends is
-// passed only then: the leader checks its range's limit on this too.
+// IndexGrown returns a channel closed when an index commit next stores
+// batches of the range (take a new one after each wake, as with Changed).
+// RetainBytes sees a batch only once indexed, up to indexDelay after its
+// append returned, so a size limit passed by the last appends can be
+// enforced only then: the leader checks its range's limit on this too.
 // Apart from Changed, so that the fetches and reads waiting on Changed
 // are not woken by every index commit.
-func (r *Range) StoredGrown() <-chan struct{} {
+func (r *Range) IndexGrown() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.grown

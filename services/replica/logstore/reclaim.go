@@ -238,7 +238,9 @@ func (s *Store) buildAccounting() error {
 	g.use = use
 	g.mu.Unlock()
 	for id, r := range s.ranges {
+		// Everything is indexed at Open: the WAL was replayed into Badger.
 		r.rc.stored.Store(stored[id])
+		r.rc.published.Store(stored[id])
 	}
 	return nil
 }

@@ -19,7 +19,9 @@ import (
 // segment whose count reaches zero is deleted by the next reclaim pass,
 // after a Badger sync that started after this call, so after the flush
 // that removed the pointers: no durable pointer is left to it. It takes
-// the released bytes off the range's StoredBytes (marks.go).
+// the released bytes off the range's StoredBytes and its indexed part
+// (marks.go): every batch released was indexed, since Truncate checkpoints
+// before it cuts and retention deletes only indexed keys.
 //
 // "After the flush" is what makes this safe: a call made before the
 // deletion was committed could let a pass sync, then delete a segment a
@@ -44,6 +46,7 @@ func (s *Store) releaseStored(keys, vals [][]byte) {
 			continue
 		}
 		r.rc.stored.Add(-n)
+		r.rc.published.Add(-n)
 	}
 	// cutLog rewrites the batch that straddles the cut in place, and it is
 	// the first key it reports: a key still present after the flush holds
@@ -53,6 +56,7 @@ func (s *Store) releaseStored(keys, vals [][]byte) {
 		if r, ok := s.Range(id); ok {
 			if n, ok := s.storedSizeOf(keys[0]); ok {
 				r.rc.stored.Add(int64(n))
+				r.rc.published.Add(int64(n))
 			}
 		}
 	}
