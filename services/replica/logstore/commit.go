@@ -3,6 +3,7 @@ package logstore
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -155,12 +156,13 @@ func (s *Store) markDirty(r *Range) {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	s.dirty[r] = struct{}{}
-	s.dueAfterLocked(&s.hwmArmed, &s.hwmDue, hwmFlushDelay)
+	s.dueAfterLocked(&s.hwmArmed, &s.hwmDue, s.work, hwmFlushDelay)
 }
 
-// dueAfterLocked sets *due and wakes the writer after d, unless *due is
-// set already or a timer for it is armed (*armed). s.qmu is held.
-func (s *Store) dueAfterLocked(armed, due *bool, d time.Duration) {
+// dueAfterLocked sets *due and wakes the one goroutine waiting on c (the
+// writer, or the indexer) after d, unless *due is set already or a timer
+// for it is armed (*armed). s.qmu is held.
+func (s *Store) dueAfterLocked(armed, due *bool, c *sync.Cond, d time.Duration) {
 	if *armed || *due {
 		return
 	}
@@ -168,7 +170,7 @@ func (s *Store) dueAfterLocked(armed, due *bool, d time.Duration) {
 	time.AfterFunc(d, func() {
 		s.qmu.Lock()
 		*armed, *due = false, true
-		s.work.Signal()
+		c.Signal()
 		s.qmu.Unlock()
 	})
 }
@@ -179,15 +181,19 @@ type batch struct {
 	hwms   []*Range
 }
 
-// run is the committer: the writer loop here (which also indexes,
-// index.go) and the syncer loop in its own goroutine. It exits once the
+// run is the committer: the writer loop here, and the syncer loop and the
+// indexer loop (index.go) in goroutines of their own. It exits once the
 // store is closing and the queue is drained and synced, or at the first
 // failure.
 func (s *Store) run() {
-	syncerDone := make(chan struct{})
+	syncerDone, indexerDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(syncerDone)
 		s.syncLoop()
+	}()
+	go func() {
+		defer close(indexerDone)
+		s.indexLoop()
 	}()
 	defer func() {
 		s.qmu.Lock()
@@ -198,8 +204,11 @@ func (s *Store) run() {
 		}
 		s.writerDone = true
 		s.syncWork.Signal()
+		s.indexStop = true
+		s.indexWork.Signal()
 		s.qmu.Unlock()
 		<-syncerDone
+		<-indexerDone
 		// Nothing joins unindexed any more (no writer, no inline commit):
 		// index the rest, so Close's final markers and a reopen find
 		// Badger complete. A failure has failed the store.
@@ -211,24 +220,9 @@ func (s *Store) run() {
 		s.wakeAll()
 	}()
 	for {
-		b, took, index, ok := s.take()
-		if index {
-			if err := s.indexPending(); err != nil && !errors.Is(err, ErrDiskFull) {
-				// indexPending failed the store. A batch taken with the
-				// writer role fails with it and the role goes back:
-				// otherwise its appends never return and the exit
-				// above waits for writerBusy forever.
-				if took {
-					s.abandonTaken(b, err)
-				}
-				return
-			}
-		}
+		b, ok := s.take()
 		if !ok {
 			return
-		}
-		if !took {
-			continue
 		}
 		_, err := s.commitBatch(b, true)
 		s.qmu.Lock()
@@ -240,51 +234,26 @@ func (s *Store) run() {
 	}
 }
 
-// abandonTaken fails a batch taken with the writer role (take) that will
-// never be committed because the store failed, gives its queue room back
-// and releases the role.
-func (s *Store) abandonTaken(b batch, err error) {
-	records, bytes := 0, 0
-	for _, w := range b.writes {
-		records += len(w.vals)
-		bytes += w.bytes
-	}
-	s.release(records, bytes)
-	for _, w := range b.writes {
-		w.finish(err)
-	}
-	s.qmu.Lock()
-	s.writerBusy = false
-	s.work.Broadcast()
-	s.qmu.Unlock()
-}
-
-// take waits for work. index says to index the waiting batches first
-// (index.go); took says it took the queue and the dirty HWMs (and the
+// take waits for work: it takes the queue and the dirty HWMs (and the
 // writer role) to commit; ok false means exit. Dirty HWMs alone are work
-// only once due (or at Close). Indexing needs no writer role: an inline
-// commit may run beside it.
-func (s *Store) take() (b batch, took, index, ok bool) {
+// only once due (or at Close).
+func (s *Store) take() (b batch, ok bool) {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
 	commit := func() bool {
 		return !s.writerBusy && (len(s.queue) > 0 || len(s.dirty) > 0 && s.hwmDue || s.closing)
 	}
-	for s.failed == nil && !commit() && !s.indexDue {
+	for s.failed == nil && !commit() {
 		s.work.Wait()
 	}
-	index, s.indexDue = s.indexDue, false
 	if s.failed != nil {
-		return batch{}, false, false, false // fail already failed the queue
-	}
-	if !commit() {
-		return batch{}, false, index, true
+		return batch{}, false // fail already failed the queue
 	}
 	if len(s.queue) == 0 && len(s.dirty) == 0 {
-		return batch{}, false, index, false // closing and drained
+		return batch{}, false // closing and drained
 	}
 	s.writerBusy = true
-	return s.takeLocked(), true, index, true
+	return s.takeLocked(), true
 }
 
 // takeLocked takes the queue and the dirty HWMs for the caller, which holds

@@ -13,7 +13,7 @@ import (
 // the tail above what Badger holds. So no commit waits for Badger. The
 // writer, or a follower committing inline, appends a batch to the WAL,
 // publishes it and syncs it; the batch's keys wait in unindexed, and the
-// writer commits them to Badger later, every batch waiting in one
+// indexer (indexLoop) commits them to Badger later, every batch waiting in one
 // transaction, once the oldest has waited indexDelay or they hold
 // indexMaxBytes.
 //
@@ -50,8 +50,12 @@ import (
 // 25 ms, not 5: an index commit costs about the same whatever it carries
 // (a segment write, a Badger transaction with its hand-offs, the time
 // marks), and 25 ms against 5 ms gave 1.04-1.19x the records/s by shape,
-// six rounds alternating which ran first (bench module, 2026-12-06). What
-// waits is bounded by indexMaxBytes, and served from the tails meanwhile.
+// six rounds alternating which ran first (bench module, 2026-12-06, on a
+// box with fast fsyncs). On the next box (2026-12-07), with the indexer
+// on a goroutine of its own and indexMaxBytes 512 KiB, against 5 ms with
+// the writer indexing: 1.14x at 100 ranges (CPU per record 224 -> 205 us),
+// 0.98-1.05x on one range, 14 alternating rounds. What waits is bounded by
+// indexMaxBytes, and served from the tails meanwhile.
 // It was reverted once, because StoredBytes then counted a batch only once
 // indexed and trailed an append by 25 ms (a status reader comparing two
 // snapshots saw bytes arrive by themselves); StoredBytes now counts a batch
@@ -60,11 +64,16 @@ import (
 var indexDelay = 25 * time.Millisecond
 
 // indexMaxBytes bounds the value bytes waiting to be indexed before the
-// writer indexes them at once: it bounds the memory the tails hold beyond
+// indexer indexes them at once: it bounds the memory the tails hold beyond
 // their keep limits (range.go) under load, and the size of one Badger
 // commit (which splits itself at Badger's transaction limit anyway).
+// 512 KiB, not the 4 MiB it was: with the 25 ms delay, 4 MiB let one
+// replica at 256 appends in flight index ~2 MiB at a time, and that shape
+// gave 0.91x the records/s of 5 ms (six alternating rounds, 2026-12-07;
+// the cause was not isolated). With 512 KiB: 0.98x, and 1.14x at 100
+// ranges (14 rounds).
 // A variable so tests can hold batches unindexed.
-var indexMaxBytes = 4 << 20
+var indexMaxBytes = 512 << 10
 
 // indexBatch is one group commit's keys and values, in the WAL and not
 // yet in Badger, and its writes (their ranges' tails hold them until then).
@@ -83,7 +92,7 @@ func (s *Store) addUnindexed(ib *indexBatch) {
 	s.unindexedBytes += ib.bytes
 }
 
-// scheduleIndex asks the writer to index: at once when enough waits,
+// scheduleIndex asks the indexer to index: at once when enough waits,
 // otherwise once indexDelay has passed (one timer at a time).
 func (s *Store) scheduleIndex() {
 	s.imu.Lock()
@@ -96,10 +105,38 @@ func (s *Store) scheduleIndex() {
 	defer s.qmu.Unlock()
 	if n >= indexMaxBytes {
 		s.indexDue = true
-		s.work.Signal()
+		s.indexWork.Signal()
 		return
 	}
-	s.dueAfterLocked(&s.indexArmed, &s.indexDue, indexDelay)
+	s.dueAfterLocked(&s.indexArmed, &s.indexDue, s.indexWork, indexDelay)
+}
+
+// indexLoop is the indexer: it indexes whenever an index is due, until the
+// writer exits (indexStop) or the store fails. A goroutine of its own, not
+// the writer's: an index commit of a few MiB of new segment pages takes
+// milliseconds, and a leader's appends waited behind it for the writer
+// (the followers commit inline, beside it). Index commits also run on a
+// checkpoint, Truncate, AdvanceLogStart and the writer's exit; indexMu
+// serializes them.
+func (s *Store) indexLoop() {
+	for {
+		s.qmu.Lock()
+		for !s.indexDue && !s.indexStop && s.failed == nil {
+			s.indexWork.Wait()
+		}
+		due, stop := s.indexDue, s.indexStop || s.failed != nil
+		s.indexDue = false
+		s.qmu.Unlock()
+		if stop {
+			return // the writer's exit indexes what is left
+		}
+		if due {
+			// A failure other than a want of space has failed the store
+			// (the loop then ends); for that one the batches wait again,
+			// with a retry due after indexRetryDelay.
+			_ = s.indexPending()
+		}
+	}
 }
 
 // indexPending commits every waiting batch to Badger, in WAL order, and
@@ -180,12 +217,12 @@ func (s *Store) indexPending() error {
 	return nil
 }
 
-// indexRetryDelay is how long the writer waits before indexing again
+// indexRetryDelay is how long the indexer waits before indexing again
 // after the segments refused a write for want of space.
 const indexRetryDelay = 200 * time.Millisecond
 
 // requeueUnindexed puts batches an index commit could not write back in
-// front of unindexed, and has the writer retry after indexRetryDelay.
+// front of unindexed, and has the indexer retry after indexRetryDelay.
 func (s *Store) requeueUnindexed(todo []*indexBatch) {
 	s.imu.Lock()
 	s.unindexed = append(todo, s.unindexed...)
@@ -194,7 +231,7 @@ func (s *Store) requeueUnindexed(todo []*indexBatch) {
 	}
 	s.imu.Unlock()
 	s.qmu.Lock()
-	s.dueAfterLocked(&s.indexArmed, &s.indexDue, indexRetryDelay)
+	s.dueAfterLocked(&s.indexArmed, &s.indexDue, s.indexWork, indexRetryDelay)
 	s.qmu.Unlock()
 }
 

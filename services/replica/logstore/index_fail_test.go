@@ -10,12 +10,13 @@ import (
 	"github.com/tenurelog/tenure/services/replica/logstore"
 )
 
-// TestIndexFailureWithATakenBatchFailsItsAppends: when the writer takes a
-// batch and finds an index due in the same turn, and the index write then
-// fails the store (an EIO from a segment write), the taken batch's appends
-// must fail and Close must return. Before the fix the writer returned
-// holding the writer role: those appends never returned and Close waited
-// forever (seen as a hang of TestRandomizedPowerLossWithConcurrentClients).
+// TestIndexFailureWithATakenBatchFailsItsAppends: when an index write fails
+// the store (an EIO from a segment write) while the writer holds a batch,
+// the batch's appends must fail and Close must return. When the writer also
+// indexed, it once returned holding the writer role: those appends never
+// returned and Close waited forever (seen as a hang of
+// TestRandomizedPowerLossWithConcurrentClients). The indexer is a goroutine
+// of its own now (indexLoop), and the same must hold of it.
 func TestIndexFailureWithATakenBatchFailsItsAppends(t *testing.T) {
 	o := newOpener(t)
 	s := o.open()
@@ -27,7 +28,7 @@ func TestIndexFailureWithATakenBatchFailsItsAppends(t *testing.T) {
 	defer restore()
 	// Appends from many goroutines until the store fails: the index comes
 	// due every indexDelay (25 ms) while the queue is rarely empty, so the
-	// writer takes a batch and an index in one turn again and again.
+	// writer holds a batch when the indexer's write fails, again and again.
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	for g := range 8 {

@@ -155,10 +155,11 @@ type Store struct {
 	ranges   map[string]*Range // guarded by rangesMu
 
 	// The group-commit queue; see commit.go.
-	qmu      sync.Mutex
-	work     *sync.Cond // the writer waits here for writes, due HWMs or closing
-	space    *sync.Cond // appenders wait here for room in the queue
-	syncWork *sync.Cond // the syncer waits here for unsynced log ends
+	qmu       sync.Mutex
+	work      *sync.Cond // the writer waits here for writes, due HWMs or closing
+	indexWork *sync.Cond // the indexer waits here for indexDue or indexStop
+	space     *sync.Cond // appenders wait here for room in the queue
+	syncWork  *sync.Cond // the syncer waits here for unsynced log ends
 	// queue holds accepted writes not yet taken by the committer, each
 	// range's in the order their offsets were assigned.
 	queue []*write
@@ -168,8 +169,9 @@ type Store struct {
 	// HWMs have waited long enough to be committed without records.
 	hwmArmed, hwmDue bool
 	// indexArmed: a timer will set indexDue in indexDelay. indexDue: the
-	// writer indexes the waiting batches next (index.go).
-	indexArmed, indexDue bool
+	// indexer indexes the waiting batches next (index.go). indexStop: the
+	// writer exited; the indexer exits too.
+	indexArmed, indexDue, indexStop bool
 	// unsynced holds, per range, the end of its writes committed and
 	// published but not yet handed to a sync: the syncer's work.
 	unsynced map[*Range]syncEnd
@@ -315,6 +317,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.now = time.Now
 	}
 	s.work = sync.NewCond(&s.qmu)
+	s.indexWork = sync.NewCond(&s.qmu)
 	s.space = sync.NewCond(&s.qmu)
 	s.syncWork = sync.NewCond(&s.qmu)
 	for _, d := range []string{s.badgerDir, s.journalDir} {
@@ -614,6 +617,7 @@ func (s *Store) fail(cause error) error {
 	queue := s.queue
 	s.queue = nil
 	s.work.Broadcast()
+	s.indexWork.Broadcast()
 	s.space.Broadcast()
 	s.syncWork.Broadcast()
 	s.qmu.Unlock()
