@@ -83,6 +83,27 @@ func TestLeaderAppliesTheSizeLimitBeforeTheInterval(t *testing.T) {
 		t.Fatalf("stored %d bytes, log start %d, HWM %d: want at most %d bytes (limit + slack) within 10 s of the last append, log start at most the HWM",
 			st.GetStoredBytes(), st.GetLogStart(), st.GetHighWaterMark(), limit+slack)
 	}
+
+	// Then, the range quiet and every batch indexed (well within the
+	// sleep), one append of more than limit + slack in one batch. Its
+	// commit point moves at the leader's own sync, while the batch waits
+	// up to indexDelay (25 ms) for the index; a pass cuts only indexed
+	// batches, so the check at the commit point finds nothing due, and
+	// only the index commit, through IndexGrown, makes the pass due. Without
+	// that wake the range stayed over its limit until the hour's interval.
+	time.Sleep(200 * time.Millisecond)
+	quiet := status()
+	big := make([][]byte, 48) // 1.5 MiB
+	for i := range big {
+		big[i] = record
+	}
+	if _, err := lc.Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: "ret", Records: big})); err != nil {
+		t.Fatalf("Append of 1.5 MiB = %v", err)
+	}
+	waitUntil(t, 10*time.Second, "a pass for the 1.5 MiB append, before the hour's interval", func() bool {
+		st := status()
+		return st.GetLogStart() > quiet.GetLogStart() && st.GetStoredBytes() <= limit+slack
+	})
 }
 
 // A follower's fetch loop does not wait for its log start to advance
