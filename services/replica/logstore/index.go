@@ -124,18 +124,16 @@ func (s *Store) indexLoop() {
 		for !s.indexDue && !s.indexStop && s.failed == nil {
 			s.indexWork.Wait()
 		}
-		due, stop := s.indexDue, s.indexStop || s.failed != nil
+		stop := s.indexStop || s.failed != nil
 		s.indexDue = false
 		s.qmu.Unlock()
 		if stop {
 			return // the writer's exit indexes what is left
 		}
-		if due {
-			// A failure other than a want of space has failed the store
-			// (the loop then ends); for that one the batches wait again,
-			// with a retry due after indexRetryDelay.
-			_ = s.indexPending()
-		}
+		// An index is due. A failure other than a want of space fails the
+		// store (the loop then ends); for that one the batches wait again,
+		// with a retry due after indexRetryDelay.
+		_ = s.indexPending()
 	}
 }
 
@@ -203,7 +201,7 @@ func (s *Store) indexPending() error {
 	for _, w := range writes {
 		// Under indexMu, after the commit: RetainBytes reads the counter
 		// and a snapshot together under it (marks.go).
-		w.r.rc.stored.Add(int64(len(w.batch)))
+		w.r.rc.indexed.Add(int64(len(w.batch)))
 		w.r.indexed(w)
 		grown[w.r] = true
 	}

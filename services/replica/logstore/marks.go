@@ -18,7 +18,7 @@ import (
 // batch it makes readable, lowered by releaseStored. So it counts a batch
 // from its append on, though Badger holds it only once indexed (up to
 // indexDelay later): a status reader sees an append's bytes with its log
-// end, and never sees them arrive later by themselves. rc.stored counts
+// end, and never sees them arrive later by themselves. rc.indexed counts
 // the indexed part only, the batches RetainBytes can see: raised by each
 // index commit, lowered by releaseStored. Reading either costs nothing;
 // RetainBytes reads the range's keys from its first one up to the boundary
@@ -68,9 +68,9 @@ type reclaimRange struct {
 	// and those published and waiting for the index (their batch lengths,
 	// which the index commit stores as pointers of the same lengths).
 	published atomic.Int64
-	// stored is the part of published in Badger, the indexed part of the
-	// log: what RetainBytes reads keys for.
-	stored atomic.Int64
+	// indexed is the part of published in Badger: what RetainBytes reads
+	// keys for.
+	indexed atomic.Int64
 	// markMu guards marks, ordered by offset (and by time: a mark's time
 	// never decreases). Lock order: r.mu may be held when it is taken.
 	markMu sync.Mutex
@@ -101,7 +101,7 @@ func (r *Range) StoredBytes() uint64 {
 // IndexedBytes returns the part of StoredBytes that Badger holds: the
 // batches RetainBytes can see. A counter: free to call.
 func (r *Range) IndexedBytes() uint64 {
-	return uint64(max(r.rc.stored.Load(), 0))
+	return uint64(max(r.rc.indexed.Load(), 0))
 }
 
 // RetainBytes returns the lowest batch boundary O at or above LogStart such
@@ -132,7 +132,7 @@ func (r *Range) RetainBytes(limit uint64) uint64 {
 	// The counter and the snapshot at one point of the index commits
 	// (which raise the counter under indexMu after committing).
 	s.indexMu.Lock()
-	remaining := r.rc.stored.Load()
+	remaining := r.rc.indexed.Load()
 	txn := s.db.NewTransaction(false)
 	s.indexMu.Unlock()
 	defer txn.Discard()

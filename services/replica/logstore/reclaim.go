@@ -239,7 +239,7 @@ func (s *Store) buildAccounting() error {
 	g.mu.Unlock()
 	for id, r := range s.ranges {
 		// Everything is indexed at Open: the WAL was replayed into Badger.
-		r.rc.stored.Store(stored[id])
+		r.rc.indexed.Store(stored[id])
 		r.rc.published.Store(stored[id])
 	}
 	return nil

@@ -45,7 +45,7 @@ func (s *Store) releaseStored(keys, vals [][]byte) {
 			// (a redo at Open: the accounting is built from Badger after).
 			continue
 		}
-		r.rc.stored.Add(-n)
+		r.rc.indexed.Add(-n)
 		r.rc.published.Add(-n)
 	}
 	// cutLog rewrites the batch that straddles the cut in place, and it is
@@ -55,7 +55,7 @@ func (s *Store) releaseStored(keys, vals [][]byte) {
 	if id, ok := logKeyRange(keys[0]); ok {
 		if r, ok := s.Range(id); ok {
 			if n, ok := s.storedSizeOf(keys[0]); ok {
-				r.rc.stored.Add(int64(n))
+				r.rc.indexed.Add(int64(n))
 				r.rc.published.Add(int64(n))
 			}
 		}
