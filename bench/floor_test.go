@@ -38,7 +38,25 @@ import (
 func BenchmarkFloor(b *testing.B) {
 	for _, shape := range Shapes {
 		b.Run(shape.Name, func(b *testing.B) {
-			c := startFloorCluster(b)
+			c := startFloorCluster(b, false)
+			runShape(b, c.newAppender, shape)
+		})
+	}
+}
+
+// BenchmarkFloorKept is BenchmarkFloor for a log that keeps its records:
+// every replica appends to a file that grows, as a log's segments do, and
+// fdatasyncs each write, file size and all, where BenchmarkFloor writes
+// over a 16 MiB circle whose pages the page cache holds after one lap.
+// tenure and JetStream keep every record, so each byte they take lands on
+// a page the process has not used before; on some VMs a new page costs
+// ten times a reused one (bench/results/2026-12-07.md). This benchmark
+// says, on the machine at hand, whether the circle flatters the floor:
+// read it side by side with BenchmarkFloor in one run.
+func BenchmarkFloorKept(b *testing.B) {
+	for _, shape := range Shapes {
+		b.Run(shape.Name, func(b *testing.B) {
+			c := startFloorCluster(b, true)
 			runShape(b, c.newAppender, shape)
 		})
 	}
@@ -51,19 +69,27 @@ const floorFileBytes = 16 << 20
 
 // floorFile is one replica's log file and its group-commit writer.
 type floorFile struct {
-	f     *os.File
-	pos   int64         // next write position, modulo floorFileBytes
+	f *os.File
+	// kept files grow: every write appends. The others are written over
+	// in a circle.
+	kept  bool
+	pos   int64         // next write position (modulo floorFileBytes unless kept)
 	syncs *atomic.Int64 // counts this file's fdatasyncs when set
 }
 
-// newFloorFile creates dir/log, writes it full of zeros and syncs it and
-// its directory, so that later writes overwrite allocated blocks.
-func newFloorFile(dir string) (*floorFile, error) {
+// newFloorFile creates dir/log and syncs it and its directory. Unless
+// kept, it writes the file full of zeros first, so that later writes
+// overwrite allocated blocks.
+func newFloorFile(dir string, kept bool) (*floorFile, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := f.Write(make([]byte, floorFileBytes)); err != nil {
+	size := int64(floorFileBytes)
+	if kept {
+		size = 0
+	}
+	if _, err := f.Write(make([]byte, size)); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -80,18 +106,24 @@ func newFloorFile(dir string) (*floorFile, error) {
 		f.Close()
 		return nil, err
 	}
-	return &floorFile{f: f}, nil
+	return &floorFile{f: f, kept: kept}, nil
 }
 
-// write writes p at the file's position (wrapping at its end) and
-// fdatasyncs it.
+// write writes p at the file's position (wrapping at its end unless kept)
+// and fdatasyncs it.
 func (w *floorFile) write(p []byte) error {
 	for len(p) > 0 {
-		n := min(int64(len(p)), floorFileBytes-w.pos)
+		n := int64(len(p))
+		if !w.kept {
+			n = min(n, floorFileBytes-w.pos)
+		}
 		if _, err := w.f.WriteAt(p[:n], w.pos); err != nil {
 			return err
 		}
-		w.pos = (w.pos + n) % floorFileBytes
+		w.pos += n
+		if !w.kept {
+			w.pos %= floorFileBytes
+		}
 		p = p[n:]
 	}
 	if w.syncs != nil {
@@ -131,7 +163,9 @@ type floorCall struct {
 // written under the cluster's mutex.
 type floorConn struct{ c net.Conn }
 
-func startFloorCluster(tb testing.TB) *floorCluster {
+// startFloorCluster starts the floor's three replicas, their files kept
+// (BenchmarkFloorKept) or written over in a circle (BenchmarkFloor).
+func startFloorCluster(tb testing.TB, kept bool) *floorCluster {
 	tb.Helper()
 	// The directories first: cleanups run last-registered first, and the
 	// files are closed before their directories are removed.
@@ -150,7 +184,7 @@ func startFloorCluster(tb testing.TB) *floorCluster {
 		}
 	})
 	for i := range files {
-		f, err := newFloorFile(dirs[i])
+		f, err := newFloorFile(dirs[i], kept)
 		if err != nil {
 			tb.Fatalf("floor replica %d: %v", i, err)
 		}

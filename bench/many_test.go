@@ -106,12 +106,14 @@ type counter struct {
 var syncsCounter = counter{unit: "syncs/record", read: processSyncs}
 
 // runShapeCounting is runShape that also reports each counter's increase
-// over the run per acknowledged record, and returns the result. The
+// over the run per acknowledged record (and diskCounter's, always), and
+// returns the result. The
 // counters are read just before and after Run, which makes the appenders
 // (connections: no syncs) before its clock starts and closes them after; a
 // counter that cannot be read is logged as unavailable and not reported.
 func runShapeCounting(b *testing.B, newAppender func(client int) (Appender, error), shape Shape, counters ...counter) Result {
 	b.Helper()
+	counters = append(counters, diskCounter)
 	before := make([]uint64, len(counters))
 	errs := make([]error, len(counters))
 	for i, c := range counters {
@@ -413,7 +415,7 @@ func (a *jsRandomAppender) Append(ctx context.Context, records [][]byte) error {
 func BenchmarkFloorManyRanges(b *testing.B) {
 	for _, s := range manyShapes() {
 		b.Run(s.Name, func(b *testing.B) {
-			c := startFloorCluster(b)
+			c := startFloorCluster(b, false)
 			b.Logf("%d clients, one call in flight each (no ranges: the floor's limit for %d producers)", s.Clients, s.Clients)
 			own := counter{unit: "own-syncs/record", read: func() (uint64, error) { return uint64(c.syncs.Load()), nil }}
 			runShapeCounting(b, c.newAppender, s.Shape, syncsCounter, own)

@@ -6,7 +6,7 @@
 // syncs per record (likewise), and each system's ratio to JetStream
 // (JetStreamProcs for a ...Procs system, JetStreamManyRanges for a
 // ...ManyRanges one) within the same run, with the median of those ratios,
-// and likewise to the floor (Floor, FloorManyRanges) when the run has it. Issue #3's
+// and likewise to the floors (Floor, FloorManyRanges, FloorKept) when the run has them. Issue #3's
 // targets are stated as such medians. See bench/README.md, "Run", and
 // bench/interleave.sh, which writes the files.
 //
@@ -31,9 +31,11 @@ import (
 // the many-range shapes (bench/many_test.go).
 const baseline = "JetStream"
 
-// floor is the machine's limit (bench/floor_test.go) every system is also
-// compared with when its family has one in the run: Floor, FloorManyRanges.
-const floor = "Floor"
+// floors are the machine's limits (bench/floor_test.go) every system is
+// also compared with when its family has them in the run: Floor,
+// FloorManyRanges, and FloorKept (the floor of a log that keeps its
+// records, for reading whether Floor's circle flatters it).
+var floors = []string{"Floor", "FloorKept"}
 
 // families are the suffixes of the benchmark families.
 var families = []string{"Procs", "ManyRanges"}
@@ -51,8 +53,16 @@ func family(system string) string {
 // baselineFor names the system that system is compared with.
 func baselineFor(system string) string { return baseline + family(system) }
 
-// floorFor names the floor system is compared with.
-func floorFor(system string) string { return floor + family(system) }
+// floorsFor names the floors system is compared with.
+func floorsFor(system string) []string {
+	var names []string
+	for _, f := range floors {
+		if name := f + family(system); name != system {
+			names = append(names, name)
+		}
+	}
+	return names
+}
 
 // result is one benchmark line: one system, one shape, one run.
 type result struct {
@@ -183,7 +193,8 @@ func summarize(w io.Writer, runs []run) {
 	slices.Sort(shapes)
 	for _, shape := range shapes {
 		for _, system := range systems {
-			var rps, p50, p99, cpu, sched, syncs, ratios, floors []float64
+			var rps, p50, p99, cpu, sched, syncs, ratios []float64
+			toFloors := map[string][]float64{}
 			for _, r := range runs {
 				res, ok := r[[2]string{system, shape}]
 				if !ok {
@@ -199,8 +210,10 @@ func summarize(w io.Writer, runs []run) {
 				if base, ok := r[[2]string{baselineFor(system), shape}]; ok && system != baselineFor(system) && base.recordsPerSec > 0 {
 					ratios = append(ratios, res.recordsPerSec/base.recordsPerSec)
 				}
-				if fl, ok := r[[2]string{floorFor(system), shape}]; ok && system != floorFor(system) && system != baselineFor(system) && fl.recordsPerSec > 0 {
-					floors = append(floors, res.recordsPerSec/fl.recordsPerSec)
+				for _, name := range floorsFor(system) {
+					if fl, ok := r[[2]string{name, shape}]; ok && system != baselineFor(system) && fl.recordsPerSec > 0 {
+						toFloors[name] = append(toFloors[name], res.recordsPerSec/fl.recordsPerSec)
+					}
 				}
 			}
 			if len(rps) == 0 {
@@ -216,8 +229,10 @@ func summarize(w io.Writer, runs []run) {
 			if len(ratios) > 0 {
 				fmt.Fprintf(w, "  vs %s %s median %.2fx", baselineFor(system), join(ratios, "%.2f"), median(ratios))
 			}
-			if len(floors) > 0 {
-				fmt.Fprintf(w, "  vs %s %s median %.2fx", floorFor(system), join(floors, "%.2f"), median(floors))
+			for _, name := range floorsFor(system) {
+				if q := toFloors[name]; len(q) > 0 {
+					fmt.Fprintf(w, "  vs %s %s median %.2fx", name, join(q, "%.2f"), median(q))
+				}
 			}
 			fmt.Fprintln(w)
 		}

@@ -104,3 +104,29 @@ BenchmarkFloorManyRanges/100-ranges-2           1   5000 records/s   0.1 syncs/r
 		}
 	}
 }
+
+// Every system is compared with each floor the run has: Floor and
+// FloorKept, and each floor with the other.
+func TestComparedWithBothFloors(t *testing.T) {
+	runs, err := parse(strings.NewReader(`goos: linux
+BenchmarkJetStream/256-in-flight-2   1   1000 records/s
+BenchmarkFloor/256-in-flight-2       1   8000 records/s
+BenchmarkFloorKept/256-in-flight-2   1   5000 records/s
+BenchmarkTenure/256-in-flight-2      1   4000 records/s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	summarize(&out, runs)
+	for _, w := range []string{
+		"256-in-flight  Tenure       records/s 4000 median 4000  p50 0.000 ms  p99 0.00 ms  vs JetStream 4.00 median 4.00x  vs Floor 0.50 median 0.50x  vs FloorKept 0.80 median 0.80x\n",
+		"256-in-flight  FloorKept    records/s 5000 median 5000  p50 0.000 ms  p99 0.00 ms  vs JetStream 5.00 median 5.00x  vs Floor 0.62 median 0.62x\n",
+		"256-in-flight  Floor        records/s 8000 median 8000  p50 0.000 ms  p99 0.00 ms  vs JetStream 8.00 median 8.00x  vs FloorKept 1.60 median 1.60x\n",
+		"256-in-flight  JetStream    records/s 1000 median 1000  p50 0.000 ms  p99 0.00 ms\n",
+	} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("summary lacks %q:\n%s", w, out.String())
+		}
+	}
+}
