@@ -67,6 +67,14 @@ func HoldIndex() (restore func()) {
 	return func() { indexDelay, indexMaxBytes = oldDelay, oldMax }
 }
 
+// SetMaxQueueBytes sets the queue's byte bound (commit.go), for the
+// external tests; the returned function restores it.
+func SetMaxQueueBytes(n int) (restore func()) {
+	old := maxQueueBytes
+	maxQueueBytes = n
+	return func() { maxQueueBytes = old }
+}
+
 // IndexNow commits every group commit waiting to Badger.
 func (s *Store) IndexNow() error { return s.indexPending() }
 

@@ -69,12 +69,20 @@ import (
 const hwmFlushDelay = 5 * time.Millisecond
 
 // The queue is bounded so that a burst of appends (or a slow disk) applies
-// backpressure to writers instead of growing memory: at most maxQueueBytes of
-// values or maxQueueRecords records wait or are being committed at once. 64
-// MiB is 8 full batches (wire.MaxBatchBytes) and well below what the box can
-// spare; 64k records is 16 full batches (wire.MaxBatchRecords). A single
-// write is always admitted into an empty queue, so any valid batch fits.
-const (
+// backpressure to writers instead of growing memory: at most maxQueueRecords
+// records wait or are being committed at once, and at most maxQueueBytes of
+// values wait, are being committed, or wait in the WAL for the index
+// (index.go), whose batches the ranges' tails hold in memory until then.
+// The index runs on a goroutine of its own, so nothing else stops commits
+// from outrunning it: with the index stalled (Badger throttling its
+// writes, a slow disk under the segments), appends went on, and the WAL
+// file and the tails grew without bound. 64 MiB is 8 full batches
+// (wire.MaxBatchBytes) and well below what the box can spare, and far
+// above what waits for the index when it keeps up (indexMaxBytes); 64k
+// records is 16 full batches (wire.MaxBatchRecords). A single write is
+// always admitted when nothing waits, so any valid batch fits. Variables
+// so tests can reach the bounds with small batches.
+var (
 	maxQueueBytes   = 64 << 20
 	maxQueueRecords = 64 << 10
 )
@@ -104,6 +112,8 @@ func (w *write) finish(err error) {
 }
 
 // reserve waits for room for records and bytes in the queue and takes it.
+// The records' room comes back when their write is committed, the bytes'
+// when it is indexed (commitBatch, indexPending).
 func (s *Store) reserve(records, bytes int) error {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
@@ -111,7 +121,7 @@ func (s *Store) reserve(records, bytes int) error {
 		if err := s.writeErrLocked(); err != nil {
 			return err
 		}
-		empty := s.queuedRecords == 0
+		empty := s.queuedRecords == 0 && s.queuedBytes == 0
 		if empty || s.queuedRecords+records <= maxQueueRecords && s.queuedBytes+bytes <= maxQueueBytes {
 			break
 		}
@@ -417,17 +427,18 @@ func (s *Store) commitBatch(b batch, handoff bool) (map[*Range]syncEnd, error) {
 	if err == nil {
 		err = s.writeBatch(b)
 	}
-	// In the WAL (or failed): the queue's room goes back to writers while
-	// this batch syncs. Until Badger indexes it, the batch is held by
-	// unindexed, which indexMaxBytes bounds.
-	s.release(records, bytes)
+	// In the WAL (or failed): the records' room goes back to writers while
+	// this batch syncs. Its bytes' room comes back once Badger indexes it
+	// (indexPending): until then the tails hold the batch in memory.
 	if err != nil {
+		s.release(records, bytes)
 		err = s.fail(err)
 		for _, w := range b.writes {
 			w.finish(err)
 		}
 		return nil, err
 	}
+	s.release(records, 0)
 	s.commits.Add(1)
 
 	// Publish in queue order: each range's writes are in offset order.

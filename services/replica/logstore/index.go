@@ -198,7 +198,9 @@ func (s *Store) indexPending() error {
 	s.indexCommits.Add(1)
 	applyMarks(plans)
 	grown := map[*Range]bool{}
+	indexedBytes := 0
 	for _, w := range writes {
+		indexedBytes += w.bytes
 		// Under indexMu, after the commit: RetainBytes reads the counter
 		// and a snapshot together under it (marks.go).
 		w.r.rc.indexed.Add(int64(len(w.batch)))
@@ -212,6 +214,9 @@ func (s *Store) indexPending() error {
 		r.grown = make(chan struct{})
 		r.mu.Unlock()
 	}
+	// Their bytes' room in the queue, held since they were admitted
+	// (reserve), goes back to writers.
+	s.release(0, indexedBytes)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package logstore_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/tenurelog/tenure/services/replica/logstore"
 )
@@ -192,4 +193,54 @@ func TestStoredBytesCountsAnAppendAndTheIndexCommitWakesIndexGrown(t *testing.T)
 		t.Fatalf("IndexedBytes %d after the index commit, want StoredBytes, %d", got, appended)
 	}
 	checkStoredBytes(t, s, r)
+}
+
+// What waits for the index counts against the queue's byte bound: with the
+// index stalled, appends wait once maxQueueBytes of values wait for it, and
+// go on when an index commit takes them. Before, the index ran on a
+// goroutine of its own with nothing to hold the writer back, and a stalled
+// index let the WAL and the ranges' tails grow without bound.
+func TestAppendsWaitForAStalledIndex(t *testing.T) {
+	defer logstore.SetMaxQueueBytes(64 << 10)()
+	_, s, r := heldLeader(t)
+	defer closeStore(t, s)
+	// 15 KiB a write: four fit in 64 KiB with their framing, five do not.
+	val := make([]byte, 15<<10)
+	const writes = 8
+	done := make(chan error, writes)
+	go func() {
+		for range writes {
+			_, err := r.Append(1, false, [][]byte{val})
+			done <- err
+			if err != nil {
+				return
+			}
+		}
+	}()
+	wait := func(n int) {
+		t.Helper()
+		for i := range n {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("append: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("append %d of %d did not return within 10s", i+1, n)
+			}
+		}
+	}
+	wait(4)
+	select {
+	case err := <-done:
+		t.Fatalf("a fifth append returned (err %v) while 60 KiB waited for a stalled index, bound 64 KiB", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if n := s.Stats().IndexCommits; n != 0 {
+		t.Fatalf("IndexCommits = %d, want 0: the index must be stalled until now", n)
+	}
+	if err := s.IndexNow(); err != nil {
+		t.Fatal(err)
+	}
+	wait(writes - 4)
 }

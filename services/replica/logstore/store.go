@@ -181,10 +181,10 @@ type Store struct {
 	// ended. See "Sync on demand" in commit.go.
 	syncDue, syncArmed bool
 	syncRounds         uint64
-	// queuedRecords and queuedBytes count the records and value bytes
-	// admitted but not yet committed.
+	// queuedRecords counts the records admitted but not yet committed,
+	// queuedBytes the value bytes admitted but not yet indexed (commit.go).
 	// Invariant: at most maxQueueRecords and maxQueueBytes, except that one
-	// write is always admitted into an empty queue.
+	// write is always admitted when both are 0.
 	queuedRecords, queuedBytes int
 	// writerBusy: a commit is running, on the writer or inline on a
 	// caller (writeInline); only one runs at a time. inlineSyncs counts
