@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+
 	"github.com/tenurelog/tenure/services/replica/logstore"
 )
 
@@ -243,4 +245,49 @@ func TestAppendsWaitForAStalledIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(writes - 4)
+}
+
+// Every way a write takes room in the queue gives all of it back: appends
+// committed and indexed, a retry answered from the dedupe state, an append
+// refused after it was admitted, a follower's records committed inline and
+// queued for a shared commit, and a truncation's checkpoint. A leak would
+// shrink the room a little each time, until appends waited for ever.
+func TestQueueRoomComesBackWhole(t *testing.T) {
+	_, s, r := heldLeader(t)
+	defer closeStore(t, s)
+	appendN(t, r, 1, 10)
+	pa := logstore.ProducerAppend{ID: logstore.ProducerID{9}, Epoch: 1, FirstSeq: 0}
+	if _, dup, err := produce(t, r, 1, pa, "a", "b"); err != nil || dup {
+		t.Fatalf("AppendProduced = dup %v, %v", dup, err)
+	}
+	if _, dup, err := produce(t, r, 1, pa, "a", "b"); err != nil || !dup {
+		t.Fatalf("AppendProduced retried = dup %v, %v; want a duplicate", dup, err)
+	}
+	// Admitted, then refused for its epoch, newer than the journal's.
+	if _, err := r.Append(2, false, [][]byte{[]byte("x")}); err == nil {
+		t.Fatal("an append at an unjournaled epoch was accepted")
+	}
+	f := mustRange(t, s, "f1")
+	if err := f.AppendRecords([]*tenurev1.Record{rec(0, 1, true, ""), rec(1, 1, false, "y")}); err != nil {
+		t.Fatal(err)
+	}
+	wait, err := f.QueueRecords([]*tenurev1.Record{rec(2, 1, false, "z")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.CommitQueued()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, r, 1, 5)
+	waitDurable(t, r, r.LogEnd())
+	if _, err := r.Truncate(r.LogEnd() - 2); err != nil { // checkpoints first, indexing all
+		t.Fatal(err)
+	}
+	if err := s.IndexNow(); err != nil {
+		t.Fatal(err)
+	}
+	if records, bytes := s.QueueHeld(); records != 0 || bytes != 0 {
+		t.Fatalf("the queue holds %d records and %d bytes with everything committed and indexed, want none", records, bytes)
+	}
 }
