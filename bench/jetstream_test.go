@@ -270,6 +270,23 @@ func (c *jsCluster) newAppender(shape Shape, subject string) (Appender, error) {
 	return &jsAppender{nc: nc, js: js, subject: subject}, nil
 }
 
+// jsLeaderChangeRetries is how many times a publish is sent again when no
+// server answers its subject (no responders), jsLeaderChangeWait apart: the
+// stream's leadership is moving. The client's default, 2 times 250 ms,
+// failed a CI run under -race (2026-12-07: "nats: no response from
+// stream"); like a slow ack, a leader change is latency to report, not a
+// failed append. 10 s in all, and the run's drain timeout still bounds it.
+const (
+	jsLeaderChangeRetries = 40
+	jsLeaderChangeWait    = 250 * time.Millisecond
+)
+
+// jsPublishOpts are the options of every measured publish.
+var jsPublishOpts = []jetstream.PublishOpt{
+	jetstream.WithRetryAttempts(jsLeaderChangeRetries),
+	jetstream.WithRetryWait(jsLeaderChangeWait),
+}
+
 type jsAppender struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -278,14 +295,14 @@ type jsAppender struct {
 
 func (a *jsAppender) Append(ctx context.Context, records [][]byte) error {
 	if len(records) == 1 {
-		_, err := a.js.Publish(ctx, a.subject, records[0])
+		_, err := a.js.Publish(ctx, a.subject, records[0], jsPublishOpts...)
 		return err
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(records))
 	for _, r := range records {
 		// The stall wait only matters if acks are slow to be cleared from
 		// the client's pending set; be generous rather than fail the run.
-		f, err := a.js.PublishAsync(a.subject, r, jetstream.WithStallWait(5*time.Second))
+		f, err := a.js.PublishAsync(a.subject, r, append(jsPublishOpts[:len(jsPublishOpts):len(jsPublishOpts)], jetstream.WithStallWait(5*time.Second))...)
 		if err != nil {
 			return err
 		}

@@ -94,10 +94,12 @@ func inParallel(from, to int, fn func(i int) error) error {
 }
 
 // counter is a process-wide count that runShapeCounting reports per
-// acknowledged record as metric unit.
+// acknowledged record as metric unit: read before the run, and after it
+// readAfter if set, else read.
 type counter struct {
-	unit string
-	read func() (uint64, error)
+	unit      string
+	read      func() (uint64, error)
+	readAfter func() (uint64, error)
 }
 
 // syncsCounter counts the fsync and fdatasync calls of this process and of
@@ -128,7 +130,11 @@ func runShapeCounting(b *testing.B, newAppender func(client int) (Appender, erro
 	b.Logf("%s: %v", shape.Name, r)
 	Report(b, r)
 	for i, c := range counters {
-		after, err := c.read()
+		read := c.read
+		if c.readAfter != nil {
+			read = c.readAfter
+		}
+		after, err := read()
 		if err = errors.Join(errs[i], err); err != nil {
 			b.Logf("%s unavailable: %v", c.unit, err)
 			continue
@@ -400,7 +406,7 @@ type jsRandomAppender struct {
 }
 
 func (a *jsRandomAppender) Append(ctx context.Context, records [][]byte) error {
-	_, err := a.js.Publish(ctx, manySubject(rand.IntN(a.ranges)), records[0])
+	_, err := a.js.Publish(ctx, manySubject(rand.IntN(a.ranges)), records[0], jsPublishOpts...)
 	return err
 }
 
