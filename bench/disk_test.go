@@ -33,14 +33,24 @@ var diskCounter = counter{
 	},
 }
 
+// tempDirDevice is the /sys/dev/block directory of the block device
+// holding os.TempDir() (absent for a tmpfs).
+func tempDirDevice() (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(os.TempDir(), &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)), nil
+}
+
 // diskWrittenBytes returns the bytes written so far to the block device
 // holding os.TempDir().
 func diskWrittenBytes() (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(os.TempDir(), &st); err != nil {
+	dev, err := tempDirDevice()
+	if err != nil {
 		return 0, err
 	}
-	name := fmt.Sprintf("/sys/dev/block/%d:%d/stat", unix.Major(st.Dev), unix.Minor(st.Dev))
+	name := dev + "/stat"
 	b, err := os.ReadFile(name)
 	if err != nil {
 		return 0, fmt.Errorf("the temp dir's disk: %w", err)
@@ -65,11 +75,11 @@ func diskWrittenBytes() (uint64, error) {
 // of counting, and the benchmarks report the metric unavailable.
 func TestDiskWrittenBytes(t *testing.T) {
 	before, err := diskWrittenBytes()
-	var st unix.Stat_t
-	if statErr := unix.Stat(os.TempDir(), &st); statErr != nil {
-		t.Fatal(statErr)
+	dev, devErr := tempDirDevice()
+	if devErr != nil {
+		t.Fatal(devErr)
 	}
-	if _, noDevice := os.Stat(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))); noDevice != nil {
+	if _, noDevice := os.Stat(dev); noDevice != nil {
 		if err == nil {
 			t.Fatalf("the temp dir's device has no /sys/dev/block entry, yet the counter read %d", before)
 		}

@@ -85,13 +85,11 @@ func newFloorFile(dir string, kept bool) (*floorFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	size := int64(floorFileBytes)
-	if kept {
-		size = 0
-	}
-	if _, err := f.Write(make([]byte, size)); err != nil {
-		f.Close()
-		return nil, err
+	if !kept {
+		if _, err := f.Write(make([]byte, floorFileBytes)); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()

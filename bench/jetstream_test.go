@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -281,11 +282,17 @@ const (
 	jsLeaderChangeWait    = 250 * time.Millisecond
 )
 
-// jsPublishOpts are the options of every measured publish.
-var jsPublishOpts = []jetstream.PublishOpt{
-	jetstream.WithRetryAttempts(jsLeaderChangeRetries),
-	jetstream.WithRetryWait(jsLeaderChangeWait),
-}
+// jsPublishOpts are the options of every measured publish; the
+// asynchronous ones also wait for room in the client's pending set.
+var (
+	jsPublishOpts = []jetstream.PublishOpt{
+		jetstream.WithRetryAttempts(jsLeaderChangeRetries),
+		jetstream.WithRetryWait(jsLeaderChangeWait),
+	}
+	// The stall wait only matters if acks are slow to be cleared from
+	// the client's pending set; be generous rather than fail the run.
+	jsAsyncPublishOpts = append(slices.Clip(jsPublishOpts), jetstream.WithStallWait(5*time.Second))
+)
 
 type jsAppender struct {
 	nc      *nats.Conn
@@ -300,9 +307,7 @@ func (a *jsAppender) Append(ctx context.Context, records [][]byte) error {
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(records))
 	for _, r := range records {
-		// The stall wait only matters if acks are slow to be cleared from
-		// the client's pending set; be generous rather than fail the run.
-		f, err := a.js.PublishAsync(a.subject, r, append(jsPublishOpts[:len(jsPublishOpts):len(jsPublishOpts)], jetstream.WithStallWait(5*time.Second))...)
+		f, err := a.js.PublishAsync(a.subject, r, jsAsyncPublishOpts...)
 		if err != nil {
 			return err
 		}
