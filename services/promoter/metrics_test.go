@@ -106,6 +106,16 @@ func TestMetricsFollowAFailover(t *testing.T) {
 			t.Errorf("%s: no bytes on disk reported (range %v, data dir %v)", first, n, d)
 		}
 	}
+	// The append queue: its bounds, and what it holds (nothing waited:
+	// five appends are far below either bound).
+	want(t, first, s, `tenure_replica_append_queue_limit_bytes`, 64<<20)
+	want(t, first, s, `tenure_replica_append_queue_limit_records`, 64<<10)
+	want(t, first, s, `tenure_replica_append_queue_waits_total`, 0)
+	for _, series := range []string{`tenure_replica_append_queue_bytes`, `tenure_replica_append_queue_records`} {
+		if n, ok := s.Get(series); !ok || n < 0 || n > 64<<20 {
+			t.Errorf("%s: %s = %v (present %v), want a held amount within its bound", first, series, n, ok)
+		}
+	}
 	for _, r := range c.replicas {
 		if r.id == first {
 			continue

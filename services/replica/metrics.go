@@ -118,6 +118,16 @@ var (
 		"Bytes allocated to the store's files (segments, WAL, Badger, journals).", nil, nil)
 	descDiskRefused = prometheus.NewDesc("tenure_replica_appends_refused_disk_full_total",
 		"Appends (leader's and follower's) the store refused because the disk was full.", nil, nil)
+	descQueueBytes = prometheus.NewDesc("tenure_replica_append_queue_bytes",
+		"Value bytes of writes (appends and follower writes) the store admitted and has not yet indexed: they wait for their group commit or for the index. Writes wait for room once this would pass tenure_replica_append_queue_limit_bytes, which a stalled index (Badger throttling its writes, a slow disk) reaches.", nil, nil)
+	descQueueLimitBytes = prometheus.NewDesc("tenure_replica_append_queue_limit_bytes",
+		"The bound on tenure_replica_append_queue_bytes.", nil, nil)
+	descQueueRecords = prometheus.NewDesc("tenure_replica_append_queue_records",
+		"Records of writes the store admitted and has not yet committed (written to its WAL). Writes wait for room once this would pass tenure_replica_append_queue_limit_records.", nil, nil)
+	descQueueLimitRecords = prometheus.NewDesc("tenure_replica_append_queue_limit_records",
+		"The bound on tenure_replica_append_queue_records.", nil, nil)
+	descQueueWaits = prometheus.NewDesc("tenure_replica_append_queue_waits_total",
+		"Writes (appends and follower writes) that waited for room in the store's queue: backpressure from the WAL or the index. Counts from the store's open.", nil, nil)
 )
 
 // collector reads the replica's state at scrape time, so the data path
@@ -137,7 +147,8 @@ type logBytes struct {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRanges, descUnderReplicated, descUnderQuorum, descLagRecordsMax, descLagSecondsMax,
 		descRangesExported, descHWM, descLogEnd, descEpoch, descLeader, descLogStart, descStoredBytes, descLogBytes, descLagRecords, descLagSeconds, descDataDirBytes, descQuarantined,
-		descDiskFull, descDiskFree, descDiskUsed, descDiskRefused} {
+		descDiskFull, descDiskFree, descDiskUsed, descDiskRefused,
+		descQueueBytes, descQueueLimitBytes, descQueueRecords, descQueueLimitRecords, descQueueWaits} {
 		ch <- d
 	}
 }
@@ -287,6 +298,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descDiskFree, prometheus.GaugeValue, float64(disk.FreeBytes))
 	ch <- prometheus.MustNewConstMetric(descDiskUsed, prometheus.GaugeValue, float64(disk.UsedBytes))
 	ch <- prometheus.MustNewConstMetric(descDiskRefused, prometheus.CounterValue, float64(disk.RefusedAppends))
+	q := s.currentStore().QueueStatus()
+	ch <- prometheus.MustNewConstMetric(descQueueBytes, prometheus.GaugeValue, float64(q.Bytes))
+	ch <- prometheus.MustNewConstMetric(descQueueLimitBytes, prometheus.GaugeValue, float64(q.MaxBytes))
+	ch <- prometheus.MustNewConstMetric(descQueueRecords, prometheus.GaugeValue, float64(q.Records))
+	ch <- prometheus.MustNewConstMetric(descQueueLimitRecords, prometheus.GaugeValue, float64(q.MaxRecords))
+	ch <- prometheus.MustNewConstMetric(descQueueWaits, prometheus.CounterValue, float64(q.Waits))
 }
 
 // logBytes returns range id's stored bytes, re-read when older than

@@ -75,14 +75,6 @@ func SetMaxQueueBytes(n int) (restore func()) {
 	return func() { maxQueueBytes = old }
 }
 
-// QueueHeld is the queue's room held now (commit.go): records admitted
-// and not yet committed, value bytes admitted and not yet indexed.
-func (s *Store) QueueHeld() (records, bytes int) {
-	s.qmu.Lock()
-	defer s.qmu.Unlock()
-	return s.queuedRecords, s.queuedBytes
-}
-
 // IndexNow commits every group commit waiting to Badger.
 func (s *Store) IndexNow() error { return s.indexPending() }
 

@@ -117,6 +117,7 @@ func (w *write) finish(err error) {
 func (s *Store) reserve(records, bytes int) error {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
+	waited := false
 	for {
 		if err := s.writeErrLocked(); err != nil {
 			return err
@@ -125,11 +126,40 @@ func (s *Store) reserve(records, bytes int) error {
 		if empty || s.queuedRecords+records <= maxQueueRecords && s.queuedBytes+bytes <= maxQueueBytes {
 			break
 		}
+		if !waited {
+			// Counted once per write, not per wake-up: QueueStatus's
+			// Waits says how many appends the bounds held back.
+			waited = true
+			s.queueWaits++
+		}
 		s.space.Wait()
 	}
 	s.queuedRecords += records
 	s.queuedBytes += bytes
 	return nil
+}
+
+// QueueStatus is the append queue's room held now against its bounds
+// (reserve). An append waits for room while either held amount would pass
+// its bound: Records when group commits fall behind, Bytes also when the
+// index does (Badger throttling its writes, a slow disk under the
+// segments), since a write's bytes are held until it is indexed.
+type QueueStatus struct {
+	// Records admitted and not yet committed, and their bound.
+	Records, MaxRecords int
+	// Value bytes admitted and not yet indexed, and their bound.
+	Bytes, MaxBytes int
+	// Waits counts the writes (appends, follower writes) that had to wait
+	// for room since Open.
+	Waits uint64
+}
+
+// QueueStatus returns the queue's room held now, its bounds and how many
+// writes waited for room.
+func (s *Store) QueueStatus() QueueStatus {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	return QueueStatus{Records: s.queuedRecords, MaxRecords: maxQueueRecords, Bytes: s.queuedBytes, MaxBytes: maxQueueBytes, Waits: s.queueWaits}
 }
 
 // release returns room taken by reserve.

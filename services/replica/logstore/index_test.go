@@ -241,10 +241,23 @@ func TestAppendsWaitForAStalledIndex(t *testing.T) {
 	if n := s.Stats().IndexCommits; n != 0 {
 		t.Fatalf("IndexCommits = %d, want 0: the index must be stalled until now", n)
 	}
+	// What an operator reads (tenure_replica_append_queue_*): the four
+	// appends' bytes held, all committed, against the bound, and the fifth
+	// counted as waiting.
+	q := s.QueueStatus()
+	if q.Bytes < 4*len(val) || q.Bytes > q.MaxBytes || q.MaxBytes != 64<<10 || q.Records != 0 || q.Waits != 1 {
+		t.Fatalf("QueueStatus with the index stalled = %+v, want the bytes of 4 appends of %d held (at most MaxBytes %d), no records, 1 wait", q, len(val), 64<<10)
+	}
 	if err := s.IndexNow(); err != nil {
 		t.Fatal(err)
 	}
 	wait(writes - 4)
+	if err := s.IndexNow(); err != nil {
+		t.Fatal(err)
+	}
+	if q := s.QueueStatus(); q.Bytes != 0 || q.Waits < 1 {
+		t.Fatalf("QueueStatus once everything is indexed = %+v, want no bytes held and the waits kept", q)
+	}
 }
 
 // Every way a write takes room in the queue gives all of it back: appends
@@ -287,7 +300,7 @@ func TestQueueRoomComesBackWhole(t *testing.T) {
 	if err := s.IndexNow(); err != nil {
 		t.Fatal(err)
 	}
-	if records, bytes := s.QueueHeld(); records != 0 || bytes != 0 {
-		t.Fatalf("the queue holds %d records and %d bytes with everything committed and indexed, want none", records, bytes)
+	if q := s.QueueStatus(); q.Records != 0 || q.Bytes != 0 {
+		t.Fatalf("the queue holds %d records and %d bytes with everything committed and indexed, want none", q.Records, q.Bytes)
 	}
 }

@@ -186,6 +186,8 @@ type Store struct {
 	// Invariant: at most maxQueueRecords and maxQueueBytes, except that one
 	// write is always admitted when both are 0.
 	queuedRecords, queuedBytes int
+	// queueWaits counts the writes that waited for room (QueueStatus).
+	queueWaits uint64
 	// writerBusy: a commit is running, on the writer or inline on a
 	// caller (writeInline); only one runs at a time. inlineSyncs counts
 	// syncs running inline; the syncer exits only once there are none.
