@@ -212,6 +212,7 @@ func BenchmarkTenureManyRangesProcs(b *testing.B) {
 // runTenureManyShapes runs manyShapes on c, creating the ranges each needs
 // (newManyRanges) and measuring each with measure.
 func runTenureManyShapes(b *testing.B, c *tenureCluster, measure func(b *testing.B, newAppender func(client int) (Appender, error), shape Shape)) {
+	warmWAL(b, c)
 	ready := 0 // ranges many-0..many-(ready-1) exist
 	for _, s := range manyShapes() {
 		b.Run(s.Name, func(b *testing.B) {
