@@ -19,6 +19,20 @@
 // same two cores: Ps to spare) it changed nothing. Only busy processes
 // sync on the ring (sched.Contended).
 //
+// The price is the wake-up. The eventfd read parks in the network poller,
+// and when every P is busy the poller is polled only by sysmon, every 10
+// ms at most: measured on 2026-12-07 (bench module, 2 saturated cores),
+// the WAL sync a group commit waited for took 3-5 ms at 100 ranges and
+// 30-40 ms at 1,000, where plain fdatasyncs took 0.6-0.9 ms. Yet the ring
+// still won where it counts: plain fdatasync did 0.77x the records/s at
+// 100 ranges and 0.8x with 64 clients over 1,000 ranges (1.11x at 1,000
+// ranges, one producer each), three rounds alternating. Two ways to wake
+// sooner were tried and dropped: the append path waking the waiter once
+// the completion ring held its result (a channel send; 0.71-0.95x on every
+// shape, and 14-27% more CPU per record), and the waiter yielding and
+// looking again up to 2,000 times before it parks (0.90-1.09x, five rounds:
+// within the noise).
+//
 // New fails where io_uring is unavailable (kernels before 5.6,
 // io_uring_disabled, or a seccomp profile that refuses it, as Docker's
 // default does from Docker 25 on; 20.10, on the CI machine, allows it);

@@ -47,7 +47,7 @@ func newReplicaMetrics() *replicaMetrics {
 	ns := metrics.Namespace
 	return &replicaMetrics{
 		walSync: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "replica", Name: "wal_fsync_duration_seconds",
-			Help: "Time one sync of the write-ahead log took (its fdatasyncs), once per group commit (etcd_disk_wal_fsync_duration_seconds).", Buckets: metrics.LatencyBuckets}),
+			Help: "Time one sync of the write-ahead log took (its fdatasyncs), once per group commit (etcd_disk_wal_fsync_duration_seconds), as the group commit waited for it: in a process whose cores are all busy this includes the wait for the syncing goroutine to run again (up to 10 ms on io_uring), so read it beside the process's CPU.", Buckets: metrics.LatencyBuckets}),
 		appendCommit: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "replica", Name: "append_commit_duration_seconds",
 			Help: "Time from an append reaching the leader to its acknowledgement (a quorum holds it durably), for acknowledged appends.", Buckets: metrics.LatencyBuckets}),
 		fenceRefusals: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "replica", Name: "fence_refusals_total",
