@@ -80,8 +80,8 @@ func runTenureShapes(b *testing.B, c *tenureCluster, unary bool, opts ...appende
 }
 
 // warmWAL writes every replica's WAL through once before anything is
-// measured, so that the benchmarks measure replicas as they run after
-// their first minute, not new ones. A new store's two WAL files grow
+// measured, so that the benchmarks measure replicas as they run once
+// their WAL has reached its size, not new ones. A new store's two WAL files grow
 // during their first pass, each entry past a file's end zeroing 256 KiB
 // ahead (services/replica/logstore/wal.go), so until
 // logstore.WALFixedBytes() have gone through it a store writes its WAL

@@ -111,9 +111,9 @@ func TestMetricsFollowAFailover(t *testing.T) {
 	want(t, first, s, `tenure_replica_append_queue_limit_bytes`, 64<<20)
 	want(t, first, s, `tenure_replica_append_queue_limit_records`, 64<<10)
 	want(t, first, s, `tenure_replica_append_queue_waits_total`, 0)
-	for _, series := range []string{`tenure_replica_append_queue_bytes`, `tenure_replica_append_queue_records`} {
-		if n, ok := s.Get(series); !ok || n < 0 || n > 64<<20 {
-			t.Errorf("%s: %s = %v (present %v), want a held amount within its bound", first, series, n, ok)
+	for series, bound := range map[string]float64{`tenure_replica_append_queue_bytes`: 64 << 20, `tenure_replica_append_queue_records`: 64 << 10} {
+		if n, ok := s.Get(series); !ok || n < 0 || n > bound {
+			t.Errorf("%s: %s = %v (present %v), want a held amount within its bound %v", first, series, n, ok, bound)
 		}
 	}
 	for _, r := range c.replicas {
