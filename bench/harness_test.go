@@ -1,9 +1,13 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
+	"runtime/trace"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -237,4 +241,30 @@ type countAppender struct{ calls *atomic.Int64 }
 func (a countAppender) Append(context.Context, [][]byte) error {
 	a.calls.Add(1)
 	return nil
+}
+
+// -bench.trace writes an execution trace of the measured window: a Run
+// with WindowTrace set leaves a trace in the file (the runtime's header),
+// and the trace has stopped when Run returns.
+func TestRunWritesTheWindowsTrace(t *testing.T) {
+	if trace.IsEnabled() {
+		t.Skip("the test binary is traced already (-test.trace): one trace at a time")
+	}
+	file := filepath.Join(t.TempDir(), "window.trace")
+	defer func(prev string) { WindowTrace = prev }(WindowTrace)
+	WindowTrace = file
+	shape := Shape{Name: "one-in-flight", Clients: 1, InFlight: 1, Batch: 1}
+	if _, err := Run(context.Background(), func(int) (Appender, error) { return spinAppender{cpu: 10 * time.Microsecond}, nil }, shape, RecordBytes, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("go 1.")) {
+		t.Fatalf("%s holds %d bytes and no execution trace header (%q)", file, len(b), b[:min(len(b), 16)])
+	}
+	if trace.IsEnabled() {
+		t.Fatal("the window's trace is still running after Run returned")
+	}
 }

@@ -27,6 +27,7 @@ var benchDuration = flag.Duration("bench.duration", 5*time.Second, "measured dur
 
 func init() {
 	flag.StringVar(&WindowCPUProfile, "bench.cpuprofile", "", "write a CPU profile of each run's measured window (setup left out) to this file; each run overwrites it")
+	flag.StringVar(&WindowTrace, "bench.trace", "", "write an execution trace of each run's measured window (setup left out) to this file; each run overwrites it; go tool trace -pprof=sched FILE shows what goroutines waited for")
 }
 
 // BenchmarkJetStream measures acknowledged publishes to an R3 file-storage

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 // WindowCPUProfile, when set (-bench.cpuprofile), names a file that
@@ -13,22 +14,46 @@ import (
 // sub-benchmark at a time.
 var WindowCPUProfile string
 
-// startWindowProfile starts the window's CPU profile, if one is asked for,
-// and returns what stops it.
+// WindowTrace, when set (-bench.trace), names a file that receives an
+// execution trace of each run's measured window only, as WindowCPUProfile
+// does a CPU profile. Where the CPU profile shows little, the trace shows
+// waiting: `go tool trace -pprof=sched FILE` is the time goroutines spent
+// runnable, by what woke them (bench/results/2026-12-07.md, "One in
+// flight on a fast disk"). Not with -test.trace: one trace at a time.
+var WindowTrace string
+
+// startWindowProfile starts the window's CPU profile and trace, if asked
+// for, and returns what stops them.
 func startWindowProfile() (stop func(), err error) {
-	if WindowCPUProfile == "" {
-		return func() {}, nil
+	var stops []func()
+	stopAll := func() {
+		for _, s := range stops {
+			s()
+		}
 	}
-	f, err := os.Create(WindowCPUProfile)
-	if err != nil {
-		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	if WindowCPUProfile != "" {
+		f, err := os.Create(WindowCPUProfile)
+		if err != nil {
+			return nil, fmt.Errorf("bench: cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("bench: cpu profile: %w", err)
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); _ = f.Close() })
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	if WindowTrace != "" {
+		f, err := os.Create(WindowTrace)
+		if err == nil {
+			if err = trace.Start(f); err != nil {
+				_ = f.Close()
+			}
+		}
+		if err != nil {
+			stopAll()
+			return nil, fmt.Errorf("bench: trace: %w", err)
+		}
+		stops = append(stops, func() { trace.Stop(); _ = f.Close() })
 	}
-	return func() {
-		pprof.StopCPUProfile()
-		_ = f.Close()
-	}, nil
+	return stopAll, nil
 }
