@@ -62,6 +62,10 @@ func checkHistory(h []EpochStart) error {
 //     records of one epoch are the same records on every replica), and
 //     differ at the smaller start otherwise, as always.
 //
+// An epoch that wrote nothing (its next entry starts at the same offset)
+// is left out of the walk on either side: it holds no record, so it is no
+// difference.
+//
 // An untrimmed history's first entry starts at 0, so for two of those this
 // is the walk it always was. The answer is exact for every offset at or
 // above both log starts; below a replica's log start there is nothing to
@@ -74,6 +78,17 @@ func DivergencePoint(a, b []EpochStart) (offset uint64, ok bool) {
 	if len(a) == 0 || len(b) == 0 {
 		return 0, false
 	}
+	// An epoch that wrote nothing holds no record to compare: leave it out.
+	// Walked as an entry, it made two replicas holding identical records
+	// diverge at its start, and every promotion then refused, for good, to
+	// cut either below its HWM. A leader that journals its epoch and loses
+	// power before its epoch-start record keeps the entry (Open keeps one
+	// starting at the log end), and if it then leads the next epoch from
+	// the same offset its history reads [... {24 871} {25 871}] where its
+	// followers' read [... {25 871}]: CI's internal/chaos wipe run of seed
+	// 1 stayed unpromotable so, both replicas at last epoch 25, log end
+	// 876, HWM 875, "diverging" at 871.
+	a, b = wroteRecords(a), wroteRecords(b)
 	// Align: the side with the older first epoch starts at the other's
 	// first epoch. Epochs strictly increase, so the skipped entries are a
 	// prefix.
@@ -105,6 +120,26 @@ func DivergencePoint(a, b []EpochStart) (offset uint64, ok bool) {
 			return min(a[i].Start, b[i].Start), true
 		}
 	}
+}
+
+// wroteRecords returns h without its epochs that wrote nothing: an entry
+// whose next one starts at the same offset (checkHistory allows it). The
+// last entry is kept whatever its log end: h does not know it, and the
+// callers bound their answers by the log ends. h itself is not modified.
+func wroteRecords(h []EpochStart) []EpochStart {
+	for i := 0; i+1 < len(h); i++ {
+		if h[i].Start == h[i+1].Start {
+			out := append([]EpochStart(nil), h[:i]...)
+			for j := i + 1; j < len(h); j++ {
+				if j+1 < len(h) && h[j].Start == h[j+1].Start {
+					continue
+				}
+				out = append(out, h[j])
+			}
+			return out
+		}
+	}
+	return h
 }
 
 // EndOffsetFor answers Kafka's OffsetsForLeaderEpoch against history h of a

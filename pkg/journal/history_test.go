@@ -40,6 +40,13 @@ func TestDivergencePoint(t *testing.T) {
 		{"one side missed an epoch", es(1, 0, 3, 100), es(1, 0, 2, 50, 3, 100), 50, true},
 		{"differ later", es(1, 0, 2, 100, 3, 200), es(1, 0, 2, 100, 4, 150), 150, true},
 		{"deposed leader's tail", es(1, 0, 2, 100), es(1, 0, 3, 100), 100, true},
+		// An epoch that wrote nothing (the next entry starts where it
+		// does) holds no record: the logs are the same records.
+		{"an epoch that wrote nothing", es(23, 860, 24, 871, 25, 871), es(23, 860, 25, 871), math.MaxUint64, true},
+		{"two epochs that wrote nothing", es(1, 0, 2, 50, 3, 50, 4, 50), es(1, 0, 4, 50), math.MaxUint64, true},
+		{"an empty epoch, then a real difference", es(1, 0, 2, 100, 3, 100, 4, 150), es(1, 0, 3, 100, 5, 150), 150, true},
+		{"an empty epoch is not the other's records", es(1, 0, 2, 100, 3, 100), es(1, 0, 2, 100), 100, true},
+		{"trimmed: an empty first entry", es(2, 100, 3, 100, 4, 200), es(1, 0, 3, 100, 4, 200), math.MaxUint64, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

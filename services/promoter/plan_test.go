@@ -79,6 +79,20 @@ func TestDecide(t *testing.T) {
 			want: want{candidate: "r2", followers: []string{"r1", "r3"}},
 		},
 		{
+			// r3 journaled e24 at 871 as leader and lost power before its
+			// epoch-start record (Open keeps an entry starting at the log
+			// end), then led e25 from 871; r2 followed e25 only. Both hold
+			// e25's records from 871 and committed up to 875: the same log,
+			// not a divergence at 871 below their HWMs (the range stayed
+			// unpromotable for good in CI's internal/chaos wipe, seed 1).
+			name: "an epoch that wrote nothing is no divergence",
+			in: promoter.Input{Replicas: ids(3), Epoch: 26, Answers: []promoter.Answer{
+				fenced("r2", 876, 875, hist(23, 860, 25, 871)),
+				fenced("r3", 876, 875, hist(23, 860, 24, 871, 25, 871)),
+			}},
+			want: want{candidate: "r2", bound: 875, followers: []string{"r3"}},
+		},
+		{
 			// e1: r1 leads, 0..5 committed everywhere; r1 writes 5..8 and r2
 			// fetches it; neither reaches a quorum. e2 (r1, r2 cut off): r3
 			// leads, its epoch-start record lands at 5 and 5..9 commits on
