@@ -247,9 +247,6 @@ func (a countAppender) Append(context.Context, [][]byte) error {
 // with WindowTrace set leaves a trace in the file (the runtime's header),
 // and the trace has stopped when Run returns.
 func TestRunWritesTheWindowsTrace(t *testing.T) {
-	if trace.IsEnabled() {
-		t.Skip("the test binary is traced already (-test.trace): one trace at a time")
-	}
 	file := filepath.Join(t.TempDir(), "window.trace")
 	defer func(prev string) { WindowTrace = prev }(WindowTrace)
 	WindowTrace = file

@@ -78,16 +78,13 @@ func DivergencePoint(a, b []EpochStart) (offset uint64, ok bool) {
 	if len(a) == 0 || len(b) == 0 {
 		return 0, false
 	}
-	// An epoch that wrote nothing holds no record to compare: leave it out.
-	// Walked as an entry, it made two replicas holding identical records
-	// diverge at its start, and every promotion then refused, for good, to
-	// cut either below its HWM. A leader that journals its epoch and loses
-	// power before its epoch-start record keeps the entry (Open keeps one
-	// starting at the log end), and if it then leads the next epoch from
-	// the same offset its history reads [... {24 871} {25 871}] where its
-	// followers' read [... {25 871}]: CI's internal/chaos wipe run of seed
-	// 1 stayed unpromotable so, both replicas at last epoch 25, log end
-	// 876, HWM 875, "diverging" at 871.
+	// A leader that journals its epoch and loses power before its
+	// epoch-start record keeps the entry (Open keeps one starting at the
+	// log end); leading the next epoch from there, its history reads
+	// [... {24 871} {25 871}] and its followers' [... {25 871}]. Walked
+	// entry by entry, those identical logs "diverged" at 871, below their
+	// HWMs, and no promotion could ever cut either (CI's internal/chaos
+	// wipe run of seed 1).
 	a, b = wroteRecords(a), wroteRecords(b)
 	// Align: the side with the older first epoch starts at the other's
 	// first epoch. Epochs strictly increase, so the skipped entries are a
@@ -125,21 +122,16 @@ func DivergencePoint(a, b []EpochStart) (offset uint64, ok bool) {
 // wroteRecords returns h without its epochs that wrote nothing: an entry
 // whose next one starts at the same offset (checkHistory allows it). The
 // last entry is kept whatever its log end: h does not know it, and the
-// callers bound their answers by the log ends. h itself is not modified.
+// callers bound their answers by the log ends. h is not modified.
 func wroteRecords(h []EpochStart) []EpochStart {
-	for i := 0; i+1 < len(h); i++ {
-		if h[i].Start == h[i+1].Start {
-			out := append([]EpochStart(nil), h[:i]...)
-			for j := i + 1; j < len(h); j++ {
-				if j+1 < len(h) && h[j].Start == h[j+1].Start {
-					continue
-				}
-				out = append(out, h[j])
-			}
-			return out
+	var out []EpochStart
+	for i, e := range h {
+		if i+1 < len(h) && h[i+1].Start == e.Start {
+			continue
 		}
+		out = append(out, e)
 	}
-	return h
+	return out
 }
 
 // EndOffsetFor answers Kafka's OffsetsForLeaderEpoch against history h of a
