@@ -23,8 +23,10 @@ import (
 //  1. Before anything is granted or fenced, and before the range is marked
 //     in flight (so the reconcile loop and failovers still act), wait (within
 //     Config.HandoverCatchUp) until the leader reports the target fetching
-//     and holding every committed record. A target that is down, not a
-//     follower or too far behind is refused here, and nothing changed.
+//     and holding every committed record. A target that is down is
+//     refused at once; one that is not a follower yet (it does not host
+//     the range until the reconcile loop reaches it) or is behind is
+//     refused if the bound passes first. Nothing has changed then.
 //  2. After the grant, fence every other replica first, then wait (within
 //     FenceTimeout) until the target holds the leader's HWM. From the
 //     moment they are fenced the leader can commit only with the target's
@@ -175,18 +177,24 @@ func (p *Promoter) awaitTarget(ctx context.Context, rangeID, target string) (_ *
 		return refusal(rangeID, target, leaderID, h.epoch, false, format, args...)
 	}
 	// The target itself must answer: a dead target is refused at once,
-	// not after the catch-up wait.
+	// not after the catch-up wait. A live one that does not host the range
+	// yet (it was unreachable when the range was made, or when it was
+	// added) is waited for like a lagging one: the reconcile loop fences
+	// and adopts it within a probe interval of reaching it, and it then
+	// catches up. Refusing it at once made the operator retry by hand.
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.RPCTimeout)
 	st, err := p.replicaFor(h.target).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: rangeID}))
 	cancel()
-	if err != nil {
+	notHosted := ""
+	switch {
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		notHosted = fmt.Sprintf("; %s did not host the range when the handover began (%s)", target, connectMessage(err))
+	case err != nil:
 		return nil, refuse("%s does not answer: %v", target, err)
-	}
-	if len(st.Msg.GetRanges()) != 1 {
+	case len(st.Msg.GetRanges()) != 1:
 		return nil, refuse("%s does not host the range", target)
-	}
-	if s := st.Msg.GetRanges()[0]; s.GetHalted() != "" {
-		return nil, refuse("%s stopped serving the range: %s", target, s.GetHalted())
+	case st.Msg.GetRanges()[0].GetHalted() != "":
+		return nil, refuse("%s stopped serving the range: %s", target, st.Msg.GetRanges()[0].GetHalted())
 	}
 	if _, _, err := p.leaderProgress(ctx, rangeID, h); err != nil {
 		// The leader does not answer or does not lead: no live leader to
@@ -219,7 +227,7 @@ func (p *Promoter) awaitTarget(ctx context.Context, rangeID, target string) (_ *
 			return nil, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, refuse("not caught up within %v: %s", p.cfg.HandoverCatchUp, why)
+			return nil, refuse("not caught up within %v: %s%s", p.cfg.HandoverCatchUp, why, notHosted)
 		}
 		if !sleep(ctx, handoverPoll) {
 			return nil, ctx.Err()

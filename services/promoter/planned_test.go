@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -172,6 +174,83 @@ func TestPlannedHandoverRefusals(t *testing.T) {
 	// A target that is down.
 	c.stop(c.byID[others[1]])
 	check(others[1], "does not answer", promote(others[1]))
+}
+
+// A planned handover to a live replica that does not host the range yet
+// (it was down when the range was made, and the promoter has not brought
+// it in since) waits for the reconcile loop to fence, adopt and catch it
+// up, then hands over. It was refused at once ("does not answer:
+// not_found"), and the operator had to retry by hand.
+func TestPlannedHandoverWaitsForATargetNotHostingYet(t *testing.T) {
+	c := newCluster(t, 3)
+	r3 := c.byID["r3"]
+	c.stop(r3)
+	c.createRange("r", "r1")
+	// The promoter's fences and adoptions of r3 wait until released: r3
+	// stays without the range, deterministically, until the handover has
+	// begun.
+	hold := &holdReconcile{rt: transport.NewHTTPClient().Transport, host: r3.listen, release: make(chan struct{})}
+	p := c.newPromoter("p1", true, func(cfg *Config) {
+		cfg.HTTPClient = &http.Client{Transport: hold}
+		cfg.HandoverCatchUp = 10 * time.Second
+	})
+	_, e1 := c.leader("r", 1, 20*time.Second)
+	waitFor(t, "the promoter to be elected", 10*time.Second, p.Elected)
+	if _, err := c.appendOne("r", "before", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.start(r3)
+	waitFor(t, "r3 to answer that it does not host r", 10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := c.replicaClient(r3.srv.URL()).GetStatus(ctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: "r"}))
+		return connect.CodeOf(err) == connect.CodeNotFound
+	})
+	released := time.AfterFunc(500*time.Millisecond, func() { close(hold.release) })
+	defer released.Stop()
+	var resp *connect.Response[tenurev1.PromoteResponse]
+	var err error
+	for attempt := 0; attempt < 50; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		resp, err = handler{p}.Promote(ctx, connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r", PreferredReplicaId: "r3", Reason: "planned handover"}))
+		cancel()
+		if connect.CodeOf(err) != connect.CodeUnavailable { // not the loop's own promotion still running
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("Promote(to r3, which did not host the range yet): %v", err)
+	}
+	tr := resp.Msg.GetTransition()
+	if tr.GetLeaderId() != "r3" || tr.GetEpoch() <= e1 {
+		t.Fatalf("Promote(to r3) made %s leader at epoch %d (handover refused: %q); want r3 after epoch %d", tr.GetLeaderId(), tr.GetEpoch(), tr.GetHandoverRefused(), e1)
+	}
+	if got, e := c.leader("r", tr.GetEpoch(), 10*time.Second); got != "r3" {
+		t.Fatalf("after the handover %s leads at epoch %d, want r3", got, e)
+	}
+	if _, err := c.appendOne("r", "after", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// holdReconcile holds the fences and adoptions sent to host until release
+// is closed (or the call's context ends), and lets everything else by.
+type holdReconcile struct {
+	rt      http.RoundTripper
+	host    string
+	release chan struct{}
+}
+
+func (h *holdReconcile) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host == h.host && (strings.Contains(req.URL.Path, "/Fence") || strings.Contains(req.URL.Path, "/Adopt")) {
+		select {
+		case <-h.release:
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+	}
+	return h.rt.RoundTrip(req)
 }
 
 // A Promote refused before it changed anything (a preferred replica that
