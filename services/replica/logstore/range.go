@@ -126,8 +126,9 @@ type Range struct {
 	// buildMu is held while the dedupe state is built (producersReady),
 	// outside mu.
 	buildMu sync.Mutex
-	// changed is closed and replaced at every change of next, logEnd,
-	// durableEnd, hwm, state or history.
+	// changed is closed at every change of next, logEnd, durableEnd,
+	// hwm, state or history, and made again by the next waiter
+	// (changedLocked); nil while nobody waits.
 	changed chan struct{}
 	// grown is closed and replaced when an index commit stores batches
 	// of the range (IndexGrown).
@@ -149,13 +150,27 @@ type Range struct {
 }
 
 func newRange(s *Store, id string, j *journal.Journal) *Range {
-	return &Range{s: s, id: id, j: j, changed: make(chan struct{}), grown: make(chan struct{})}
+	return &Range{s: s, id: id, j: j, grown: make(chan struct{})}
 }
 
-// notifyLocked wakes Changed waiters. r.mu is held.
+// notifyLocked wakes Changed waiters. r.mu is held. A channel is made
+// only when someone asks for one (changedLocked): on a busy replica most
+// notifies (a write's publish, its sync, a HWM) find nobody waiting, and a
+// new channel for each was about five allocations a record at 1,000
+// ranges.
 func (r *Range) notifyLocked() {
-	close(r.changed)
-	r.changed = make(chan struct{})
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+}
+
+// changedLocked is the channel the next notifyLocked closes. r.mu is held.
+func (r *Range) changedLocked() chan struct{} {
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.changed
 }
 
 // ID returns the range id.
@@ -230,7 +245,7 @@ func (r *Range) quiesceLocked() error {
 			return err
 		}
 		r.demandLocked(r.next)
-		ch := r.changed
+		ch := r.changedLocked()
 		r.mu.Unlock()
 		<-ch
 		r.mu.Lock()
@@ -426,7 +441,7 @@ func (r *Range) journalErr(err error) error {
 func (r *Range) Changed() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.changed
+	return r.changedLocked()
 }
 
 // IndexGrown returns a channel closed when an index commit next stores
@@ -469,7 +484,7 @@ func (r *Range) WaitDurable(ctx context.Context, off uint64) error {
 			return err
 		}
 		r.demandLocked(off)
-		ch := r.changed
+		ch := r.changedLocked()
 		r.mu.Unlock()
 		select {
 		case <-ctx.Done():
