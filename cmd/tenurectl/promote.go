@@ -28,12 +28,13 @@ longer commit past ID, then the leader and ID, and promotes ID. Appends
 the old leader had accepted but not acknowledged may be cut (their clients
 saw no acknowledgement and retry); no acknowledged record is ever lost.
 It is refused, with nothing changed, when ID is not a voter, does not
-answer, or is not caught up in time. If the fence finds ID short after all,
-the most complete log leads (the transition's handover_refused says why)
-and the promoter tries again, at most 3 promotions in all. Without --to
-the most complete log leads. When ID already leads the range with a live
-lease, nothing is done (and that is said); --force promotes anyway, at a
-new epoch.
+answer, or is not caught up in time (a live ID that does not host the range
+yet, having been down when it was made, is brought in meanwhile). If the
+fence finds ID short after all, the most complete log leads (the
+transition's handover_refused says why) and the promoter tries again, at
+most 3 promotions in all. Without --to the most complete log leads. When
+ID already leads the range with a live lease, nothing is done (and that is
+said); --force promotes anyway, at a new epoch.
 
 --unsafe-accept-data-loss is for a range whose quorum is gone for good (the
 disks of a majority are lost). It fences whatever answers and leads from the
