@@ -210,8 +210,7 @@ func (s *Store) indexPending() error {
 	// The indexed part rose: wake IndexGrown once per range.
 	for r := range grown {
 		r.mu.Lock()
-		close(r.grown)
-		r.grown = make(chan struct{})
+		r.grown.notify()
 		r.mu.Unlock()
 	}
 	// Their bytes' room in the queue, held since they were admitted

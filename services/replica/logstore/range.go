@@ -127,12 +127,11 @@ type Range struct {
 	// outside mu.
 	buildMu sync.Mutex
 	// changed is closed at every change of next, logEnd, durableEnd,
-	// hwm, state or history, and made again by the next waiter
-	// (changedLocked); nil while nobody waits.
-	changed chan struct{}
-	// grown is closed and replaced when an index commit stores batches
-	// of the range (IndexGrown).
-	grown chan struct{}
+	// hwm, state or history (Changed).
+	changed broadcast
+	// grown is closed when an index commit stores batches of the range
+	// (IndexGrown).
+	grown broadcast
 
 	// syncOnDemand: the syncer makes this range's writes durable only once
 	// something needs them to be (SetSyncOnDemand, commit.go). Read
@@ -150,28 +149,35 @@ type Range struct {
 }
 
 func newRange(s *Store, id string, j *journal.Journal) *Range {
-	return &Range{s: s, id: id, j: j, grown: make(chan struct{})}
+	return &Range{s: s, id: id, j: j}
 }
 
-// notifyLocked wakes Changed waiters. r.mu is held. A channel is made
-// only when someone asks for one (changedLocked): on a busy replica most
-// notifies (a write's publish, its sync, a HWM) find nobody waiting, and a
-// new channel for each was about five allocations a record at 1,000
-// ranges.
-func (r *Range) notifyLocked() {
-	if r.changed != nil {
-		close(r.changed)
-		r.changed = nil
+// broadcast wakes every goroutine waiting for the next change: each takes
+// the channel (wait) and the change closes it (notify), under the mutex of
+// the state that changes. A channel is made only when someone waits: on a
+// busy replica most changes (a write's publish, its sync, a HWM, an index
+// commit) find nobody waiting, and a new channel for each was about ten
+// allocations a record on each replica at 1,000 ranges.
+type broadcast struct{ ch chan struct{} }
+
+// wait returns the channel the next notify closes.
+func (b *broadcast) wait() chan struct{} {
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+// notify closes the channel waiters hold, if any.
+func (b *broadcast) notify() {
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
 	}
 }
 
-// changedLocked is the channel the next notifyLocked closes. r.mu is held.
-func (r *Range) changedLocked() chan struct{} {
-	if r.changed == nil {
-		r.changed = make(chan struct{})
-	}
-	return r.changed
-}
+// notifyLocked wakes Changed waiters. r.mu is held.
+func (r *Range) notifyLocked() { r.changed.notify() }
 
 // ID returns the range id.
 func (r *Range) ID() string { return r.id }
@@ -245,7 +251,7 @@ func (r *Range) quiesceLocked() error {
 			return err
 		}
 		r.demandLocked(r.next)
-		ch := r.changedLocked()
+		ch := r.changed.wait()
 		r.mu.Unlock()
 		<-ch
 		r.mu.Lock()
@@ -441,7 +447,7 @@ func (r *Range) journalErr(err error) error {
 func (r *Range) Changed() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.changedLocked()
+	return r.changed.wait()
 }
 
 // IndexGrown returns a channel closed when an index commit next stores
@@ -454,7 +460,7 @@ func (r *Range) Changed() <-chan struct{} {
 func (r *Range) IndexGrown() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.grown
+	return r.grown.wait()
 }
 
 // WaitDurable waits until DurableEnd >= off, ctx is done, the store fails
@@ -484,7 +490,7 @@ func (r *Range) WaitDurable(ctx context.Context, off uint64) error {
 			return err
 		}
 		r.demandLocked(off)
-		ch := r.changedLocked()
+		ch := r.changed.wait()
 		r.mu.Unlock()
 		select {
 		case <-ctx.Done():

@@ -12,17 +12,21 @@ func TestAChangeNobodyWaitsForAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, r.notifyLocked); n != 0 {
 		t.Errorf("notifyLocked with nobody waiting: %v allocations, want 0", n)
 	}
-	ch := r.changedLocked()
-	if again := r.changedLocked(); again != ch {
+	if n := testing.AllocsPerRun(100, r.grown.notify); n != 0 {
+		t.Errorf("an index commit's notify with nobody waiting: %v allocations, want 0", n)
+	}
+	var b broadcast
+	ch := b.wait()
+	if again := b.wait(); again != ch {
 		t.Fatal("two waiters before a change got different channels")
 	}
-	r.notifyLocked()
+	b.notify()
 	select {
 	case <-ch:
 	default:
 		t.Fatal("the change did not close the waiter's channel")
 	}
-	next := r.changedLocked()
+	next := b.wait()
 	if next == ch {
 		t.Fatal("the next waiter got the closed channel")
 	}
