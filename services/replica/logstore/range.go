@@ -156,8 +156,9 @@ func newRange(s *Store, id string, j *journal.Journal) *Range {
 // the channel (wait) and the change closes it (notify), under the mutex of
 // the state that changes. A channel is made only when someone waits: on a
 // busy replica most changes (a write's publish, its sync, a HWM, an index
-// commit) find nobody waiting, and a new channel for each was about ten
-// allocations a record on each replica at 1,000 ranges.
+// commit) find nobody waiting, and a new channel for each was about six
+// allocations a record on each replica at 1,000 ranges (five of them
+// Changed's).
 type broadcast struct{ ch chan struct{} }
 
 // wait returns the channel the next notify closes.
