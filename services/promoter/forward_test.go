@@ -48,9 +48,15 @@ func (c *cluster) twoPromoters(tuneB ...func(*Config)) string {
 	return bURL
 }
 
+// promoteCaller is what Promote is called on: a PromoterService client,
+// or the elected promoter's own handler.
+type promoteCaller interface {
+	Promote(context.Context, *connect.Request[tenurev1.PromoteRequest]) (*connect.Response[tenurev1.PromoteResponse], error)
+}
+
 // promoteRetrying calls Promote until it is not refused for a promotion
 // already running (the loop's own first promotion), bounded.
-func promoteRetrying(ctx context.Context, t *testing.T, cl tenurev1connect.PromoterServiceClient, req *tenurev1.PromoteRequest) (*tenurev1.PromoteResponse, error) {
+func promoteRetrying(ctx context.Context, t *testing.T, cl promoteCaller, req *tenurev1.PromoteRequest) (*tenurev1.PromoteResponse, error) {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
 		resp, err := cl.Promote(ctx, connect.NewRequest(req))

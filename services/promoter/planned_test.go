@@ -208,21 +208,13 @@ func TestPlannedHandoverWaitsForATargetNotHostingYet(t *testing.T) {
 	})
 	released := time.AfterFunc(500*time.Millisecond, func() { close(hold.release) })
 	defer released.Stop()
-	var resp *connect.Response[tenurev1.PromoteResponse]
-	var err error
-	for attempt := 0; attempt < 50; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		resp, err = handler{p}.Promote(ctx, connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r", PreferredReplicaId: "r3", Reason: "planned handover"}))
-		cancel()
-		if connect.CodeOf(err) != connect.CodeUnavailable { // not the loop's own promotion still running
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := promoteRetrying(ctx, t, handler{p}, &tenurev1.PromoteRequest{RangeId: "r", PreferredReplicaId: "r3", Reason: "planned handover"})
 	if err != nil {
 		t.Fatalf("Promote(to r3, which did not host the range yet): %v", err)
 	}
-	tr := resp.Msg.GetTransition()
+	tr := resp.GetTransition()
 	if tr.GetLeaderId() != "r3" || tr.GetEpoch() <= e1 {
 		t.Fatalf("Promote(to r3) made %s leader at epoch %d (handover refused: %q); want r3 after epoch %d", tr.GetLeaderId(), tr.GetEpoch(), tr.GetHandoverRefused(), e1)
 	}
