@@ -115,7 +115,7 @@ var syncsCounter = counter{unit: "syncs/record", read: processSyncs}
 // counter that cannot be read is logged as unavailable and not reported.
 func runShapeCounting(b *testing.B, newAppender func(client int) (Appender, error), shape Shape, counters ...counter) Result {
 	b.Helper()
-	counters = append(counters, diskCounter)
+	counters = append(counters, diskCounter, rwCallsCounter)
 	before := make([]uint64, len(counters))
 	errs := make([]error, len(counters))
 	for i, c := range counters {
