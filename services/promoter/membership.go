@@ -128,6 +128,15 @@ func (p *Promoter) ChangeReplicas(ctx context.Context, req *tenurev1.ChangeRepli
 	}
 	defer p.end(membershipKey(rangeID))
 	c := &changeRun{p: p, rangeID: rangeID, send: send}
+	if add != nil && remove != "" {
+		// A replace checks its removal before it adds: the add is three
+		// steps and two epochs, and a removal refused only after them
+		// (a mistyped --remove) left the range with an extra voter the
+		// operator never asked for.
+		if err := c.checkRemovable(ctx, remove); err != nil {
+			return err
+		}
+	}
 	if add != nil {
 		r := &tenurev1.Replica{Id: add.GetId(), Address: add.GetAddress(), Learner: true}
 		if err := c.add(ctx, r, lag, timeout, remove != ""); err != nil {
@@ -204,15 +213,33 @@ func (c *changeRun) add(ctx context.Context, r *tenurev1.Replica, lag uint64, ti
 	return c.step(ctx, tenurev1.MembershipStep_MEMBERSHIP_STEP_PROMOTE_LEARNER, &tenurev1.Replica{Id: r.GetId()})
 }
 
+// checkRemovable refuses the removal of a replica that is not a member of
+// the range and whose removal is not in flight either.
+func (c *changeRun) checkRemovable(ctx context.Context, id string) error {
+	rng, err := c.p.getRange(ctx, c.rangeID)
+	if err != nil {
+		return err
+	}
+	return removable(rng, id, c.rangeID)
+}
+
+// removable is checkRemovable on a range already read.
+func removable(rng *tenurev1.RangeInfo, id, rangeID string) error {
+	if member(rng, id) == nil && (rng.GetChange().GetReplicaId() != id || rng.GetChange().GetStep() != tenurev1.MembershipStep_MEMBERSHIP_STEP_REMOVE) {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("replica %s is not a member of range %s", id, rangeID))
+	}
+	return nil
+}
+
 func (c *changeRun) remove(ctx context.Context, id string) error {
 	rng, err := c.p.getRange(ctx, c.rangeID)
 	if err != nil {
 		return err
 	}
-	gone := member(rng, id)
-	if gone == nil && (rng.GetChange().GetReplicaId() != id || rng.GetChange().GetStep() != tenurev1.MembershipStep_MEMBERSHIP_STEP_REMOVE) {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("replica %s is not a member of range %s", id, c.rangeID))
+	if err := removable(rng, id, c.rangeID); err != nil {
+		return err
 	}
+	gone := member(rng, id)
 	if gone == nil {
 		// Resuming a removal in flight: the member is among the old ones.
 		for _, r := range rng.GetChange().GetOldReplicas() {

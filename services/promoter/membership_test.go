@@ -267,6 +267,30 @@ func TestChangeRefusedWhileAnotherInFlight(t *testing.T) {
 	}
 }
 
+// A replace whose --remove names no member is refused before its add: the
+// add is three steps, and refusing the removal only after them left the
+// range with an extra voter nobody asked for (a user audit found it with a
+// mistyped id).
+func TestReplaceRefusesANonMemberBeforeAdding(t *testing.T) {
+	c := newCluster(t, 3)
+	c.createRange("r", "r1")
+	r4 := c.addSpare("r4")
+	p := c.newPromoter("p1", true)
+	c.leader("r", 1, 20*time.Second)
+	waitHealthy(t, p, c, "r")
+	before := c.getRange("r")
+
+	_, err := change(p, &tenurev1.ChangeReplicasRequest{RangeId: "r", Add: &tenurev1.Replica{Id: "r4", Address: r4.srv.URL()}, RemoveReplicaId: "r9"})
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "r9 is not a member") {
+		t.Fatalf("replace r9 (no member) with r4: %v, want FailedPrecondition naming r9", err)
+	}
+	after := c.getRange("r")
+	if after.GetChange() != nil || after.GetEpoch() != before.GetEpoch() || len(after.GetReplicas()) != len(before.GetReplicas()) || member(after, "r4") != nil {
+		t.Fatalf("the refused replace changed the range: epoch %d -> %d, members %v -> %v, change %v",
+			before.GetEpoch(), after.GetEpoch(), before.GetReplicas(), after.GetReplicas(), after.GetChange())
+	}
+}
+
 // A change is refused until the current leader's own epoch-start record is
 // committed: with every follower's fetches cut, a new leader cannot commit
 // it.
