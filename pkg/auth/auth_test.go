@@ -59,6 +59,15 @@ func TestDecide(t *testing.T) {
 		{tenurev1connect.ReplicaServiceFenceProcedure, promoter, true, 0},
 		{tenurev1connect.LogServiceAppendProcedure, producer, true, 0},
 		{tenurev1connect.LogServiceAppendProcedure, promoter, true, connect.CodePermissionDenied},
+		// A producer and a consumer find the range's leader in the lease
+		// service and the replicas' status (tenurectl produce and consume
+		// do), and read nothing else in the lease service.
+		{tenurev1connect.LeaseServiceGetRangeProcedure, producer, true, 0},
+		{tenurev1connect.LeaseServiceGetRangeProcedure, auth.Identity{Name: "consumer", Roles: []auth.Role{auth.RoleConsumer}}, true, 0},
+		{tenurev1connect.ReplicaServiceGetStatusProcedure, producer, true, 0},
+		{tenurev1connect.ReplicaServiceGetStatusProcedure, auth.Identity{Name: "consumer", Roles: []auth.Role{auth.RoleConsumer}}, true, 0},
+		{tenurev1connect.LeaseServiceListRangesProcedure, producer, true, connect.CodePermissionDenied},
+		{tenurev1connect.LeaseServiceCreateRangeProcedure, producer, true, connect.CodePermissionDenied},
 		{"/grpc.health.v1.Health/Check", auth.Identity{}, false, 0},
 		{"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", promoter, true, connect.CodePermissionDenied},
 		{"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", auth.Identity{Roles: []auth.Role{auth.RoleOperator}}, true, 0},

@@ -54,8 +54,11 @@ var Table = map[string][]Role{
 	tenurev1connect.ReplicaServiceAdoptRangesProcedure:  {RolePromoter},
 	tenurev1connect.ReplicaServiceDropRangeProcedure:    {RolePromoter},
 	// A leader confirms with its followers that it still leads before it
-	// serves a read (readindex.go): replicas read each other's status.
-	tenurev1connect.ReplicaServiceGetStatusProcedure:       {RoleReplica, RolePromoter, RoleOperator},
+	// serves a read (readindex.go): replicas read each other's status. A
+	// producer or consumer asks it which replica serves as leader now (the
+	// lease service's holder may be one that lost its lease): tenurectl
+	// produce and consume do.
+	tenurev1connect.ReplicaServiceGetStatusProcedure:       {RoleReplica, RolePromoter, RoleOperator, RoleProducer, RoleConsumer},
 	tenurev1connect.ReplicaServiceGetEpochHistoryProcedure: {RolePromoter, RoleOperator},
 
 	// LeaseService: epochs, leases and membership.
@@ -67,15 +70,21 @@ var Table = map[string][]Role{
 	tenurev1connect.LeaseServiceChangeMembershipProcedure:         {RolePromoter},
 	tenurev1connect.LeaseServiceCompleteMembershipChangeProcedure: {RolePromoter},
 	tenurev1connect.LeaseServiceDeleteRangeProcedure:              {RolePromoter},
-	tenurev1connect.LeaseServiceGetRangeProcedure:                 {RoleReplica, RolePromoter, RoleOperator},
-	tenurev1connect.LeaseServiceGetRangesProcedure:                {RoleReplica, RolePromoter, RoleOperator},
-	tenurev1connect.LeaseServiceListRangesProcedure:               {RoleReplica, RolePromoter, RoleOperator},
-	tenurev1connect.LeaseServiceGetLeaseProcedure:                 {RoleReplica, RolePromoter, RoleOperator},
-	tenurev1connect.LeaseServiceWatchLeasesProcedure:              {RolePromoter, RoleOperator},
-	tenurev1connect.LeaseServiceGrantEpochProcedure:               {RolePromoter},
-	tenurev1connect.LeaseServiceGrantEpochsProcedure:              {RolePromoter},
-	tenurev1connect.LeaseServiceBindLeaseProcedure:                {RolePromoter},
-	tenurev1connect.LeaseServiceBindLeasesProcedure:               {RolePromoter},
+	// A range's replicas and lease holder are where its leader is: a
+	// producer or consumer locates the leader here and with the replicas'
+	// GetStatus (tenurectl produce and consume do), as Kafka's clients
+	// read a topic's metadata. Without both, the producer and consumer
+	// certificates `tenure certs init` issues could not produce or consume
+	// with tenurectl at all.
+	tenurev1connect.LeaseServiceGetRangeProcedure:    {RoleReplica, RolePromoter, RoleOperator, RoleProducer, RoleConsumer},
+	tenurev1connect.LeaseServiceGetRangesProcedure:   {RoleReplica, RolePromoter, RoleOperator},
+	tenurev1connect.LeaseServiceListRangesProcedure:  {RoleReplica, RolePromoter, RoleOperator},
+	tenurev1connect.LeaseServiceGetLeaseProcedure:    {RoleReplica, RolePromoter, RoleOperator},
+	tenurev1connect.LeaseServiceWatchLeasesProcedure: {RolePromoter, RoleOperator},
+	tenurev1connect.LeaseServiceGrantEpochProcedure:  {RolePromoter},
+	tenurev1connect.LeaseServiceGrantEpochsProcedure: {RolePromoter},
+	tenurev1connect.LeaseServiceBindLeaseProcedure:   {RolePromoter},
+	tenurev1connect.LeaseServiceBindLeasesProcedure:  {RolePromoter},
 	// Sessions: a replica's own (OpenSession checks the holder id against
 	// the certificate's replica id), and the promoter's.
 	tenurev1connect.LeaseServiceOpenSessionProcedure:  {RoleReplica, RolePromoter},
