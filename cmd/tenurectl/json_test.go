@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
 // Every command's --json follows one schema style (README "JSON output"):
@@ -115,7 +119,7 @@ func walkJSON(problems *[]string, path string, v any) {
 			walkJSON(problems, path+"[]", e)
 		}
 	case string:
-		if integerString.MatchString(v) {
+		if integerString.MatchString(v) && !quotedIDs[protoreflect.Name(path[strings.LastIndex(path, ".")+1:])] {
 			*problems = append(*problems, fmt.Sprintf("%s is the string %q: integers are JSON numbers", path, v))
 		}
 	}
@@ -136,5 +140,35 @@ func TestJSONStyleChecker(t *testing.T) {
 	}
 	if p := jsonStyleProblems("{\"range_id\":\"r\",\"epoch\":2}\n{\"offset\":1}\n", true); len(p) != 0 {
 		t.Errorf("a good stream: %q", p)
+	}
+}
+
+// A 64-bit identifier (an etcd session id uses every bit) is printed as a
+// quoted string with every digit: as a JSON number, jq and every reader of
+// doubles rounded 7742710652541656470 to 7742710652541656000. Counts and
+// offsets stay numbers.
+func TestJSONKeepsSessionIDsExact(t *testing.T) {
+	const id = 7742710652541656470
+	b, err := protoJSON.Marshal(&tenurev1.RangeInfo{RangeId: "r", Epoch: 7, Lease: &tenurev1.Lease{HolderId: "r1", Epoch: 7, SessionId: id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Epoch any `json:"epoch"`
+		Lease struct {
+			SessionID any `json:"session_id"`
+		} `json:"lease"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := v.Lease.SessionID.(string); !ok || got != fmt.Sprint(id) {
+		t.Errorf("lease.session_id = %#v, want the string %q: %s", v.Lease.SessionID, fmt.Sprint(id), b)
+	}
+	if _, ok := v.Epoch.(float64); !ok {
+		t.Errorf("epoch = %#v, want a number: %s", v.Epoch, b)
+	}
+	if p := jsonStyleProblems(string(b), false); len(p) != 0 {
+		t.Errorf("the style checker refuses it: %q", p)
 	}
 }

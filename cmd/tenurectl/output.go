@@ -141,10 +141,18 @@ func int64Numbers(md protoreflect.MessageDescriptor, v any) any {
 	return o
 }
 
+// quotedIDs are the 64-bit fields that stay quoted strings, as in
+// protobuf's mapping: identifiers drawn from the whole 64-bit range (an
+// etcd lease id), not counts. As JSON numbers they lost their low digits in
+// every reader that parses numbers as doubles (jq printed
+// 7742710652541656470 as 7742710652541656000), and an id that reads back
+// wrong names another session.
+var quotedIDs = map[protoreflect.Name]bool{"session_id": true}
+
 func valueNumbers(fd protoreflect.FieldDescriptor, v any) any {
 	switch fd.Kind() {
 	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		if s, ok := v.(string); ok {
+		if s, ok := v.(string); ok && !quotedIDs[fd.Name()] {
 			return json.Number(s)
 		}
 	case protoreflect.MessageKind, protoreflect.GroupKind:
