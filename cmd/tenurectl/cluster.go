@@ -283,6 +283,9 @@ func explain(err error, who, url, flagHint string) error {
 		// Cleartext HTTP/2 to a TLS server: it hangs up on the preface.
 		return fmt.Errorf("%s at %s hung up (%v): it probably runs mutual TLS; pass --cacert, --cert and --key (or TENURECTL_CACERT, TENURECTL_CERT, TENURECTL_KEY; 'tenure dev --keep' prints them)", who, url, connectMessage(err))
 	}
+	if spokeTLSToCleartext(err) {
+		return fmt.Errorf("%s at %s answered in cleartext (%v): it runs without TLS (--insecure); drop --cacert, --cert and --key (and TENURECTL_CACERT, TENURECTL_CERT, TENURECTL_KEY)", who, url, connectMessage(err))
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable:
 		if isDialError(err) {
@@ -305,11 +308,29 @@ func explain(err error, who, url, flagHint string) error {
 // hungUp reports an error of a server closing the connection under the
 // request, as a TLS server does on a cleartext HTTP/2 preface.
 func hungUp(err error) bool {
+	if connect.IsWireError(err) {
+		return false
+	}
 	s := err.Error()
-	return strings.Contains(s, "EOF") || strings.Contains(s, "broken pipe") || strings.Contains(s, "connection reset by peer")
+	return strings.Contains(s, "EOF") || strings.Contains(s, "broken pipe") || strings.Contains(s, "connection reset by peer") ||
+		strings.Contains(s, "client conn could not be established")
 }
 
+// spokeTLSToCleartext reports the error of a TLS client answered by a
+// cleartext server.
+func spokeTLSToCleartext(err error) bool {
+	return !connect.IsWireError(err) && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
+}
+
+// isDialError reports whether this client failed to connect. An error the
+// server sent is never one, whatever its message says: the promoter's
+// "replica r5 at ... does not answer: dial tcp ...: connection refused"
+// named a replica it could not reach, and was reported as "cannot reach
+// the promoter".
 func isDialError(err error) bool {
+	if connect.IsWireError(err) {
+		return false
+	}
 	s := err.Error()
 	return strings.Contains(s, "connection refused") || strings.Contains(s, "no such host") || strings.Contains(s, "dial tcp")
 }

@@ -42,6 +42,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"json schema", testJSONSchema},
 		{"retention", testRetention},
 		{"URL flags", testURLRule},
+		{"a server's error is not a connection's", testServerErrorsAreTheServers},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
 	} {
@@ -588,5 +589,29 @@ func testNotLeaderFollowed(t *testing.T, c *testCluster) {
 	}
 	if want := "1\ta\n2\tb\n"; out.String() != want {
 		t.Errorf("consume through follower %s printed %q, want %q", f.id, out.String(), want)
+	}
+}
+
+// The promoter's own answers that name a replica it could not dial are
+// its answers, not a failure to reach it: "promote" of a range with no
+// quorum, and "add-replica" of a replica nothing listens for, used to say
+// "cannot reach the promoter ... is it running?" because the server's
+// message contained "dial tcp".
+func testServerErrorsAreTheServers(t *testing.T, c *testCluster) {
+	dead := "http://127.0.0.1:1"
+	c.mustCtl("", "range", "create", "noquorum", "--replicas", c.replicas[0].id+"=http://"+c.replicas[0].listen+",r8="+dead+",r9="+dead)
+	code, _, stderr := c.ctl("", "promote", "noquorum")
+	if code != exitFail || strings.Contains(stderr, "cannot reach the promoter") || !strings.Contains(stderr, "promotion did not complete") {
+		t.Errorf("promote without a quorum: status %d, stderr:\n%s\nwant the promoter's answer, not \"cannot reach the promoter\"", code, stderr)
+	}
+	c.createRange("addtodead", "r1")
+	code, _, stderr = c.ctl("", "range", "add-replica", "addtodead", "r5="+dead, "--catch-up-timeout", "5s")
+	if code != exitFail || strings.Contains(stderr, "cannot reach the promoter") || !strings.Contains(stderr, "r5") {
+		t.Errorf("add a replica nothing listens for: status %d, stderr:\n%s\nwant the promoter's answer naming r5", code, stderr)
+	}
+	// A client that cannot dial is still told so.
+	code, _, stderr = c.ctl("", "--promoter", dead, "promote", "addtodead")
+	if code != exitFail || !strings.Contains(stderr, "cannot reach the promoter at "+dead) {
+		t.Errorf("promote with no promoter at %s: status %d, stderr:\n%s", dead, code, stderr)
 	}
 }

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
+
+	"github.com/tenurelog/tenure/pkg/auth"
+	"github.com/tenurelog/tenure/pkg/transport"
 )
 
 // A cleartext client hung up on by a TLS server, and the refusals of a TLS
@@ -24,5 +29,51 @@ func TestExplainTLSErrors(t *testing.T) {
 		if got := explain(tc.err, "the lease service", tc.url, "--lease").Error(); !strings.Contains(got, tc.want) {
 			t.Errorf("explain(%v, %s) = %q, want it to say %q", tc.err, tc.url, got, tc.want)
 		}
+	}
+}
+
+// Against real servers: TLS flags to a cleartext server say the server
+// runs without TLS (it was "the lease service at ...: unavailable: ...
+// server gave HTTP response to HTTPS client"); no TLS flags against a TLS
+// server say it runs mutual TLS, for a HOST:PORT URL too (it was
+// "unavailable: http2: client conn could not be established").
+func TestExplainTLSMismatchAgainstRealServers(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := auth.Init(dir, auth.DefaultSpecs([]string{"r1"}, []string{"p1"}, []string{"1"}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { transport.SetTLS(nil) }) // tenurectl's TLS flags install it process-wide
+	cleartext, err := transport.Serve("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleartext.Close()
+	src, err := auth.Load(auth.Files{Cert: filepath.Join(dir, "lease-1.pem"), Key: filepath.Join(dir, "lease-1-key.pem"), CA: filepath.Join(dir, auth.CAFile)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport.SetTLS(src)
+	tlsSrv, err := transport.Serve("127.0.0.1:0")
+	transport.SetTLS(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tlsSrv.Close()
+
+	ctl := func(args ...string) (int, string) {
+		var out, errOut strings.Builder
+		e := &env{stdout: &out, stderr: &errOut, stdin: strings.NewReader(""), getenv: func(string) string { return "" }}
+		code := run(context.Background(), e, args)
+		transport.SetTLS(nil)
+		return code, errOut.String()
+	}
+	certs := []string{"--cacert", filepath.Join(dir, auth.CAFile), "--cert", filepath.Join(dir, "operator.pem"), "--key", filepath.Join(dir, "operator-key.pem")}
+	code, stderr := ctl(append([]string{"range", "list", "--lease", cleartext.Addr}, certs...)...)
+	if code != exitFail || !strings.Contains(stderr, "answered in cleartext") || !strings.Contains(stderr, "drop --cacert") {
+		t.Errorf("TLS flags against a cleartext lease service: status %d, stderr:\n%s", code, stderr)
+	}
+	code, stderr = ctl("range", "list", "--lease", tlsSrv.Addr)
+	if code != exitFail || !strings.Contains(stderr, "runs mutual TLS; pass --cacert") {
+		t.Errorf("no TLS flags against a TLS lease service, HOST:PORT: status %d, stderr:\n%s", code, stderr)
 	}
 }

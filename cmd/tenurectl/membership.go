@@ -197,7 +197,7 @@ func membershipErr(c *clients, rangeID string, err error) error {
 	case connect.CodeDeadlineExceeded:
 		return fmt.Errorf("membership change did not finish: %s; 'tenurectl status %s' shows the range", connectMessage(err), rangeID)
 	case connect.CodeUnavailable, connect.CodeAborted, connect.CodeDataLoss:
-		if !isDialError(err) {
+		if connect.IsWireError(err) {
 			return fmt.Errorf("membership change did not finish: %s; 'tenurectl status %s' shows the change in flight", connectMessage(err), rangeID)
 		}
 	}

@@ -80,7 +80,10 @@ func runPromote(ctx context.Context, e *env, args []string) error {
 		case connect.CodeFailedPrecondition, connect.CodeInvalidArgument, connect.CodeNotFound:
 			return fmt.Errorf("promotion refused: %s", connectMessage(err))
 		case connect.CodeUnavailable:
-			if !isDialError(err) {
+			// Only the promoter's own answer: a connection this client
+			// could not make or keep (a dial, a TLS mismatch) is explained
+			// by promoterErr.
+			if connect.IsWireError(err) {
 				return fmt.Errorf("promotion did not complete: %s; the promoter retries failed promotions itself, 'tenurectl status %s' shows the range", connectMessage(err), positional[0])
 			}
 		case connect.CodeDataLoss:
