@@ -58,7 +58,7 @@ const benchMaxDuration = 7 * 24 * time.Hour
 func runBench(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "bench", "RANGE [--records N | --duration D] [--size BYTES] [--concurrency N] [--batch N] [--disk]", benchHelp)
 	o := addClusterFlags(e, fs)
-	records := fs.Int("records", 10_000, fmt.Sprintf("records to append in all (1-%d); with --duration, a cap (default then %d)", benchMaxRecords, benchMaxRecords))
+	records := fs.Int("records", 10_000, fmt.Sprintf("records to append in all (1-%d); with --duration, a cap (%d unless given)", benchMaxRecords, benchMaxRecords))
 	duration := fs.Duration("duration", 0, "run for this long (e.g. 30s, 10m) instead of until --records are acknowledged; appends in flight at the end are waited for and counted")
 	disk := fs.Bool("disk", false, "sample every replica's bytes on disk and the range's stored bytes every 500ms; report them with the progress and their peaks")
 	size := fs.Int("size", 100, fmt.Sprintf("bytes per record (0-%d)", wire.MaxRecordBytes))

@@ -62,9 +62,10 @@ func runProduce(ctx context.Context, e *env, args []string) error {
 	o := addClusterFlags(e, fs)
 	batch := fs.Int("batch", 100, fmt.Sprintf("stdin records per append (1-%d)", wire.MaxBatchRecords))
 	delimiter := fs.String("delimiter", `\n`, "what separates stdin's records: a `STRING`, Go escapes allowed ('\\0', '\\t', ',', '---\\n')")
-	binary := fs.Bool("binary", false, "the whole of stdin is one record, bytes as they are")
+	binary := fs.Bool("binary", false, "the whole of stdin is one record, bytes as they are (an empty stdin is one empty record)")
 	echo := fs.Bool("echo", false, "print each record's value after its offset")
-	retryFor := fs.Duration("retry-for", 30*time.Second, "how long to retry an append whose outcome is unknown (0: never)")
+	retryFor := new(30 * time.Second)
+	fs.Var(durationFlag{d: retryFor, zeroOK: true}, "retry-for", "how long to retry an append whose outcome is unknown (0: never)")
 	plain := fs.Bool("no-idempotence", false, "send plain appends, without producer id and sequence, and never retry one that may have been written")
 	positional, err := parseArgs(fs, args)
 	if err != nil {

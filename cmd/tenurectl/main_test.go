@@ -59,6 +59,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"journal", "dump", "a", "b"}, "want exactly one journal PATH, got 2"},
 		{[]string{"journal", "dump", "--bogus", "a"}, "flag provided but not defined: --bogus"},
 		{[]string{"consume", "r", "--from", "x"}, `invalid value "x" for flag --from`},
+		// Refused before any call: these used to reach the cluster (an
+		// empty --to ran an ordinary promotion, a negative catch-up
+		// timeout went to the promoter, a negative --retry-for was taken).
+		{[]string{"promote", "r", "--to", ""}, "--to needs a replica id"},
+		{[]string{"produce", "r", "x", "--retry-for", "-1s"}, `invalid value "-1s" for flag --retry-for: want 0 or a positive duration`},
+		{[]string{"range", "add-replica", "r", "r5=http://127.0.0.1:1", "--catch-up-timeout", "-1s"}, `invalid value "-1s" for flag --catch-up-timeout: want a positive duration`},
+		{[]string{"range", "replace-replica", "r", "--remove", "r1", "--add", "r5=http://127.0.0.1:1", "--catch-up-timeout", "0s"}, "want a positive duration"},
+		{[]string{"range", "rebuild", "r", "--replica", "r1", "--catch-up-timeout", "soon"}, "want a duration such as 30s"},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCmd(t, tt.args...)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -105,13 +107,42 @@ func runRangeReplaceReplica(ctx context.Context, e *env, args []string) error {
 		CatchUpLag: *lag, CatchUpTimeoutMs: timeout.Milliseconds()}, *timeout)
 }
 
-func addCatchUpFlags(fs interface {
-	Uint64(string, uint64, string) *uint64
-	Duration(string, time.Duration, string) *time.Duration
-}) (*uint64, *time.Duration) {
+func addCatchUpFlags(fs *flag.FlagSet) (*uint64, *time.Duration) {
 	lag := fs.Uint64("catch-up-lag", 64, "the learner becomes a voter once at most this many records behind the leader")
-	timeout := fs.Duration("catch-up-timeout", 5*time.Minute, "how long the learner may take to catch up")
+	timeout := new(5 * time.Minute)
+	fs.Var(durationFlag{d: timeout}, "catch-up-timeout", "how long the learner may take to catch up")
 	return lag, timeout
+}
+
+// durationFlag is a duration flag that refuses a negative value, and zero
+// unless zeroOK, as it is parsed: a usage error, rather than a request the
+// server refuses or reads as its default (--catch-up-timeout -1s reached
+// the promoter).
+type durationFlag struct {
+	d      *time.Duration
+	zeroOK bool
+}
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return errors.New("want a duration such as 30s or 5m")
+	case d < 0 || (d == 0 && !f.zeroOK):
+		if f.zeroOK {
+			return errors.New("want 0 or a positive duration")
+		}
+		return errors.New("want a positive duration")
+	}
+	*f.d = d
+	return nil
 }
 
 // parseReplica parses one "ID=URL".

@@ -61,6 +61,11 @@ func runPromote(ctx context.Context, e *env, args []string) error {
 	if len(positional) != 1 {
 		return usagef("want exactly one RANGE, got %d arguments", len(positional))
 	}
+	if *to == "" && setFlag(fs, "to") {
+		// An empty --to (an unset shell variable) ran an ordinary
+		// promotion that moved the lease to whichever replica it chose.
+		return usagef("--to needs a replica id")
+	}
 	if *to != "" {
 		if *preferred != "" && *preferred != *to {
 			return usagef("--to %s and --preferred %s disagree", *to, *preferred)
