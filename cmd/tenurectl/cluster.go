@@ -35,8 +35,9 @@ const rpcTimeout = 5 * time.Second
 // globalFlags are the flags every cluster command takes, before the command
 // name ("tenurectl --json status") or among its own arguments.
 type globalFlags struct {
-	lease, promoter string
-	json            bool
+	lease, promoter   string
+	json              bool
+	cacert, cert, key string // TLS files given before the command
 }
 
 // parseGlobal takes the global flags off the front of args.
@@ -51,15 +52,29 @@ func parseGlobal(e *env, args []string) ([]string, error) {
 			e.global.json = !hasValue || value == "true"
 			args = args[1:]
 			continue
-		case "lease", "promoter":
+		case "lease", "promoter", "cacert", "cert", "key":
 		default:
 			return args, nil
 		}
 		if !hasValue {
 			if len(args) < 2 {
-				return nil, fmt.Errorf("flag --%s needs a URL", name)
+				if name == "lease" || name == "promoter" {
+					return nil, fmt.Errorf("flag --%s needs a URL", name)
+				}
+				return nil, fmt.Errorf("flag --%s needs a FILE", name)
 			}
 			value, args = args[1], args[1:]
+		}
+		switch name {
+		case "cacert":
+			e.global.cacert, args = value, args[1:]
+			continue
+		case "cert":
+			e.global.cert, args = value, args[1:]
+			continue
+		case "key":
+			e.global.key, args = value, args[1:]
+			continue
 		}
 		if err := (urlValue{s: new(string), list: name == "lease"}).Set(value); err != nil {
 			return nil, fmt.Errorf("invalid value %q for flag --%s: %v", value, name, err)
@@ -103,9 +118,9 @@ func addClusterFlags(e *env, fs *flag.FlagSet) clusterOpts {
 		lease:    &lease,
 		promoter: &promoter,
 		json:     fs.Bool("json", e.global.json, "print JSON instead of a table"),
-		cacert:   fs.String("cacert", e.getenv("TENURECTL_CACERT"), "the CA certificate (PEM `FILE`) the servers' certificates must chain to (env TENURECTL_CACERT); with --cert and --key, calls are mutual TLS and http:// URLs mean https://"),
-		cert:     fs.String("cert", e.getenv("TENURECTL_CERT"), "the client certificate (PEM `FILE`), e.g. operator.pem from tenure certs init (env TENURECTL_CERT)"),
-		key:      fs.String("key", e.getenv("TENURECTL_KEY"), "the client certificate's key (PEM `FILE`) (env TENURECTL_KEY)"),
+		cacert:   fs.String("cacert", pick(e.global.cacert, "TENURECTL_CACERT", ""), "the CA certificate (PEM `FILE`) the servers' certificates must chain to (env TENURECTL_CACERT); with --cert and --key, calls are mutual TLS and http:// URLs mean https://"),
+		cert:     fs.String("cert", pick(e.global.cert, "TENURECTL_CERT", ""), "the client certificate (PEM `FILE`), e.g. operator.pem from tenure certs init (env TENURECTL_CERT)"),
+		key:      fs.String("key", pick(e.global.key, "TENURECTL_KEY", ""), "the client certificate's key (PEM `FILE`) (env TENURECTL_KEY)"),
 	}
 }
 

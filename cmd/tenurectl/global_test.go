@@ -22,6 +22,7 @@ func TestParseGlobal(t *testing.T) {
 		{args: []string{"--help"}, rest: "--help"},
 		{args: []string{"--bogus", "status"}, rest: "--bogus status"},
 		{args: []string{"--lease"}, wantErr: "flag --lease needs a URL"},
+		{args: []string{"--cert"}, wantErr: "flag --cert needs a FILE"},
 	}
 	for _, tt := range tests {
 		e := &env{}
@@ -80,5 +81,27 @@ func TestClusterFlagPrecedence(t *testing.T) {
 	o := addClusterFlags(e, newFlags(e, "x", "", ""))
 	if *o.lease != defaultLeaseURL || *o.promoter != defaultPromoterURL {
 		t.Errorf("defaults: lease %q, promoter %q", *o.lease, *o.promoter)
+	}
+}
+
+// --cacert, --cert and --key go before the command too, as --help says of
+// every global flag ("tenurectl --cert X --key Y status" was "unknown
+// command \"--cert\""), and win over the environment; after the command
+// they win over both.
+func TestTLSFlagsBeforeTheCommand(t *testing.T) {
+	e := &env{getenv: func(k string) string {
+		return map[string]string{"TENURECTL_CACERT": "env-ca.pem", "TENURECTL_CERT": "env.pem"}[k]
+	}}
+	rest, err := parseGlobal(e, []string{"--cacert", "ca.pem", "--cert=op.pem", "-key", "op-key.pem", "status", "--key", "late-key.pem"})
+	if err != nil || strings.Join(rest, " ") != "status --key late-key.pem" {
+		t.Fatalf("parseGlobal = %q, %v", rest, err)
+	}
+	fs := newFlags(e, "status", "", "")
+	o := addClusterFlags(e, fs)
+	if _, err := parseArgs(fs, rest[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if *o.cacert != "ca.pem" || *o.cert != "op.pem" || *o.key != "late-key.pem" {
+		t.Errorf("cacert, cert, key = %q, %q, %q; want ca.pem, op.pem (before the command, over the environment), late-key.pem (after it)", *o.cacert, *o.cert, *o.key)
 	}
 }

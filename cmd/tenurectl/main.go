@@ -202,7 +202,7 @@ Global flags (before or after the command; environment fallback in brackets):
   --promoter URL   promoter base URL [TENURECTL_PROMOTER] (default `+defaultPromoterURL+`)
   --json           print JSON instead of tables (every command that reads; one
                    schema, README "JSON output"; streams: one object a line)
-  --cacert FILE    CA certificate for mutual TLS [TENURECTL_CACERT] (after the command)
+  --cacert FILE    CA certificate for mutual TLS [TENURECTL_CACERT]
   --cert FILE      client certificate, e.g. operator.pem [TENURECTL_CERT]
   --key FILE       its key [TENURECTL_KEY]; with all three, http:// URLs mean https://
 
