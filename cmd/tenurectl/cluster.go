@@ -130,13 +130,26 @@ func (o clusterOpts) setupTLS() error {
 	if !files.Configured() {
 		return nil
 	}
+	if files.CA == "" || files.Cert == "" || files.Key == "" {
+		// In tenurectl's flag names: auth.Load's error names the servers'
+		// (--tls-cert, --tls-key, --tls-ca).
+		return tlsSetupError{errors.New("mutual TLS needs all three of --cacert, --cert and --key (or TENURECTL_CACERT, TENURECTL_CERT, TENURECTL_KEY); give all three, or none for cleartext")}
+	}
 	src, err := auth.Load(files, slog.New(slog.DiscardHandler))
 	if err != nil {
-		return err
+		return tlsSetupError{fmt.Errorf("loading --cacert, --cert and --key: %w", err)}
 	}
 	transport.SetTLS(src)
 	return nil
 }
+
+// tlsSetupError is a TLS setup of this client that did not load: every
+// call fails with it before anything is sent, and explain reports it as
+// it is, not as the server's answer.
+type tlsSetupError struct{ err error }
+
+func (e tlsSetupError) Error() string { return e.err.Error() }
+func (e tlsSetupError) Unwrap() error { return e.err }
 
 // tls says whether the command's calls are mutual TLS (all three files
 // given), which is what a HOST:PORT or http:// URL then means.
@@ -294,6 +307,9 @@ func (c *clients) promoterErr(err error) error {
 
 // explain turns a Connect error into what happened and what to do.
 func explain(err error, who, url, flagHint string) error {
+	if setup := (tlsSetupError{}); errors.As(err, &setup) {
+		return setup // nothing reached the server
+	}
 	if strings.HasPrefix(url, "http://") && hungUp(err) {
 		// Cleartext HTTP/2 to a TLS server: it hangs up on the preface.
 		return fmt.Errorf("%s at %s hung up (%v): it probably runs mutual TLS; pass --cacert, --cert and --key (or TENURECTL_CACERT, TENURECTL_CERT, TENURECTL_KEY; 'tenure dev --keep' prints them)", who, url, connectMessage(err))

@@ -77,3 +77,30 @@ func TestExplainTLSMismatchAgainstRealServers(t *testing.T) {
 		t.Errorf("no TLS flags against a TLS lease service, HOST:PORT: status %d, stderr:\n%s", code, stderr)
 	}
 }
+
+// Half a TLS setup, or files that do not load, are this client's mistake,
+// told in tenurectl's flag names: they were "the lease service at ...:
+// unavailable: auth: TLS needs all three ... (--tls-cert, --tls-key,
+// --tls-ca)", the server's flags, blaming a server nothing was sent to.
+func TestTLSSetupErrorsNameTenurectlsFlags(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := auth.Init(dir, auth.DefaultSpecs([]string{"r1"}, []string{"p1"}, []string{"1"}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { transport.SetTLS(nil) })
+	ca := filepath.Join(dir, auth.CAFile)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cacert", ca}, "mutual TLS needs all three of --cacert, --cert and --key"},
+		{[]string{"--cacert", ca, "--cert", filepath.Join(dir, "nonexistent.pem"), "--key", filepath.Join(dir, "operator-key.pem")}, "loading --cacert, --cert and --key"},
+	} {
+		var out, errOut strings.Builder
+		e := &env{stdout: &out, stderr: &errOut, stdin: strings.NewReader(""), getenv: func(string) string { return "" }}
+		code := run(context.Background(), e, append([]string{"range", "list", "--lease", "http://127.0.0.1:1"}, tc.args...))
+		if got := errOut.String(); code != exitFail || !strings.Contains(got, tc.want) || strings.Contains(got, "--tls-") || strings.Contains(got, "lease service at") {
+			t.Errorf("range list %q: status %d, stderr:\n%s\nwant %q, in tenurectl's flag names, not blaming the server", tc.args, code, got, tc.want)
+		}
+	}
+}
