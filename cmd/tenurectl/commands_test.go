@@ -614,4 +614,12 @@ func testServerErrorsAreTheServers(t *testing.T, c *testCluster) {
 	if code != exitFail || !strings.Contains(stderr, "cannot reach the promoter at "+dead) {
 		t.Errorf("promote with no promoter at %s: status %d, stderr:\n%s", dead, code, stderr)
 	}
+	// status --json says why it has no promotion state, as the table
+	// does below itself (it used to leave the field out, unexplained).
+	code, stdout, stderr := c.ctl("", "--promoter", dead, "status", "addtodead", "--json")
+	var got []statusJSON
+	if code != exitOK || json.Unmarshal([]byte(stdout), &got) != nil || len(got) != 1 || got[0].Promotion == nil ||
+		got[0].Promotion.State != "unknown" || !strings.Contains(got[0].Promotion.PromoterError, "cannot reach the promoter at "+dead) {
+		t.Errorf("status --json with no promoter at %s: status %d, stdout:\n%s\nstderr:\n%s\nwant promotion.state unknown and promoter_error naming it", dead, code, stdout, stderr)
+	}
 }

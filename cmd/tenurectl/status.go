@@ -146,7 +146,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		out[i].promotion = states[out[i].info.GetRangeId()]
 	}
 	if *o.json {
-		return writeStatusJSON(e.stdout, out)
+		return writeStatusJSON(e.stdout, out, view)
 	}
 	if len(out) == 0 {
 		fmt.Fprintln(e.stdout, "no ranges; 'tenurectl range create' makes one")
@@ -501,12 +501,28 @@ type statusJSON struct {
 	Retention *retentionJSON `json:"retention,omitempty"`
 }
 
-// promotionJSON is the elected promoter's state of a range.
+// promotionJSON is the elected promoter's state of a range. When there is
+// none to show, state is "unknown" and promoter_error says why (the
+// promoter could not be asked, or is a standby): what the table prints
+// below itself.
 type promotionJSON struct {
 	State           string `json:"state"`
 	Attempts        uint32 `json:"attempts"`
 	LastError       string `json:"last_error,omitempty"`
 	NextRetryUnixMs int64  `json:"next_retry_unix_ms,omitempty"`
+	PromoterError   string `json:"promoter_error,omitempty"`
+}
+
+// noPromotionState is the promotion of every range when the promoter's
+// view has none: why, or nil when the elected promoter answered.
+func noPromotionState(v promoterView) *promotionJSON {
+	switch {
+	case v.err != nil:
+		return &promotionJSON{State: "unknown", PromoterError: v.err.Error() + "; no promotion state; failovers need an elected promoter"}
+	case !v.elected:
+		return &promotionJSON{State: "unknown", PromoterError: fmt.Sprintf("promoter %s is a standby (elected: %s); ask the elected one for promotion state", v.id, orDash(v.leaderID))}
+	}
+	return nil
 }
 
 type leaseJSON struct {
@@ -576,7 +592,7 @@ type fetchTruncationJSON struct {
 	UnixMs int64  `json:"unix_ms"`
 }
 
-func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
+func writeStatusJSON(w io.Writer, rs []rangeStatus, view promoterView) error {
 	out := []statusJSON{}
 	for _, r := range rs {
 		l, ok := leaderOf(r.members)
@@ -623,6 +639,8 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus) error {
 		sj.Retention = toRetentionJSON(r.info.GetRetention())
 		if p := r.promotion; p != nil {
 			sj.Promotion = &promotionJSON{State: p.GetState(), Attempts: p.GetAttempts(), LastError: p.GetLastError(), NextRetryUnixMs: p.GetNextRetryUnixMs()}
+		} else {
+			sj.Promotion = noPromotionState(view)
 		}
 		out = append(out, sj)
 	}

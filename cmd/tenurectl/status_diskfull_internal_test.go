@@ -32,7 +32,7 @@ func TestStatusShowsDiskFullReplicaOnce(t *testing.T) {
 		t.Errorf("status lacks r2's DISK FULL line with its reason and sizes:\n%s", out.String())
 	}
 	out.Reset()
-	if err := writeStatusJSON(&out, rs); err != nil {
+	if err := writeStatusJSON(&out, rs, promoterView{elected: true}); err != nil {
 		t.Fatal(err)
 	}
 	var got []statusJSON

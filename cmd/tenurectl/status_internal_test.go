@@ -47,7 +47,7 @@ func TestStatusShowsHaltedReplica(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := writeStatusJSON(&out, haltedRange()); err != nil {
+	if err := writeStatusJSON(&out, haltedRange(), promoterView{elected: true}); err != nil {
 		t.Fatal(err)
 	}
 	var got []statusJSON
@@ -101,7 +101,7 @@ func TestStatusShowsPromotionsNotHealthy(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := writeStatusJSON(&out, rs); err != nil {
+	if err := writeStatusJSON(&out, rs, promoterView{elected: true}); err != nil {
 		t.Fatal(err)
 	}
 	var js []statusJSON
@@ -162,7 +162,7 @@ func TestStatusShowsAFollowerNotFetching(t *testing.T) {
 	rs[0].members[0].status.Followers[1].FetchWaitingMs = 20
 
 	out.Reset()
-	if err := writeStatusJSON(&out, rs); err != nil {
+	if err := writeStatusJSON(&out, rs, promoterView{elected: true}); err != nil {
 		t.Fatal(err)
 	}
 	var got []statusJSON
@@ -201,7 +201,7 @@ func TestStatusShowsLearnersLostDisksAndChange(t *testing.T) {
 		"r4 follower (learner) 4",
 		"range orders: membership change in flight: add-learner r4 since epoch 4")
 	out.Reset()
-	if err := writeStatusJSON(&out, rs); err != nil {
+	if err := writeStatusJSON(&out, rs, promoterView{elected: true}); err != nil {
 		t.Fatal(err)
 	}
 	var got []statusJSON

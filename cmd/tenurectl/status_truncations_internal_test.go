@@ -45,7 +45,7 @@ func TestStatusShowsFetchTruncations(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := writeStatusJSON(&out, rs); err != nil {
+	if err := writeStatusJSON(&out, rs, promoterView{elected: true}); err != nil {
 		t.Fatal(err)
 	}
 	var got []statusJSON
