@@ -176,12 +176,18 @@ func fetchJaegerTrace(ctx context.Context, base, id string) (*jaegerTrace, error
 	if len(body) > traceMaxBytes {
 		return nil, fmt.Errorf("Jaeger's answer for trace %s exceeds %d MiB; not drawing it", id, traceMaxBytes>>20)
 	}
+	var jr jaegerResponse
+	jsonErr := json.Unmarshal(body, &jr)
 	if resp.StatusCode == http.StatusNotFound {
+		if jsonErr != nil || len(jr.Errors) == 0 {
+			// Jaeger's own 404 carries its error body; a server that is
+			// not Jaeger's query API answers 404 for any path.
+			return nil, fmt.Errorf("Jaeger's query API is not at %s (404 for %s, without Jaeger's error body): point --jaeger or TENURECTL_JAEGER at it", base, req.URL.Path)
+		}
 		return nil, fmt.Errorf("trace %s not found in Jaeger at %s: spans reach Jaeger a second or two after they end, and a Jaeger keeping traces in memory loses them when it restarts", id, base)
 	}
-	var jr jaegerResponse
-	if err := json.Unmarshal(body, &jr); err != nil {
-		return nil, fmt.Errorf("Jaeger at %s answered %s, not a trace: %w", base, resp.Status, err)
+	if jsonErr != nil {
+		return nil, fmt.Errorf("Jaeger at %s answered %s, not a trace: %w", base, resp.Status, jsonErr)
 	}
 	if resp.StatusCode != http.StatusOK {
 		msg := resp.Status
@@ -223,6 +229,8 @@ type waterfallRow struct {
 	// orphan: the span names a parent the trace does not hold (a process
 	// that did not export it yet, or ever).
 	orphan bool
+	// cycle: the span's parents lead back to it; it is drawn as a root.
+	cycle bool
 	// attrs are the attributes in the order they were set, for drawing.
 	attrs []jaegerTag
 }
@@ -285,17 +293,39 @@ func buildWaterfall(t *jaegerTrace) *waterfall {
 		})
 	}
 	byStart(roots)
-	var walk func(s *jaegerSpan, depth int)
-	walk = func(s *jaegerSpan, depth int) {
-		w.Spans = append(w.Spans, w.row(t, s, parentOf(s), depth, byID))
+	drawn := make(map[*jaegerSpan]bool, len(t.Spans))
+	var walk func(s *jaegerSpan, depth int, cycle bool)
+	walk = func(s *jaegerSpan, depth int, cycle bool) {
+		drawn[s] = true
+		row := w.row(t, s, parentOf(s), depth, byID)
+		row.cycle = cycle
+		w.Spans = append(w.Spans, row)
 		kids := children[s.SpanID]
 		byStart(kids)
 		for _, k := range kids {
-			walk(k, depth+1)
+			if !drawn[k] {
+				walk(k, depth+1, false)
+			}
 		}
 	}
 	for _, r := range roots {
-		walk(r, 0)
+		walk(r, 0, false)
+	}
+	// Spans whose parents lead round in a circle (two spans naming each
+	// other, a span naming itself) are under no root: drawn from the
+	// first of them to start, and marked, rather than left out of the
+	// drawing and its count without a word.
+	rest := make([]*jaegerSpan, 0, len(t.Spans)-len(w.Spans))
+	for i := range t.Spans {
+		if !drawn[&t.Spans[i]] {
+			rest = append(rest, &t.Spans[i])
+		}
+	}
+	byStart(rest)
+	for _, s := range rest {
+		if !drawn[s] {
+			walk(s, 0, true)
+		}
 	}
 	return w
 }
@@ -399,6 +429,9 @@ func (r *waterfallRow) keyAttributes() string {
 	}
 	if r.orphan {
 		parts = append(parts, "(parent span "+r.ParentID+" missing)")
+	}
+	if r.cycle {
+		parts = append(parts, "(its parent spans form a cycle, from "+r.ParentID+")")
 	}
 	if r.Error != "" {
 		parts = append(parts, "ERROR: "+r.Error)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -204,6 +205,10 @@ func TestTraceErrors(t *testing.T) {
 	down := httptest.NewServer(http.NotFoundHandler())
 	downURL := down.URL
 	down.Close()
+	// A server that is not Jaeger: 404 for every path, in plain text. It
+	// was "trace ... not found in Jaeger", as if Jaeger had answered.
+	notJaeger := httptest.NewServer(http.NotFoundHandler())
+	defer notJaeger.Close()
 	tests := []struct {
 		name     string
 		args     []string
@@ -215,6 +220,7 @@ func TestTraceErrors(t *testing.T) {
 		{"not a trace id", []string{"trace", "--jaeger", srv.URL, "promote-42"}, exitUsage, `trace id "promote-42": want 32 hex digits`},
 		{"no trace id", []string{"trace", "--jaeger", srv.URL}, exitUsage, "want exactly one TRACE_ID, got 0"},
 		{"bad Jaeger URL", []string{"trace", "--jaeger", "jaeger", recordedTraceID}, exitUsage, `--jaeger: "jaeger" is not a server address: want HOST:PORT, http://HOST:PORT or https://HOST:PORT`},
+		{"not Jaeger", []string{"trace", "--jaeger", notJaeger.URL, recordedTraceID}, exitFail, "Jaeger's query API is not at " + notJaeger.URL},
 		{"Jaeger as HOST:PORT", []string{"trace", "--jaeger", strings.TrimPrefix(srv.URL, "http://"), "00000000000000000000000000000001"}, exitFail, "trace 00000000000000000000000000000001 not found in Jaeger at " + srv.URL},
 	}
 	for _, tt := range tests {
@@ -227,5 +233,26 @@ func TestTraceErrors(t *testing.T) {
 				t.Errorf("tenurectl %v printed %q on stdout", tt.args, stdout)
 			}
 		})
+	}
+}
+
+// Spans whose parents name each other are drawn, marked, not dropped: a
+// trace of two such spans drew "0 spans, 30ms, 0 services" and exited 0.
+func TestTraceDrawsSpansInAParentCycle(t *testing.T) {
+	const id = "0000000000000000000000000000c1c1"
+	span := func(spanID, parent string, start int64) string {
+		return `{"traceID":"` + id + `","spanID":"` + spanID + `","operationName":"op-` + spanID + `","references":[{"refType":"CHILD_OF","traceID":"` + id + `","spanID":"` + parent + `"}],"startTime":` + fmt.Sprint(start) + `,"duration":30000,"tags":[],"processID":"p1"}`
+	}
+	body := `{"data":[{"traceID":"` + id + `","spans":[` + span("00000000000000a1", "00000000000000a2", 1000) + `,` + span("00000000000000a2", "00000000000000a1", 2000) +
+		`],"processes":{"p1":{"serviceName":"tenure-promoter","tags":[]}}}]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	code, stdout, stderr := runCmd(t, "trace", "--jaeger", srv.URL, id)
+	if code != exitOK || !strings.Contains(stdout, "2 spans") || !strings.Contains(stdout, "op-00000000000000a1") ||
+		!strings.Contains(stdout, "op-00000000000000a2") || !strings.Contains(stdout, "cycle") {
+		t.Errorf("tenurectl trace of two spans naming each other: status %d, stdout:\n%s\nstderr:\n%s\nwant both spans drawn, the cycle said", code, stdout, stderr)
 	}
 }
