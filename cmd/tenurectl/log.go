@@ -79,8 +79,11 @@ func runProduce(ctx context.Context, e *env, args []string) error {
 	}
 	// \0 is how people write NUL (find -print0); Go spells it \x00.
 	delim, err := strconv.Unquote(`"` + nulEscape.ReplaceAllString(strings.ReplaceAll(*delimiter, `"`, `\"`), `\x00$1`) + `"`)
-	if err != nil || delim == "" {
-		return usagef("--delimiter %q: want a non-empty string (Go escapes such as \\n, \\t, \\0 allowed)", *delimiter)
+	switch {
+	case err != nil:
+		return usagef("--delimiter %q: not a valid escape (Go escapes such as \\n, \\t, \\0 are allowed)", *delimiter)
+	case delim == "":
+		return usagef("--delimiter %q: want a non-empty string", *delimiter)
 	}
 	rangeID, values := positional[0], positional[1:]
 	if len(values) > 0 && *binary {

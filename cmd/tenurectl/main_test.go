@@ -67,6 +67,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"range", "add-replica", "r", "r5=http://127.0.0.1:1", "--catch-up-timeout", "-1s"}, `invalid value "-1s" for flag --catch-up-timeout: want a positive duration`},
 		{[]string{"range", "replace-replica", "r", "--remove", "r1", "--add", "r5=http://127.0.0.1:1", "--catch-up-timeout", "0s"}, "want a positive duration"},
 		{[]string{"range", "rebuild", "r", "--replica", "r1", "--catch-up-timeout", "soon"}, "want a duration such as 30s"},
+		// Each names the argument it checks (add-replica's said
+		// "--replicas", a flag it has not).
+		{[]string{"range", "add-replica", "r", "r5"}, `the replica to add: "r5" is not ID=URL`},
+		{[]string{"range", "replace-replica", "r", "--remove", "r1", "--add", "r5"}, `--add: "r5" is not ID=URL`},
+		{[]string{"range", "create", "r", "--replicas", "r1"}, `--replicas: "r1" is not ID=URL`},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCmd(t, tt.args...)

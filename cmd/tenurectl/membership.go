@@ -46,7 +46,7 @@ func runRangeAddReplica(ctx context.Context, e *env, args []string) error {
 	if len(positional) != 2 {
 		return usagef("want RANGE and ID=URL, got %d arguments", len(positional))
 	}
-	add, err := parseReplica(positional[1], o.tls())
+	add, err := parseReplica("the replica to add", positional[1], o.tls())
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func runRangeReplaceReplica(ctx context.Context, e *env, args []string) error {
 	if *remove == "" || *addFlag == "" {
 		return usagef("--remove ID and --add ID=URL are both required")
 	}
-	add, err := parseReplica(*addFlag, o.tls())
+	add, err := parseReplica("--add", *addFlag, o.tls())
 	if err != nil {
 		return err
 	}
@@ -145,14 +145,14 @@ func (f durationFlag) Set(s string) error {
 	return nil
 }
 
-// parseReplica parses one "ID=URL".
-func parseReplica(s string, tls bool) (*tenurev1.Replica, error) {
-	rs, err := parseReplicas(s, tls)
+// parseReplica parses one "ID=URL"; what names it in errors.
+func parseReplica(what, s string, tls bool) (*tenurev1.Replica, error) {
+	rs, err := parseReplicas(what, s, tls)
 	if err != nil {
 		return nil, err
 	}
 	if len(rs) != 1 {
-		return nil, usagef("%q: want one ID=URL", s)
+		return nil, usagef("%s: %q: want one ID=URL", what, s)
 	}
 	return rs[0], nil
 }

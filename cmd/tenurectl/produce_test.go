@@ -70,6 +70,7 @@ func testProduceInput(t *testing.T, c *testCluster) {
 		{[]string{"x", "--binary"}, "give values or --binary, not both"},
 		{[]string{"--binary", "--delimiter", ","}, "it has no --delimiter"},
 		{[]string{"--delimiter", ""}, "want a non-empty string"},
+		{[]string{"--delimiter", `\q`}, "not a valid escape"},
 	} {
 		code, _, stderr := c.ctl("v", append([]string{"produce", "input"}, tt.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, tt.want) {

@@ -43,7 +43,7 @@ func runRangeCreate(ctx context.Context, e *env, args []string) error {
 	if len(positional) != 1 {
 		return usagef("want exactly one range ID, got %d arguments", len(positional))
 	}
-	members, err := parseReplicas(*replicas, o.tls())
+	members, err := parseReplicas("--replicas", *replicas, o.tls())
 	if err != nil {
 		return err
 	}
@@ -83,8 +83,9 @@ func runRangeCreate(ctx context.Context, e *env, args []string) error {
 }
 
 // parseReplicas parses "r1=http://...,r2=HOST:PORT,...", each URL by
-// transport.BaseURL's rule (tls: the command's calls are mutual TLS).
-func parseReplicas(s string, tls bool) ([]*tenurev1.Replica, error) {
+// transport.BaseURL's rule (tls: the command's calls are mutual TLS). what
+// names the argument in errors ("--replicas", "--add").
+func parseReplicas(what, s string, tls bool) ([]*tenurev1.Replica, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, usagef("--replicas is required: ID=URL pairs, e.g. r1=http://127.0.0.1:7101,r2=http://127.0.0.1:7102")
 	}
@@ -92,14 +93,14 @@ func parseReplicas(s string, tls bool) ([]*tenurev1.Replica, error) {
 	for _, part := range strings.Split(s, ",") {
 		id, url, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok || id == "" || url == "" {
-			return nil, usagef("--replicas: %q is not ID=URL", part)
+			return nil, usagef("%s: %q is not ID=URL", what, part)
 		}
 		url, err := transport.BaseURL(url, tls)
 		if err != nil {
-			return nil, usagef("--replicas: %s: %v", id, err)
+			return nil, usagef("%s: %s: %v", what, id, err)
 		}
 		if hasMember(out, id) {
-			return nil, usagef("--replicas names %s twice", id)
+			return nil, usagef("%s names %s twice", what, id)
 		}
 		out = append(out, &tenurev1.Replica{Id: id, Address: url})
 	}

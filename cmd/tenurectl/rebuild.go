@@ -70,7 +70,7 @@ func runRangeRebuild(ctx context.Context, e *env, args []string) error {
 	rangeID := positional[0]
 	var target *tenurev1.Replica
 	if strings.Contains(*replicaFlag, "=") {
-		if target, err = parseReplica(*replicaFlag, o.tls()); err != nil {
+		if target, err = parseReplica("--replica", *replicaFlag, o.tls()); err != nil {
 			return err
 		}
 	} else {
