@@ -231,7 +231,10 @@ func usagef(format string, args ...any) error {
 // the synopsis, the description, then the flags as they are typed.
 func newFlags(e *env, name, synopsis, description string) *flag.FlagSet {
 	fs := flag.NewFlagSet("tenurectl "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	// --help is asked for: it goes to stdout, as 'tenurectl --help' does,
+	// so 'tenurectl produce --help | less' shows it. Mistakes go to
+	// stderr (parseArgs, run).
+	fs.SetOutput(e.stdout)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tenurectl %s %s\n\n%s\n", name, strings.TrimSpace(synopsis), strings.TrimSpace(description))
 		hasFlags := false

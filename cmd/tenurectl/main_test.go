@@ -36,13 +36,14 @@ func TestHelpListsEveryCommand(t *testing.T) {
 func TestEveryCommandHasHelp(t *testing.T) {
 	for _, c := range commands {
 		args := append(strings.Fields(c.name), "--help")
-		code, _, stderr := runCmd(t, args...)
-		if code != exitOK || !strings.Contains(stderr, "Usage: tenurectl "+c.name) {
-			t.Errorf("tenurectl %s --help: status %d, output:\n%s\nwant status 0 and a usage line", c.name, code, stderr)
+		// On stdout, as 'tenurectl --help': '| less' shows it.
+		code, stdout, stderr := runCmd(t, args...)
+		if code != exitOK || !strings.Contains(stdout, "Usage: tenurectl "+c.name) || stderr != "" {
+			t.Errorf("tenurectl %s --help: status %d, stdout:\n%s\nstderr:\n%s\nwant status 0 and a usage line on stdout", c.name, code, stdout, stderr)
 		}
 		// "help CMD" is the same as "CMD --help".
-		if code, _, stderr := runCmd(t, append([]string{"help"}, strings.Fields(c.name)...)...); code != exitOK || !strings.Contains(stderr, "Usage: tenurectl "+c.name) {
-			t.Errorf("tenurectl help %s: status %d, output:\n%s", c.name, code, stderr)
+		if code, stdout, _ := runCmd(t, append([]string{"help"}, strings.Fields(c.name)...)...); code != exitOK || !strings.Contains(stdout, "Usage: tenurectl "+c.name) {
+			t.Errorf("tenurectl help %s: status %d, output:\n%s", c.name, code, stdout)
 		}
 	}
 }
@@ -111,14 +112,14 @@ func mustLookup(t *testing.T, args []string) *command {
 // Help shows flags as they are typed: --from, never -from.
 func TestHelpShowsFlagsAsTyped(t *testing.T) {
 	for _, c := range commands {
-		_, _, stderr := runCmd(t, append(strings.Fields(c.name), "--help")...)
-		for _, line := range strings.Split(stderr, "\n") {
+		_, help, _ := runCmd(t, append(strings.Fields(c.name), "--help")...)
+		for _, line := range strings.Split(help, "\n") {
 			if strings.HasPrefix(strings.TrimSpace(line), "-") && !strings.HasPrefix(strings.TrimSpace(line), "--") {
 				t.Errorf("tenurectl %s --help shows a flag with one dash: %q", c.name, line)
 			}
 		}
-		if !strings.Contains(stderr, "  --") && c.name != "" {
-			t.Errorf("tenurectl %s --help lists no --flags:\n%s", c.name, stderr)
+		if !strings.Contains(help, "  --") && c.name != "" {
+			t.Errorf("tenurectl %s --help lists no --flags:\n%s", c.name, help)
 		}
 	}
 }

@@ -68,9 +68,9 @@ func testMembership(t *testing.T, c *testCluster) {
 	wantLines(t, "range delete again", out, "range grow does not exist (already deleted)")
 
 	for _, cmd := range [][]string{{"range", "add-replica"}, {"range", "remove-replica"}, {"range", "replace-replica"}, {"range", "delete"}} {
-		code, _, stderr := c.ctl("", append(cmd, "--help")...)
-		if code != exitOK || !strings.Contains(stderr, "Usage: tenurectl "+strings.Join(cmd, " ")) {
-			t.Errorf("tenurectl %s --help: status %d, stderr:\n%s", strings.Join(cmd, " "), code, stderr)
+		code, help, _ := c.ctl("", append(cmd, "--help")...)
+		if code != exitOK || !strings.Contains(help, "Usage: tenurectl "+strings.Join(cmd, " ")) {
+			t.Errorf("tenurectl %s --help: status %d, stdout:\n%s", strings.Join(cmd, " "), code, help)
 		}
 	}
 	code, _, stderr = c.ctl("", "range", "replace-replica", "grow", "--remove", "r1")
