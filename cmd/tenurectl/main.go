@@ -113,6 +113,10 @@ func run(ctx context.Context, e *env, args []string) int {
 	}
 	cmd, rest, err := lookup(args)
 	if err != nil {
+		if len(args) > 1 && slices.ContainsFunc(args[1:], isHelp) && printGroup(e.stdout, args[0]) {
+			// "tenurectl range --help": the group's commands.
+			return exitOK
+		}
 		fmt.Fprintf(e.stderr, "tenurectl: %v\nRun 'tenurectl --help' for the list of commands.\n", err)
 		return exitUsage
 	}
@@ -179,6 +183,24 @@ func lookup(args []string) (*command, []string, error) {
 		return nil, nil, fmt.Errorf("%q needs a subcommand: %s", args[0], strings.Join(group, ", "))
 	}
 	return nil, nil, fmt.Errorf("unknown command %q", args[0])
+}
+
+// printGroup lists the commands whose first word is group, with their
+// summaries, and reports whether there were any.
+func printGroup(w io.Writer, group string) bool {
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	n := 0
+	for _, c := range commands {
+		if strings.HasPrefix(c.name, group+" ") {
+			if n == 0 {
+				fmt.Fprintf(tw, "The %s commands ('tenurectl %s SUBCOMMAND --help' for one's flags):\n\n", group, group)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+			n++
+		}
+	}
+	_ = tw.Flush()
+	return n > 0
 }
 
 func printUsage(w io.Writer) {

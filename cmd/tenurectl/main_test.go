@@ -155,3 +155,22 @@ func TestParseArgs(t *testing.T) {
 		}
 	}
 }
+
+// A group's --help lists its commands on stdout (it was a usage error:
+// '"range" needs a subcommand').
+func TestGroupHelp(t *testing.T) {
+	for _, group := range []string{"range", "journal", "log"} {
+		code, stdout, stderr := runCmd(t, group, "--help")
+		if code != exitOK || !strings.Contains(stdout, "tenurectl "+group+" SUBCOMMAND --help") || stderr != "" {
+			t.Errorf("tenurectl %s --help: status %d, stdout:\n%s\nstderr:\n%s", group, code, stdout, stderr)
+		}
+		for _, c := range commands {
+			if strings.HasPrefix(c.name, group+" ") && !strings.Contains(stdout, c.name) {
+				t.Errorf("tenurectl %s --help does not list %s:\n%s", group, c.name, stdout)
+			}
+		}
+	}
+	if code, _, stderr := runCmd(t, "range"); code != exitUsage || !strings.Contains(stderr, `"range" needs a subcommand`) {
+		t.Errorf("tenurectl range: status %d, stderr:\n%s", code, stderr)
+	}
+}
