@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -21,7 +20,7 @@ func runCerts(ctx context.Context, args []string) error {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			args = []string{"init", "--help"}
 		} else {
-			return errors.New("usage: tenure certs init DIR [flags] (see tenure certs init --help)")
+			return usagef("usage: tenure certs init DIR [flags] (see tenure certs init --help)")
 		}
 	}
 	fs := flag.NewFlagSet("certs init", flag.ContinueOnError)
@@ -59,7 +58,7 @@ Flags:
 	if dir == "" && fs.NArg() == 1 {
 		dir = fs.Arg(0)
 	} else if fs.NArg() > 0 || dir == "" {
-		return errors.New("tenure certs init: give exactly one directory (see --help)")
+		return usagef("tenure certs init: give exactly one directory (see --help)")
 	}
 	specs := auth.DefaultSpecs(list(*replicas), list(*promoters), list(*leases), list(*hosts))
 	for _, name := range list(*servers) {

@@ -91,10 +91,10 @@ func runDev(ctx context.Context, args []string) error {
 		return err
 	}
 	if *records < 1 || *records > 1000 {
-		return fmt.Errorf("--records %d: want 1 to 1000", *records)
+		return usagef("--records %d: want 1 to 1000", *records)
 	}
 	if *basePort < 0 || *basePort > 65535-300 {
-		return fmt.Errorf("--base-port %d: want 0 (free ports) or a port up to %d", *basePort, 65535-300)
+		return usagef("--base-port %d: want 0 (free ports) or a port up to %d", *basePort, 65535-300)
 	}
 	out := os.Stdout
 	c := &devCluster{}

@@ -42,6 +42,17 @@ func runLease(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	// lease.New checks these too; here they are the invocation's mistakes,
+	// said before anything is started (exit status 2).
+	if *defaultTTL%time.Second != 0 || *defaultTTL < time.Second || *defaultTTL > lease.MaxSessionTTL {
+		return usagef("--default-ttl %v: want whole seconds, 1s to %v (etcd counts lease TTLs in seconds)", *defaultTTL, lease.MaxSessionTTL)
+	}
+	if *requestTimeout <= 0 {
+		return usagef("--request-timeout %v: want a positive duration", *requestTimeout)
+	}
+	if *prefix == "" || *prefix == "/" {
+		return usagef("--prefix %q: want a non-empty key prefix such as %s", *prefix, lease.DefaultPrefix)
+	}
 	log, err := newLogger(*logFormat)
 	if err != nil {
 		return err

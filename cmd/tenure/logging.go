@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -24,7 +23,7 @@ func newLogger(format string) (*slog.Logger, error) {
 	case "json":
 		h = slog.NewJSONHandler(os.Stderr, nil)
 	default:
-		return nil, fmt.Errorf("--log-format %q: want text or json", format)
+		return nil, usagef("--log-format %q: want text or json", format)
 	}
 	l := slog.New(telemetry.LogHandler(h))
 	slog.SetDefault(l)

@@ -67,25 +67,56 @@ func exitIfStuck(ctx context.Context, stopSignals func(), name string, bound tim
 // touches only its own file.
 var commands = map[string]command{}
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "tenure: the replication plane's server binary.\n\nUsage:\n  tenure <command> [flags]\n\nCommands:\n")
+// Exit statuses, as tenurectl's: a mistake in the invocation is told
+// apart from a failure at run time, so a supervisor restarting a server
+// that failed need not restart one that can never start.
+const (
+	exitFail  = 1 // a failure at run time (etcd unreachable, a port taken, a store that does not open)
+	exitUsage = 2 // invoked wrongly: an unknown command or flag, a missing flag, a bad flag value
+)
+
+// usageError is a mistake in how tenure was invoked (exit status 2): a flag
+// unknown, missing or with a bad value, found before anything is started.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+// usagef is a usageError with a formatted message.
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// exitStatus is the exit status for a command's error.
+func exitStatus(err error) int {
+	if errors.As(err, new(usageError)) {
+		return exitUsage
+	}
+	return exitFail
+}
+
+// usage prints the command list to w: stdout when asked for (--help),
+// stderr with an invocation error.
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "tenure: the replication plane's server binary.\n\nUsage:\n  tenure <command> [flags]\n\nCommands:\n")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintf(os.Stderr, "\nRun 'tenure <command> --help' for a command's flags, 'tenure --version' for the\nversion. Every flag can also be set with an environment variable TENURE_<FLAG>\n(e.g. --data-dir as TENURE_DATA_DIR).\n")
+	fmt.Fprintf(w, "\nRun 'tenure <command> --help' for a command's flags, 'tenure --version' for the\nversion. Every flag can also be set with an environment variable TENURE_<FLAG>\n(e.g. --data-dir as TENURE_DATA_DIR).\n\nExit status: 0 done (a server stopped by a signal included), 1 failed at run\ntime, 2 invoked wrongly (an unknown command or flag, a missing flag, a bad\nflag value). Help goes to stdout, errors to stderr.\n")
 }
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage()
-		if len(os.Args) < 2 {
-			os.Exit(2)
-		}
+	if len(os.Args) < 2 {
+		usage(os.Stderr)
+		os.Exit(exitUsage)
+	}
+	if os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage(os.Stdout)
 		return
 	}
 	if os.Args[1] == "--version" || os.Args[1] == "-version" || os.Args[1] == "version" {
@@ -95,8 +126,8 @@ func main() {
 	cmd, ok := commands[os.Args[1]]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "tenure: unknown command %q\n\n", os.Args[1])
-		usage()
-		os.Exit(2)
+		usage(os.Stderr)
+		os.Exit(exitUsage)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -110,13 +141,14 @@ func main() {
 			return
 		}
 		fmt.Fprintf(os.Stderr, "tenure %s: %v\n", os.Args[1], err)
-		os.Exit(1)
+		os.Exit(exitStatus(err))
 	}
 }
 
-// parseQuietly parses args into fs. --help prints the whole usage; a bad
-// flag is one line, the flags named as typed, and the usage line, not the
-// flag package's whole page.
+// parseQuietly parses args into fs. --help prints the whole usage on
+// stdout, as asked for (so 'tenure replica --help | less' pages it); a bad
+// flag is a usageError of one line, the flags named as typed, and the
+// usage line, not the flag package's whole page.
 func parseQuietly(fs *flag.FlagSet, args []string) error {
 	out, usage := fs.Output(), fs.Usage
 	fs.SetOutput(io.Discard)
@@ -127,7 +159,7 @@ func parseQuietly(fs *flag.FlagSet, args []string) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(out)
+		fs.SetOutput(os.Stdout)
 		usage()
 		return err
 	}
@@ -135,7 +167,7 @@ func parseQuietly(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(&b)
 	usage()
 	line, _, _ := strings.Cut(b.String(), "\n")
-	return fmt.Errorf("%s\n%s ('tenure %s --help' for the flags)", flagusage.Error(err), line, fs.Name())
+	return usagef("%s\n%s ('tenure %s --help' for the flags)", flagusage.Error(err), line, fs.Name())
 }
 
 // parseFlags parses args into fs after applying environment fallbacks: a
@@ -145,7 +177,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+		return usagef("unexpected argument %q (see --help)", fs.Arg(0))
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -157,7 +189,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		env := "TENURE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(env); ok {
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %v", env, v, e)
+				err = usagef("%s=%q: %v", env, v, e)
 			}
 		}
 	})

@@ -52,6 +52,9 @@ func runPromoter(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *id == "" {
+		return usagef("--id must not be empty (see --help)")
+	}
 	log, err := newLogger(*logFormat)
 	if err != nil {
 		return err

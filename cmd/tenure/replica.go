@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -65,16 +64,16 @@ func runReplica(ctx context.Context, args []string) error {
 		return err
 	}
 	if *id == "" {
-		return errors.New("--id is required (see --help)")
+		return usagef("--id is required (see --help)")
 	}
 	if err := wire.ValidateRangeID(*id); err != nil {
-		return fmt.Errorf("--id: %w", err)
+		return usageError{fmt.Errorf("--id: %w", err)}
 	}
 	if *dataDir == "" {
 		*dataDir = filepath.Join("data", *id)
 	}
 	if segmentBytes < minSegmentBytes || segmentBytes > maxSegmentBytes {
-		return fmt.Errorf("--segment-bytes %d: want %d to %d (%s to %s)", segmentBytes, minSegmentBytes, maxSegmentBytes, bytesize.Format(minSegmentBytes), bytesize.Format(maxSegmentBytes))
+		return usagef("--segment-bytes %d: want %d to %d (%s to %s)", segmentBytes, minSegmentBytes, maxSegmentBytes, bytesize.Format(minSegmentBytes), bytesize.Format(maxSegmentBytes))
 	}
 	log, err := newLogger(*logFormat)
 	if err != nil {
@@ -99,7 +98,7 @@ func runReplica(ctx context.Context, args []string) error {
 	}
 	reg := metrics.NewRegistry("replica")
 	if *retentionInterval < 0 {
-		return fmt.Errorf("--retention-interval %v: want a positive duration, or 0 to never remove anything", *retentionInterval)
+		return usagef("--retention-interval %v: want a positive duration, or 0 to never remove anything", *retentionInterval)
 	}
 	cfg := replica.Config{ID: *id, Address: *advertise, DataDir: *dataDir, Logger: log, FetchWait: *fetchWait, Metrics: reg, RetentionInterval: *retentionInterval}
 	cfg.StoreOptions.SegmentBytes = int64(segmentBytes)
@@ -117,13 +116,15 @@ func runReplica(ctx context.Context, args []string) error {
 		// (pkg/leaseclient): losing an instance loses no leadership.
 		lc, err := leaseclient.New(transport.NewHTTPClient(), lURLs)
 		if err != nil {
-			return fmt.Errorf("--lease: %w", err)
+			// leaseclient.New and NewKeeper do no IO: their errors are
+			// the flags'.
+			return usageError{fmt.Errorf("--lease: %w", err)}
 		}
 		// The Keeper opens its session in the background and retries, so a
 		// replica can start before the lease service does.
 		keeper, err = lease.NewKeeper(lc, *id, advertiseURL(*advertise, *listen), lease.WithSessionTTL(*leaseTTL), lease.WithKeeperLogger(log))
 		if err != nil {
-			return fmt.Errorf("lease keeper for %s: %w", *leaseURL, err)
+			return usageError{fmt.Errorf("lease keeper for %s: %w", *leaseURL, err)}
 		}
 		cfg.Lease = keeper
 		// The lease service's word on a range, before a fence hosts one or

@@ -43,12 +43,15 @@ func (f *tlsFlags) setup(log *slog.Logger, listen string) error {
 	files := auth.Files{Cert: *f.cert, Key: *f.key, CA: *f.ca}
 	if !files.Configured() {
 		if listen != "" && !transport.Loopback(listen) && !*f.insecure {
-			return fmt.Errorf("--listen %s: %w", listen, auth.ErrNoTLS)
+			return usageError{fmt.Errorf("--listen %s: %w", listen, auth.ErrNoTLS)}
 		}
 		if listen != "" && !transport.Loopback(listen) {
 			log.Warn("serving cleartext without authentication on a non-loopback address (--insecure)", "listen", listen)
 		}
 		return nil
+	}
+	if files.Cert == "" || files.Key == "" || files.CA == "" {
+		return usagef("TLS needs all three of --tls-cert, --tls-key and --tls-ca")
 	}
 	src, err := auth.Load(files, log)
 	if err != nil {
@@ -81,7 +84,7 @@ const leaseFlagHelp = "lease service base URL, or several instances of it (over 
 func serviceURLs(flagName, u string) ([]string, error) {
 	v, err := transport.BaseURLs(u, transport.TLS() != nil)
 	if err != nil {
-		return nil, fmt.Errorf("--%s: %w", flagName, err)
+		return nil, usageError{fmt.Errorf("--%s: %w", flagName, err)}
 	}
 	return v, nil
 }
@@ -89,7 +92,7 @@ func serviceURLs(flagName, u string) ([]string, error) {
 func serviceURL(flagName, u string) (string, error) {
 	v, err := transport.BaseURL(u, transport.TLS() != nil)
 	if err != nil {
-		return "", fmt.Errorf("--%s: %w", flagName, err)
+		return "", usageError{fmt.Errorf("--%s: %w", flagName, err)}
 	}
 	return v, nil
 }
