@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -66,8 +67,8 @@ func runReplica(ctx context.Context, args []string) error {
 	if *id == "" {
 		return usagef("--id is required (see --help)")
 	}
-	if err := wire.ValidateRangeID(*id); err != nil {
-		return usageError{fmt.Errorf("--id: %w", err)}
+	if err := checkReplicaID(*id); err != nil {
+		return err
 	}
 	if *dataDir == "" {
 		*dataDir = filepath.Join("data", *id)
@@ -178,6 +179,20 @@ func runReplica(ctx context.Context, args []string) error {
 	}
 	log.Info("replica stopped")
 	return nil
+}
+
+// checkReplicaID checks --id. A replica id has a range id's grammar (both
+// are etcd key components and file names: wire.ValidateRangeID), but the
+// shared check's message says "range id", which sent a user looking for a
+// range: it is reworded to name the replica id.
+func checkReplicaID(id string) error {
+	err := wire.ValidateRangeID(id)
+	if err == nil {
+		return nil
+	}
+	msg := strings.TrimPrefix(err.Error(), wire.ErrInvalid.Error()+": ")
+	msg = strings.Replace(msg, "range id", "replica id", 1)
+	return usagef("--id: %s", msg)
 }
 
 // defaultDiskReserve is --disk-reserve's default: room for Badger's
