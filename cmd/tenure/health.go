@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"time"
 
@@ -29,23 +32,37 @@ func runHealth(ctx context.Context, args []string) error {
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
 	tlsf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tenure health [--url URL] [--service NAME]\n\nChecks a tenure server's gRPC health (grpc.health.v1.Health/Check) and exits\n0 when it answers SERVING, 1 otherwise. Container health checks use it, since\nthe images have no shell. Against a TLS server give --tls-ca (and, as every\nservice's environment does, --tls-cert and --tls-key): health needs no client\ncertificate, only the CA to trust the server's. Flags (env TENURE_<FLAG> as\nfallback):\n")
+		fmt.Fprintf(fs.Output(), "Usage: tenure health [--url URL] [--service NAME]\n\nChecks a tenure server's gRPC health (grpc.health.v1.Health/Check) and exits\n0 when it answers SERVING, 1 otherwise. Container health checks use it, since\nthe images have no shell. Against a TLS server give --tls-ca: health needs no\nclient certificate, only the CA to trust the server's (servers admit health\nchecks without one). --tls-cert and --tls-key, which every service's\nenvironment sets, may be given too, both or neither. Flags (env TENURE_<FLAG>\nas fallback):\n")
 		flagusage.Print(fs.Output(), fs)
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := tlsf.setup(slog.New(slog.DiscardHandler), ""); err != nil {
-		return err
+	var hc *http.Client
+	if *tlsf.ca != "" && *tlsf.cert == "" && *tlsf.key == "" {
+		// The servers admit gRPC health without a client certificate
+		// (pkg/auth), so a probe needs only the CA. transport's TLS is a
+		// process identity, all three files; this client is the probe's.
+		var err error
+		if hc, err = caOnlyClient(*tlsf.ca); err != nil {
+			return err
+		}
+	} else {
+		if err := tlsf.setup(slog.New(slog.DiscardHandler), ""); err != nil {
+			return err
+		}
+		hc = transport.NewHTTPClient()
 	}
-	base, err := serviceURL("url", *url)
+	// HOST:PORT and http:// mean https:// when the probe speaks TLS, the
+	// rule of every URL flag (serviceURL).
+	base, err := transport.BaseURL(*url, *tlsf.ca != "")
 	if err != nil {
-		return err
+		return usageError{fmt.Errorf("--url: %w", err)}
 	}
 	*url = base
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c := grpchealth.NewClient(transport.NewHTTPClient(), *url, connect.WithGRPC())
+	c := grpchealth.NewClient(hc, *url, connect.WithGRPC())
 	resp, err := c.Check(ctx, &grpchealth.CheckRequest{Service: *service})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *url, err)
@@ -55,4 +72,24 @@ func runHealth(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(os.Stdout, "%s: %s\n", *url, resp.Status)
 	return nil
+}
+
+// caOnlyClient is an HTTP/2 client that trusts the servers' certificates
+// the CA in caFile signed and presents none of its own.
+func caOnlyClient(caFile string) (*http.Client, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--tls-ca: %s holds no PEM certificate", caFile)
+	}
+	var p http.Protocols
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{
+		Protocols:       &p,
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, NextProtos: []string{"h2"}},
+	}}, nil
 }

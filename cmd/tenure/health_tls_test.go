@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tenurelog/tenure/pkg/auth"
+)
+
+// tenure health against a mutual-TLS server needs only the CA, as its help
+// says: servers admit gRPC health without a client certificate. It refused
+// to run ("TLS needs all three of a certificate, its key and the CA
+// certificate") unless given a certificate and key it never needed.
+func TestHealthOverTLSNeedsOnlyTheCA(t *testing.T) {
+	bin := buildTenure(t)
+	certs, other := filepath.Join(t.TempDir(), "certs"), filepath.Join(t.TempDir(), "other")
+	for _, dir := range []string{certs, other} {
+		if err := runCerts(context.Background(), []string{"init", dir}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca := filepath.Join(certs, auth.CAFile)
+	dir := t.TempDir()
+	rep := startServer(t, bin, "replica", filepath.Join(dir, "ready"), nil,
+		"replica", "--id", "r1", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "r1"),
+		"--tls-cert", filepath.Join(certs, "replica-r1.pem"), "--tls-key", filepath.Join(certs, "replica-r1-key.pem"), "--tls-ca", ca)
+	l, _ := rep.waitReady(t)
+	if !strings.HasPrefix(l.Address, "https://") {
+		t.Fatalf("the replica serves at %s, want https", l.Address)
+	}
+	hostPort := strings.TrimPrefix(l.Address, "https://")
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--url", l.Address, "--tls-ca", ca}, 0},
+		// HOST:PORT and http:// mean https when TLS is on (serviceURL's rule).
+		{[]string{"--url", hostPort, "--tls-ca", ca}, 0},
+		{[]string{"--url", "http://" + hostPort, "--tls-ca", ca}, 0},
+		// The environment's whole set, as compose's health checks give it.
+		{[]string{"--url", l.Address, "--tls-ca", ca, "--tls-cert", filepath.Join(certs, "operator.pem"), "--tls-key", filepath.Join(certs, "operator-key.pem")}, 0},
+		// Another CA does not trust the server's certificate; none at all
+		// speaks cleartext to a TLS port.
+		{[]string{"--url", l.Address, "--tls-ca", filepath.Join(other, auth.CAFile)}, 1},
+		{[]string{"--url", l.Address}, 1},
+		// Half a client identity is still a mistake.
+		{[]string{"--url", l.Address, "--tls-ca", ca, "--tls-cert", filepath.Join(certs, "operator.pem")}, 2},
+	} {
+		args := append([]string{"health", "--timeout", "5s"}, tc.args...)
+		stdout, stderr, status := runTenure(t, bin, args...)
+		if status != tc.want || (tc.want == 0 && !strings.Contains(stdout, ": serving")) {
+			t.Errorf("tenure %s: exit %d, stdout %q, stderr %q; want exit %d", strings.Join(args, " "), status, stdout, stderr, tc.want)
+		}
+	}
+	rep.stop(t)
+}
