@@ -21,7 +21,9 @@ func init() {
 }
 
 // leaseStartTimeout bounds how long the lease service waits for etcd at
-// start; under compose etcd may come up a little after it.
+// start (--etcd-wait's default); under compose etcd may come up a little
+// after it. Past it the process exits 1, for its supervisor to restart or
+// report, rather than wait unseen.
 const leaseStartTimeout = 30 * time.Second
 
 func runLease(ctx context.Context, args []string) error {
@@ -31,6 +33,7 @@ func runLease(ctx context.Context, args []string) error {
 	defaultTTL := fs.Duration("default-ttl", lease.DefaultSessionTTL, "TTL of sessions opened with ttl_ms 0; whole seconds, at least etcd's minimum lease TTL (1.5 election timeouts rounded up: 2s for etcd's defaults)")
 	prefix := fs.String("prefix", lease.DefaultPrefix, "etcd key prefix for ranges, epochs, leases and sessions; lease services and promoters of one cluster must agree on it")
 	requestTimeout := fs.Duration("request-timeout", lease.DefaultRequestTimeout, "bound on the etcd work of one request; an etcd slower than this answers Unavailable")
+	etcdWait := fs.Duration("etcd-wait", leaseStartTimeout, fmt.Sprintf("how long to wait at start for etcd to answer; meanwhile a warning says it cannot be reached (at once, then every %v), and past it the process exits 1. It serves (and prints its ready line) only once etcd answers", etcdWarnEvery))
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
 	metricsListen := metricsListenFlag(fs)
@@ -49,6 +52,9 @@ func runLease(ctx context.Context, args []string) error {
 	}
 	if *requestTimeout <= 0 {
 		return usagef("--request-timeout %v: want a positive duration", *requestTimeout)
+	}
+	if *etcdWait <= 0 {
+		return usagef("--etcd-wait %v: want a positive duration", *etcdWait)
 	}
 	if *prefix == "" || *prefix == "/" {
 		return usagef("--prefix %q: want a non-empty key prefix such as %s", *prefix, lease.DefaultPrefix)
@@ -74,14 +80,23 @@ func runLease(ctx context.Context, args []string) error {
 	}
 	defer cli.Close()
 
-	sctx, cancel := context.WithTimeout(ctx, leaseStartTimeout)
+	sctx, cancel := context.WithTimeout(ctx, *etcdWait)
+	err = waitForEtcd(sctx, cli, *etcd, *prefix, log)
+	var svc *lease.Service
 	reg := metrics.NewRegistry("lease")
-	svc, err := lease.New(sctx, cli,
-		lease.WithPrefix(*prefix), lease.WithDefaultTTL(*defaultTTL),
-		lease.WithRequestTimeout(*requestTimeout), lease.WithLogger(log), lease.WithMetrics(reg))
+	if err == nil {
+		svc, err = lease.New(sctx, cli,
+			lease.WithPrefix(*prefix), lease.WithDefaultTTL(*defaultTTL),
+			lease.WithRequestTimeout(*requestTimeout), lease.WithLogger(log), lease.WithMetrics(reg))
+	}
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		// Stopped before it served: not a failure.
+		log.Info("lease service stopped before it served", "err", err)
+		return nil
+	}
 	if err != nil {
-		return fmt.Errorf("start against etcd %s: %w", *etcd, err)
+		return fmt.Errorf("start against etcd %s (--etcd-wait %v): %w", *etcd, *etcdWait, err)
 	}
 	msrv, err := serveMetrics(*metricsListen, reg, log)
 	if err != nil {
