@@ -76,7 +76,7 @@ const devStartTimeout = 60 * time.Second
 
 func runDev(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	dataDir := fs.String("data-dir", "", "directory for etcd, the replicas' data and every log; kept on exit (default: a temp dir, removed on exit)")
+	dataDir := fs.String("data-dir", "", "directory for etcd, the replicas' data and every log; kept on exit (default: a temp dir, removed on exit). One tenure dev at a time: it locks <dir>/"+devLockFile+", and a second one on the same directory fails at once")
 	keep := fs.Bool("keep", false, "keep the cluster running after the story, for tenurectl, until Ctrl-C")
 	basePort := fs.Int("base-port", 7000, "lease port; replicas on base+101.., promoter on base+200, metrics on base+250.. (0: free ports)")
 	rangeID := fs.String("range", "demo", "id of the range the story creates")
@@ -120,6 +120,16 @@ func runDev(ctx context.Context, args []string) error {
 	if abs, err := filepath.Abs(c.dir); err == nil {
 		c.dir = abs
 	}
+	// Before anything in the directory is opened: another tenure dev may
+	// be using it (lockDataDir).
+	lock, err := lockDataDir(c.dir)
+	if err != nil {
+		if c.removeDir {
+			os.RemoveAll(c.dir)
+		}
+		return err
+	}
+	c.dirLock = lock
 	defer func() {
 		fmt.Fprintf(out, "\nstopping: promoter, replicas, lease service, etcd")
 		if c.removeDir {

@@ -42,10 +42,12 @@ type devCluster struct {
 	certs     string
 	dir       string
 	removeDir bool // the directory is ours (a temp dir): close removes it
-	self      string
-	log       *slog.Logger
-	logFile   *os.File
-	ports     devPorts
+	// dirLock is dir's lock (lockDataDir), released by close last.
+	dirLock *os.File
+	self    string
+	log     *slog.Logger
+	logFile *os.File
+	ports   devPorts
 	// stopTracing flushes buffered spans.
 	stopTracing func()
 
@@ -344,6 +346,9 @@ func (c *devCluster) close() {
 	}
 	if c.removeDir {
 		os.RemoveAll(c.dir)
+	}
+	if c.dirLock != nil {
+		c.dirLock.Close()
 	}
 }
 
