@@ -44,3 +44,57 @@ func TestFenceAnswerFromTheWrongReplicaDoesNotCount(t *testing.T) {
 		t.Fatalf("status at r2's address is from %s", got)
 	}
 }
+
+// A range whose members' addresses are swapped (r1 listed at r2's address
+// and r2 at r1's) cannot be fenced: r1 and r2 refuse every call meant for
+// the other as misdirected. The promoter must wait, as for refused
+// connections, not grant an epoch per attempt (a user saw 0 -> 36 in 16 s),
+// and say why; once the addresses are corrected it promotes.
+func TestSwappedAddressesSpendNoEpochs(t *testing.T) {
+	c := newCluster(t, 3)
+	members := c.members()
+	members[0].Address, members[1].Address = members[1].Address, members[0].Address
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const rangeID = "swap"
+	if _, err := c.lease.Client.CreateRange(ctx, connect.NewRequest(&tenurev1.CreateRangeRequest{RangeId: rangeID, Replicas: members})); err != nil {
+		t.Fatal(err)
+	}
+	// Retries at most 100ms apart: each would grant an epoch if not held.
+	p := c.newPromoter("p1", true, func(cfg *Config) { cfg.RetryMax = 100 * time.Millisecond })
+
+	waitFor(t, "the promoter to report the misdirection", 20*time.Second, func() bool {
+		st := promotionOf(p, rangeID)
+		return st != nil && strings.Contains(st.GetLastError(), "misdirected")
+	})
+	// The first attempt waits for the first probes of the addresses, so
+	// not even it is granted an epoch.
+	held := c.rangeEpoch(rangeID)
+	if held != 0 {
+		t.Errorf("epoch %d before the range ever had a leader, want 0: an attempt was granted one before the probes saw the misdirection", held)
+	}
+	time.Sleep(3 * time.Second) // thirty retries' worth
+	if now := c.rangeEpoch(rangeID); now != held {
+		t.Fatalf("epoch moved from %d to %d in 3s while r1's and r2's addresses reach each other: each attempt spent an epoch", held, now)
+	}
+	st := promotionOf(p, rangeID)
+	for _, want := range []string{"are misdirected", "r1's address " + members[0].GetAddress() + " answers as replica r2", "r2's address " + members[1].GetAddress() + " answers as replica r1"} {
+		if !strings.Contains(st.GetLastError(), want) {
+			t.Errorf("status last error %q does not say %q", st.GetLastError(), want)
+		}
+	}
+	if st.GetState() != "no-quorum" {
+		t.Errorf("status state %q, want no-quorum (held, nothing granted)", st.GetState())
+	}
+
+	// Correct the addresses: the promoter promotes.
+	rng, err := c.lease.Client.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: rangeID}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.lease.Client.SetReplicas(ctx, connect.NewRequest(&tenurev1.SetReplicasRequest{
+		RangeId: rangeID, Replicas: c.members(), ExpectedRevision: rng.Msg.GetRange().GetMembershipRevision()})); err != nil {
+		t.Fatal(err)
+	}
+	c.leader(rangeID, held+1, 20*time.Second)
+}

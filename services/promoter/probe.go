@@ -28,6 +28,22 @@ type probeState struct {
 	// process serves there (peerGone). Slow or lost answers do not set
 	// it; see quorumAnswering.
 	refused bool
+	// answeredAs is the replica id the last answer from the address gave
+	// ("" when the last probe got no answer, or the replica is older than
+	// ids in its status). The probes ask as nobody in particular, so a
+	// replica answers whoever it is; a member whose address answers as
+	// another replica is misdirected there: every call meant for it is
+	// refused (transport.RequireReplica), a fence included, so it counts
+	// as down in quorumAnswering like a refused connection.
+	answeredAs string
+	// probed is closed once the first probe of the address has ended,
+	// whatever its outcome (awaitFirstProbes); first says it is not yet.
+	probed chan struct{}
+	first  bool
+}
+
+func newProbeState() *probeState {
+	return &probeState{probed: make(chan struct{}), first: true}
 }
 
 // probeLoop probes every replica address every ProbeInterval. It promotes a
@@ -74,7 +90,7 @@ func (p *Promoter) probeAll(ctx context.Context) {
 		p.mu.Lock()
 		ps := p.probes[addr]
 		if ps == nil {
-			ps = &probeState{}
+			ps = newProbeState()
 			p.probes[addr] = ps
 		}
 		busy := ps.busy
@@ -120,11 +136,24 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 	p.mu.Lock()
 	ps := p.probes[addr]
 	ps.busy = false
+	if ps.first {
+		ps.first = false
+		close(ps.probed)
+	}
 	if ctx.Err() != nil {
 		p.mu.Unlock()
 		return
 	}
 	ps.refused = peerGone(err)
+	switch {
+	case resp != nil && err == nil:
+		ps.answeredAs = resp.Msg.GetReplicaId()
+	case err != nil:
+		ps.answeredAs = ""
+	}
+	// Otherwise the replica answered NotFound for the range asked about:
+	// alive, and who it is was read by an earlier probe (a full probe
+	// rereads it every StatusInterval).
 	if err == nil && !full {
 		ps.misses = 0
 		p.mu.Unlock()
@@ -238,6 +267,58 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 			continue
 		}
 		p.reconcile(ctx, a.rangeID, a.epoch, a.generation, a.replica, a.leader, a.members)
+	}
+}
+
+// awaitFirstProbes waits until every address of rangeID's members has been
+// probed once, starting the probes of addresses never probed, for at most
+// twice ProbeTimeout (a probe may ask twice). Until an address was probed,
+// quorumAnswering cannot know that it refuses connections or answers as
+// another replica, and an attempt would spend an epoch learning it from its
+// fence round: a new range whose addresses were swapped spent an epoch per
+// attempt until the first probes were in. Probed addresses (every address
+// of a range the promoter knew before its leader failed) cost nothing.
+func (p *Promoter) awaitFirstProbes(ctx context.Context, rangeID string) {
+	p.mu.Lock()
+	var members []*tenurev1.Replica
+	if rs := p.ranges[rangeID]; rs != nil {
+		members = append(members, rs.replicas...)
+		if rs.change != nil {
+			members = append(members, rs.change.GetOldReplicas()...)
+		}
+	}
+	var start []string
+	var wait []chan struct{}
+	for _, r := range members {
+		ps := p.probes[r.GetAddress()]
+		if ps == nil {
+			// As probeAll would, one interval later.
+			ps = newProbeState()
+			ps.busy = true
+			p.probes[r.GetAddress()] = ps
+			start = append(start, r.GetAddress())
+		}
+		if ps.first {
+			wait = append(wait, ps.probed)
+		}
+	}
+	p.mu.Unlock()
+	for _, addr := range start {
+		go p.probe(ctx, addr)
+	}
+	if len(wait) == 0 {
+		return
+	}
+	timeout := time.NewTimer(2 * p.cfg.ProbeTimeout)
+	defer timeout.Stop()
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-timeout.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

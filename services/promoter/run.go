@@ -186,6 +186,7 @@ func (p *Promoter) schedule(ctx context.Context, rangeID string, observedEpoch u
 		}
 		p.mu.Unlock()
 		var tr *tenurev1.Transition
+		p.awaitFirstProbes(ctx, rangeID)
 		err := p.quorumAnswering(rangeID)
 		if err == nil {
 			tr, err = p.promoteRecorded(ctx, rangeID, int64(observedEpoch), "", reason, false)
@@ -230,7 +231,7 @@ func retryReason(reason string) string {
 }
 
 // quorumAnswering refuses an automatic promotion of rangeID while so many of
-// its replicas refuse connections that no quorum could be fenced: the
+// its replicas cannot answer a fence that no quorum could be fenced: the
 // promotion would be granted an epoch, fence the survivors at it, and fail.
 // While a majority was down, the probes' triggers and the retries did that
 // for every range it led, many times a second: each an epoch grant in etcd
@@ -238,12 +239,21 @@ func retryReason(reason string) string {
 // chaos suite's majority crashes ended at epochs 15-32 after two faults.
 // (Raft's PreVote avoids the same churn of terms.)
 //
-// Only refused connections count as down (probeState.refused): a replica
-// that answers slowly or not at all may still answer a fence, and the
-// survivors of a mass failover answer probes late while they are busiest,
-// which must not hold their promotions back. A replica never probed counts
-// as answering. Operator promotions (Promote) are not held back: the
-// operator asked, and gets the fence round's own answer.
+// Two things count as down. A refused connection (probeState.refused): no
+// process serves the member's address. And a misdirected address
+// (probeState.answeredAs): the process there answers as another replica, so
+// it refuses every call meant for the member, the fence included. A range
+// created with two members' addresses swapped spent 36 epochs in 16 s
+// before this counted: each attempt granted one, every fence but one was
+// refused as misdirected, and the attempt failed for want of a quorum.
+//
+// Nothing else counts as down: a replica that answers slowly or not at all
+// may still answer a fence, and the survivors of a mass failover answer
+// probes late while they are busiest, which must not hold their promotions
+// back. A replica not probed yet counts as answering (awaitFirstProbes
+// waits a bounded time for its first probe). Operator promotions
+// (Promote) are not held back: the operator asked, and gets the fence
+// round's own answer.
 func (p *Promoter) quorumAnswering(rangeID string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -268,16 +278,30 @@ func (p *Promoter) quorumAnswering(rangeID string) error {
 		sets = append(sets, voters(rs.change.GetOldReplicas()))
 	}
 	for _, set := range sets {
-		var down []string
+		var refused, misdirected []string
 		for _, r := range set {
-			if ps := p.probes[r.GetAddress()]; ps != nil && ps.refused {
-				down = append(down, r.GetId())
+			ps := p.probes[r.GetAddress()]
+			switch {
+			case ps == nil:
+			case ps.refused:
+				refused = append(refused, r.GetId())
+			case ps.answeredAs != "" && ps.answeredAs != r.GetId():
+				misdirected = append(misdirected, fmt.Sprintf("%s's address %s answers as replica %s", r.GetId(), r.GetAddress(), ps.answeredAs))
 			}
 		}
-		if need := wire.Quorum(len(set)); len(set)-len(down) < need {
+		need := wire.Quorum(len(set))
+		if down := len(refused) + len(misdirected); len(set)-down < need {
+			var why []string
+			if len(refused) > 0 {
+				why = append(why, fmt.Sprintf("refuse connections (%s)", strings.Join(refused, ", ")))
+			}
+			if len(misdirected) > 0 {
+				// The fix is the range's addresses, not waiting: say so.
+				why = append(why, fmt.Sprintf("are misdirected (%s; correct the members' addresses)", strings.Join(misdirected, "; ")))
+			}
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
-				"range %s: %d of %d replicas refuse connections (%s) and a promotion needs %d to answer; %w",
-				rangeID, len(down), len(set), strings.Join(down, ", "), need, errHeld))
+				"range %s: %d of %d replicas %s and a promotion needs %d to answer; %w",
+				rangeID, down, len(set), strings.Join(why, " or "), need, errHeld))
 		}
 	}
 	return nil
