@@ -24,6 +24,11 @@ func (p *Promoter) Handlers() []transport.Registration {
 
 type handler struct{ p *Promoter }
 
+// unsafeReason is the reason of an operator's unsafe promotion that gave
+// none. A promotion that finds a safe plan after all replaces it
+// (promoteWith): the transition is not an unsafe one.
+const unsafeReason = "operator: unsafe promotion (--unsafe-accept-data-loss)"
+
 func (h handler) Promote(ctx context.Context, req *connect.Request[tenurev1.PromoteRequest]) (*connect.Response[tenurev1.PromoteResponse], error) {
 	if c, to, ok := h.p.forwardTarget(req.Header()); ok {
 		return h.p.forwardPromote(ctx, c, to, req.Msg)
@@ -47,7 +52,7 @@ func (h handler) Promote(ctx context.Context, req *connect.Request[tenurev1.Prom
 	}
 	switch {
 	case reason == "" && unsafe:
-		reason = "operator: unsafe promotion (--unsafe-accept-data-loss)"
+		reason = unsafeReason
 	case reason == "":
 		reason = "operator request"
 	}

@@ -39,7 +39,7 @@ func newPromoterMetrics() *promoterMetrics {
 			Help: "Time each step of a promotion took: grant, fence, plan, truncate, adopt, bind, record (the transition record's step timings).", Buckets: metrics.LatencyBuckets},
 			[]string{"step"}),
 		unsafe: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: "promoter", Name: "unsafe_promotions_total",
-			Help: "Unsafe promotions (--unsafe-accept-data-loss) that adopted a leader: acknowledged records may be lost. Only an operator asks for one; 0 otherwise (Kafka's UncleanLeaderElectionsPerSec)."}),
+			Help: "Unsafe promotions (--unsafe-accept-data-loss) that adopted a leader: acknowledged records may be lost. Only an operator asks for one, and only a range without a safe plan (no quorum fenced) gets one; 0 otherwise (Kafka's UncleanLeaderElectionsPerSec)."}),
 	}
 	// Every step's and outcome's series exist from the start, so a rate()
 	// over them has a sample before the first promotion.

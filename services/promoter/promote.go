@@ -206,19 +206,41 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 		h(rangeID, epoch)
 	}
 
-	// 3-5. The decision is a pure function of the answers.
+	// 3-5. The decision is a pure function of the answers. The safe plan
+	// first, also when the operator accepted data loss: the unsafe one is
+	// for a range where no safe one exists. With a quorum fenced, the
+	// unsafe plan led from the same candidate yet was recorded and counted
+	// as unsafe (tenure_promoter_unsafe_promotions_total is an alert), and
+	// where a safe plan refuses a replica's cut below its HWM (DataLoss),
+	// the unsafe one leaves the replica fenced.
 	in := Input{Epoch: epoch, Preferred: preferred, RangeID: rangeID, Answers: answers,
 		Replicas: m.voters, Learners: m.learners, OldVoters: m.oldVoters, Incarnations: m.incarnations,
-		Unsafe: opts.unsafe, HandoverTo: opts.target}
-	if opts.unsafe {
-		// The bound of what may have been acknowledged: the fenced HWMs
-		// (Decide takes those itself) and every bound an earlier
-		// promotion recorded, which survives the replicas that reported
-		// it. An unsafe promotion is rare and slow anyway: the read is
-		// worth the exact report.
-		in.HighestHWMSeen = m.highestRecordedHWM(ctx)
-	}
+		HandoverTo: opts.target}
 	plan, err := m.decide(ctx, in)
+	switch {
+	case err != nil && opts.unsafe:
+		// No safe plan (no quorum, or the most complete log lacks
+		// committed records): what the operator accepted. The bound of
+		// what may have been acknowledged: the fenced HWMs (Decide takes
+		// those itself) and every bound an earlier promotion recorded,
+		// which survives the replicas that reported it. An unsafe
+		// promotion is rare and slow anyway: the read is worth the exact
+		// report.
+		in.Unsafe = true
+		in.HighestHWMSeen = m.highestRecordedHWM(ctx)
+		plan, err = m.decide(ctx, in)
+	case opts.unsafe:
+		// A safe plan: nothing acknowledged is lost, so this is a normal
+		// transition. The deferred metrics read opts: counted as an
+		// operator's promotion, not an unsafe one.
+		opts.unsafe, m.opts.unsafe, m.tr.Unsafe = false, false, false
+		if reason == unsafeReason {
+			reason = "operator request"
+		}
+		reason += " (--unsafe-accept-data-loss not needed: a quorum was fenced)"
+		m.tr.Reason = reason
+		span.SetAttributes(attribute.Bool("tenure.unsafe", false))
+	}
 	m.step("plan")
 	if err != nil {
 		// The range is now fenced at E with no leader: the caller retries
