@@ -2,13 +2,20 @@ package promoter
 
 import (
 	"context"
+	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
+	"github.com/tenurelog/tenure/internal/testlog"
+	"github.com/tenurelog/tenure/pkg/embedetcd"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/services/lease/leasetest"
 )
 
 // Two promoters run behind the etcd election: only the elected one acts, the
@@ -54,4 +61,114 @@ func TestOnlyTheElectedPromoterActs(t *testing.T) {
 		trs, err := b.transitions(context.Background(), "r", 1)
 		return err == nil && len(trs) == 1 && trs[0].GetPromoterId() == "pb" && trs[0].GetEpoch() > e1
 	})
+}
+
+// unusedAddr is a loopback address nothing listens on (a port bound, then
+// released).
+func unusedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// A promoter whose etcd cannot be reached serves (its readiness is not
+// etcd's), but is not elected and says so: a warning naming etcd's address
+// and the error at once, then at most one every recurringWarnEvery, and
+// Promote's refusal names the failing election. It used to wait in the
+// election's lease grant for ever, logging nothing.
+func TestUnreachableEtcdIsLogged(t *testing.T) {
+	etcdAddr, leaseAddr := unusedAddr(t), unusedAddr(t)
+	// As cmd/tenure makes it: the client does not dial until used.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdAddr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var logs testlog.Buffer
+	p, err := New(Config{ID: "p1", Etcd: cli, LeaseURL: "http://" + leaseAddr,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	warned := func() int {
+		n := 0
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "level=WARN") && strings.Contains(line, etcdAddr) && strings.Contains(line, "err=") {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "a warning naming etcd's address and the error", 15*time.Second, func() bool { return warned() > 0 })
+	if p.Elected() {
+		t.Fatal("elected without etcd")
+	}
+	_, err = handler{p}.Promote(context.Background(), connect.NewRequest(&tenurev1.PromoteRequest{RangeId: "r"}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "not elected") || !strings.Contains(err.Error(), etcdAddr) {
+		t.Errorf("Promote while etcd is unreachable: %v, want FailedPrecondition: not elected, naming etcd at %s", err, etcdAddr)
+	}
+	// Bounded: the rounds go on failing (one per grant bound, 3 s, and a
+	// pause), and none of them warns again within recurringWarnEvery (10 s).
+	const quiet = 7 * time.Second
+	time.Sleep(quiet)
+	if n := warned(); n != 1 {
+		t.Errorf("%d warnings in the %v after the first, want 1 (at most one per 10s); logs:\n%s", n, quiet, logs.String())
+	}
+	if p.Elected() {
+		t.Fatal("elected without etcd")
+	}
+}
+
+// An elected promoter whose lease service cannot be reached says so at a
+// bounded rate: its lease watch is retried every ~200 ms and logged five
+// warnings a second; now the first at once, naming the lease service's
+// address and the error, then at most one every 10 s.
+func TestUnreachableLeaseServiceIsLoggedAtABoundedRate(t *testing.T) {
+	e, err := embedetcd.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	leaseAddr := unusedAddr(t)
+	var logs testlog.Buffer
+	p, err := New(Config{ID: "p1", Etcd: leasetest.EtcdClient(t, e), LeaseURL: "http://" + leaseAddr, RefreshInterval: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	warned := func(msg string) int {
+		n := 0
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "level=WARN") && strings.Contains(line, msg) && strings.Contains(line, leaseAddr) && strings.Contains(line, "err=") {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "warnings naming the lease service's address and the error", 15*time.Second, func() bool {
+		return warned("lease watch ended") > 0 && warned("range refresh failed") > 0
+	})
+	// A watch retry every ~200 ms and a refresh every 300 ms: 15 and 10
+	// warnings in 3 s, unbounded.
+	time.Sleep(3 * time.Second)
+	for _, msg := range []string{"lease watch ended", "range refresh failed"} {
+		if n := warned(msg); n != 1 {
+			t.Errorf("%d %q warnings, want 1 (at most one per 10s); logs:\n%s", n, msg, logs.String())
+		}
+	}
 }

@@ -218,6 +218,14 @@ type Promoter struct {
 	inflight map[string]bool
 	probes   map[string]*probeState // by replica address
 
+	// electionErr is why the last election round failed ("" once a round
+	// got an election session): why this promoter is not elected.
+	electionErr string
+
+	// warnMu guards the recurring failures' log state (logRecurring).
+	warnMu                               sync.Mutex
+	electionWarn, refreshWarn, watchWarn recurring
+
 	// records writes transition records in batches (recorder).
 	records recorder
 
@@ -302,10 +310,16 @@ func (p *Promoter) Elected() bool {
 
 func (p *Promoter) notElectedError() error {
 	p.mu.Lock()
-	leader := p.leaderID
+	leader, why := p.leaderID, p.electionErr
 	p.mu.Unlock()
 	if leader == "" {
 		leader = "unknown"
+	}
+	if why != "" {
+		// Its election cannot run: the operator's next step is etcd, not
+		// the elected promoter.
+		return connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("promoter %s is not elected; the elected promoter is %s; its election on etcd %v fails: %s", p.cfg.ID, leader, p.cfg.Etcd.Endpoints(), why))
 	}
 	return connect.NewError(connect.CodeFailedPrecondition,
 		fmt.Errorf("promoter %s is not elected; the elected promoter is %s", p.cfg.ID, leader))

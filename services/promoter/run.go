@@ -77,7 +77,12 @@ func (rs *rangeState) member(id string) *tenurev1.Replica {
 func (p *Promoter) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		if err := p.campaign(ctx); err != nil && ctx.Err() == nil {
-			p.log.Warn("election round ended", "err", err)
+			// Not elected, and why: Promote's refusal says it (notElectedError).
+			p.mu.Lock()
+			p.electionErr = err.Error()
+			p.mu.Unlock()
+			p.logRecurring(&p.electionWarn, "not elected: the election on etcd failed; retrying",
+				"etcd", p.cfg.Etcd.Endpoints(), "err", err)
 			sleep(ctx, jitter(500*time.Millisecond))
 		}
 	}
@@ -88,12 +93,39 @@ func (p *Promoter) Run(ctx context.Context) error {
 // elected promoter blocks its successor. etcd counts it in whole seconds.
 const electionTTLSeconds = 2
 
+// electionGrantTimeout bounds the grant of the election session's lease.
+// The etcd client waits for a connection as long as its context lasts: with
+// the promoter's own, one whose etcd could not be reached waited forever in
+// the grant, not elected and logging nothing (seen: `tenure promoter --etcd
+// 127.0.0.1:1` silent after "promoter serving").
+const electionGrantTimeout = 3 * time.Second
+
 func (p *Promoter) campaign(ctx context.Context) error {
-	sess, err := concurrency.NewSession(p.cfg.Etcd, concurrency.WithTTL(electionTTLSeconds), concurrency.WithContext(ctx))
+	gctx, cancel := context.WithTimeout(ctx, electionGrantTimeout)
+	lease, err := p.cfg.Etcd.Grant(gctx, electionTTLSeconds)
+	cancel()
+	if err != nil {
+		// A grant that timed out says only "deadline exceeded": the
+		// connection's state says whether etcd could be reached at all.
+		state := "unknown"
+		if conn := p.cfg.Etcd.ActiveConnection(); conn != nil {
+			state = conn.GetState().String()
+		}
+		return fmt.Errorf("election session: lease grant (bound %v, etcd connection %s): %w", electionGrantTimeout, state, err)
+	}
+	// The session's keep-alives run on ctx, not on the grant's bound.
+	sess, err := concurrency.NewSession(p.cfg.Etcd, concurrency.WithLease(lease.ID), concurrency.WithTTL(electionTTLSeconds), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("election session: %w", err)
 	}
 	defer sess.Close()
+	p.mu.Lock()
+	failed := p.electionErr != ""
+	p.electionErr = ""
+	p.mu.Unlock()
+	if failed {
+		p.log.Info("etcd answers again; campaigning", "etcd", p.cfg.Etcd.Endpoints())
+	}
 	el := concurrency.NewElection(sess, p.cfg.Prefix+"promoter-election")
 
 	obsCtx, stopObserve := context.WithCancel(ctx)
@@ -109,7 +141,13 @@ func (p *Promoter) campaign(ctx context.Context) error {
 		}
 	}()
 
-	if err := el.Campaign(ctx, candidateValue(p.cfg.ID, p.cfg.URL)); err != nil {
+	// Campaign on the session's context: a standby whose etcd goes away
+	// loses its session after the TTL, and must start a new round (and
+	// say that it cannot) instead of waiting in the campaign for ever.
+	if err := el.Campaign(sess.Ctx(), candidateValue(p.cfg.ID, p.cfg.URL)); err != nil {
+		if ctx.Err() == nil && sess.Ctx().Err() != nil {
+			return fmt.Errorf("campaign: election session lost (etcd unreachable?): %w", err)
+		}
 		return fmt.Errorf("campaign: %w", err)
 	}
 	p.log.Info("elected")
@@ -385,7 +423,7 @@ func (p *Promoter) finished(rangeID string, tr *tenurev1.Transition, err error, 
 func (p *Promoter) refreshLoop(ctx context.Context) {
 	for {
 		if err := p.refresh(ctx); err != nil && ctx.Err() == nil {
-			p.log.Warn("range refresh failed", "err", err)
+			p.logRecurring(&p.refreshWarn, "range refresh failed", "lease", p.leaseURLs(), "err", err)
 		}
 		if !sleep(ctx, p.cfg.RefreshInterval) {
 			return
@@ -497,7 +535,8 @@ func (p *Promoter) watchLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		p.log.Warn("lease watch ended; resuming", "revision", pos.rev, "err", err)
+		// Every ~200 ms while the lease service is unreachable: bounded.
+		p.logRecurring(&p.watchWarn, "lease watch ended; resuming", "lease", p.leaseURLs(), "revision", pos.rev, "err", err)
 		if connect.CodeOf(err) == connect.CodeOutOfRange {
 			pos = watchPos{} // compacted: start from now; the refresh loop covers the gap
 		}
@@ -610,4 +649,46 @@ func (p *Promoter) rebind(ctx context.Context, rangeID string, epoch uint64, lea
 	if err != nil {
 		p.log.Debug("lease rebind failed; will retry on the next refresh", "range", rangeID, "epoch", epoch, "leader", leader, "err", err)
 	}
+}
+
+// recurring is a failure that repeats as long as its cause lasts (etcd or
+// the lease service unreachable), as logRecurring reports it. Guarded by
+// Promoter.warnMu.
+type recurring struct {
+	// last is when it was last logged at warning level; zero before.
+	last time.Time
+	// failed counts the failures since then.
+	failed int
+}
+
+// recurringWarnEvery is how often a recurring failure is logged at warning
+// level at most. Unbounded, the lease watch's retries logged five warnings
+// a second while the lease service was down; unlogged, the election's
+// logged nothing at all.
+const recurringWarnEvery = 10 * time.Second
+
+// logRecurring logs one failure of r: at warning level the first at once,
+// then at most one every recurringWarnEvery with how many failures it
+// stands for ("failures"), the others at debug level.
+func (p *Promoter) logRecurring(r *recurring, msg string, args ...any) {
+	now := time.Now()
+	p.warnMu.Lock()
+	r.failed++
+	n := r.failed
+	warn := r.last.IsZero() || now.Sub(r.last) >= recurringWarnEvery
+	if warn {
+		r.last, r.failed = now, 0
+	}
+	p.warnMu.Unlock()
+	level := slog.LevelDebug
+	if warn {
+		level = slog.LevelWarn
+		args = append(args, "failures", n)
+	}
+	p.log.Log(context.Background(), level, msg, args...)
+}
+
+// leaseURLs is every lease service instance the promoter calls, for logs.
+func (p *Promoter) leaseURLs() []string {
+	return append([]string{p.cfg.LeaseURL}, p.cfg.LeaseURLs...)
 }
