@@ -41,7 +41,9 @@ disks of a majority are lost). It fences whatever answers and leads from the
 most complete surviving log without a quorum: records acknowledged beyond
 that log are lost. The report names the offsets that may have been
 acknowledged and are not on the new leader ([possibly lost from, highest HWM
-seen)). The promoter never does this on its own. With it, --to only
+seen)). The promoter never does this on its own, and with the flag it
+still promotes safely where it can: a range with a quorum answering gets an
+ordinary promotion, nothing lost and nothing counted unsafe. With it, --to only
 prefers a replica among the most complete survivors: nothing waits for a
 catch-up when a quorum is gone.
 `
