@@ -4,12 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"net"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenurelog/tenure/internal/testnet"
 )
 
 // stderrLines runs the binary with args and delivers its stderr line by
@@ -88,17 +89,6 @@ func (p *stderrLines) wait(t *testing.T, within time.Duration) int {
 	}
 }
 
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // A lease service that cannot reach etcd says so at once, at warn level,
 // naming the address and why, and again at a bounded rate while it keeps
 // trying; it prints no ready line, SIGTERM stops it cleanly, and past
@@ -107,7 +97,7 @@ func closedPort(t *testing.T) string {
 // context canceled".
 func TestLeaseSaysItCannotReachEtcd(t *testing.T) {
 	bin := buildTenure(t)
-	etcd := "http://" + closedPort(t)
+	etcd := "http://" + testnet.ClosedAddr(t)
 
 	t.Run("warns at once and stops on SIGTERM", func(t *testing.T) {
 		p := startWithStderr(t, bin, "lease", "--etcd", etcd, "--listen", "127.0.0.1:0")

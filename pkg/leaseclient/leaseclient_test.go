@@ -3,13 +3,13 @@ package leaseclient
 import (
 	"context"
 	"errors"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/testnet"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -74,18 +74,6 @@ func unavailable(context.Context) error {
 	return connect.NewError(connect.CodeUnavailable, errors.New("etcd did not answer in time"))
 }
 
-// deadURL is the URL of a port nothing listens on any more.
-func deadURL(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr
-}
-
 func TestFailover(t *testing.T) {
 	getRange := func(c *Client) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -133,7 +121,7 @@ func TestFailover(t *testing.T) {
 			var firstURL string
 			var first *instance
 			if tt.first == nil {
-				firstURL = deadURL(t)
+				firstURL = "http://" + testnet.ClosedAddr(t)
 			} else {
 				first, firstURL = serve(t, tt.first)
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenurelog/tenure/internal/testnet"
 	"github.com/tenurelog/tenure/pkg/telemetry"
 )
 
@@ -221,19 +221,6 @@ func TestSampler(t *testing.T) {
 	}
 }
 
-// refusedEndpoint is an http:// URL on loopback where nothing listens: a
-// port bound and closed again, so connections to it are refused.
-func refusedEndpoint(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr
-}
-
 // setupOTLP runs Setup with OTLP/HTTP export to endpoint and returns a
 // trace of one ended span.
 func setupOTLP(t *testing.T, endpoint string) trace.TraceID {
@@ -273,7 +260,7 @@ func TestFlushReportsWhatTheExporterDid(t *testing.T) {
 		}
 	})
 	t.Run("connection refused", func(t *testing.T) {
-		id := setupOTLP(t, refusedEndpoint(t))
+		id := setupOTLP(t, "http://"+testnet.ClosedAddr(t))
 		got, err := telemetry.Flush(ctx, id)
 		if got.Exported != 0 || got.Failed != 1 || got.Err == nil || !strings.Contains(got.Err.Error(), "connection refused") {
 			t.Fatalf("Flush() = %+v, %v; want the span failed with the refused connection, none exported", got, err)

@@ -3,7 +3,6 @@ package promoter
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tenurelog/tenure/internal/testlog"
+	"github.com/tenurelog/tenure/internal/testnet"
 	"github.com/tenurelog/tenure/pkg/embedetcd"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/services/lease/leasetest"
@@ -63,26 +63,13 @@ func TestOnlyTheElectedPromoterActs(t *testing.T) {
 	})
 }
 
-// unusedAddr is a loopback address nothing listens on (a port bound, then
-// released).
-func unusedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // A promoter whose etcd cannot be reached serves (its readiness is not
 // etcd's), but is not elected and says so: a warning naming etcd's address
 // and the error at once, then at most one every recurringWarnEvery, and
 // Promote's refusal names the failing election. It used to wait in the
 // election's lease grant for ever, logging nothing.
 func TestUnreachableEtcdIsLogged(t *testing.T) {
-	etcdAddr, leaseAddr := unusedAddr(t), unusedAddr(t)
+	etcdAddr, leaseAddr := testnet.ClosedAddr(t), testnet.ClosedAddr(t)
 	// As cmd/tenure makes it: the client does not dial until used.
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdAddr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -100,15 +87,7 @@ func TestUnreachableEtcdIsLogged(t *testing.T) {
 	go func() { p.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	warned := func() int {
-		n := 0
-		for _, line := range strings.Split(logs.String(), "\n") {
-			if strings.Contains(line, "level=WARN") && strings.Contains(line, etcdAddr) && strings.Contains(line, "err=") {
-				n++
-			}
-		}
-		return n
-	}
+	warned := func() int { return warnings(&logs, etcdAddr) }
 	waitFor(t, "a warning naming etcd's address and the error", 15*time.Second, func() bool { return warned() > 0 })
 	if p.Elected() {
 		t.Fatal("elected without etcd")
@@ -139,7 +118,7 @@ func TestUnreachableLeaseServiceIsLoggedAtABoundedRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	leaseAddr := unusedAddr(t)
+	leaseAddr := testnet.ClosedAddr(t)
 	var logs testlog.Buffer
 	p, err := New(Config{ID: "p1", Etcd: leasetest.EtcdClient(t, e), LeaseURL: "http://" + leaseAddr, RefreshInterval: 300 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
@@ -151,15 +130,7 @@ func TestUnreachableLeaseServiceIsLoggedAtABoundedRate(t *testing.T) {
 	go func() { p.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	warned := func(msg string) int {
-		n := 0
-		for _, line := range strings.Split(logs.String(), "\n") {
-			if strings.Contains(line, "level=WARN") && strings.Contains(line, msg) && strings.Contains(line, leaseAddr) && strings.Contains(line, "err=") {
-				n++
-			}
-		}
-		return n
-	}
+	warned := func(msg string) int { return warnings(&logs, msg, leaseAddr) }
 	waitFor(t, "warnings naming the lease service's address and the error", 15*time.Second, func() bool {
 		return warned("lease watch ended") > 0 && warned("range refresh failed") > 0
 	})
@@ -171,4 +142,23 @@ func TestUnreachableLeaseServiceIsLoggedAtABoundedRate(t *testing.T) {
 			t.Errorf("%d %q warnings, want 1 (at most one per 10s); logs:\n%s", n, msg, logs.String())
 		}
 	}
+}
+
+// warnings counts the warnings logged with an error that contain every
+// one of words.
+func warnings(logs *testlog.Buffer, words ...string) int {
+	n := 0
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "err=") {
+			continue
+		}
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(line, w)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
 }
