@@ -388,6 +388,9 @@ type memberStatus struct {
 	pid, startedUnixMs int64
 	// disk is the replica's full-disk state and space, when it answered.
 	disk *tenurev1.DiskStatus
+	// answeredAs is the id of the replica that answered at the member's
+	// address ("" from a replica older than ids in its status).
+	answeredAs string
 }
 
 // mismatch says whether the replica answering is not the member's disk.
@@ -421,14 +424,23 @@ func (c *clients) memberStatuses(ctx context.Context, r *tenurev1.RangeInfo) []m
 				// its full status.
 				if full, ferr := c.replica(m.GetAddress()).GetStatus(cctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{})); ferr == nil {
 					out[i].incarnation, out[i].lost = full.Msg.GetIncarnation(), lostRange(full.Msg, r.GetRangeId())
+					out[i].answeredAs = full.Msg.GetReplicaId()
 				}
 			}
 			if err == nil {
+				out[i].answeredAs = resp.Msg.GetReplicaId()
 				out[i].incarnation, out[i].lost = resp.Msg.GetIncarnation(), lostRange(resp.Msg, r.GetRangeId())
 				out[i].pid, out[i].startedUnixMs = resp.Msg.GetPid(), resp.Msg.GetStartedUnixMs()
 				out[i].disk = resp.Msg.GetDisk()
 			}
 			switch {
+			case out[i].answeredAs != "" && out[i].answeredAs != m.GetId():
+				// Another replica serves at the member's address: it refuses
+				// every call meant for the member, so the member can never
+				// be fenced there. It read "does not host the range yet",
+				// while the promoter held the range for want of a quorum.
+				out[i].err = fmt.Errorf("MISDIRECTED: the address answers as replica %s; correct the addresses", out[i].answeredAs)
+				out[i].status = nil
 			case out[i].mismatch():
 				out[i].err = fmt.Errorf("INCARNATION MISMATCH: the member is incarnation %s, the replica answering is %s (its disk was replaced or wiped); it does not serve the range: remove it and add it again",
 					orDash(m.GetIncarnation()), orDash(out[i].incarnation))

@@ -43,6 +43,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"retention", testRetention},
 		{"URL flags", testURLRule},
 		{"a server's error is not a connection's", testServerErrorsAreTheServers},
+		{"misdirected addresses", testMisdirectedAddresses},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
 	} {
@@ -621,5 +622,30 @@ func testServerErrorsAreTheServers(t *testing.T, c *testCluster) {
 	if code != exitOK || json.Unmarshal([]byte(stdout), &got) != nil || len(got) != 1 || got[0].Promotion == nil ||
 		got[0].Promotion.State != "unknown" || !strings.Contains(got[0].Promotion.PromoterError, "cannot reach the promoter at "+dead) {
 		t.Errorf("status --json with no promoter at %s: status %d, stdout:\n%s\nstderr:\n%s\nwant promotion.state unknown and promoter_error naming it", dead, code, stdout, stderr)
+	}
+}
+
+// A range whose members' addresses are swapped: status names each
+// misdirection on the member's own row (it said "does not host the range
+// yet"), and the range is not promoted.
+func testMisdirectedAddresses(t *testing.T, c *testCluster) {
+	r1, r2, r3 := c.replicas[0], c.replicas[1], c.replicas[2]
+	c.mustCtl("", "range", "create", "swapped", "--replicas", "r1=http://"+r2.listen+",r2=http://"+r1.listen+",r3=http://"+r3.listen)
+	code, stdout, stderr := c.ctl("", "status", "swapped", "--json")
+	var got []statusJSON
+	if code != exitOK || json.Unmarshal([]byte(stdout), &got) != nil || len(got) != 1 {
+		t.Fatalf("status swapped --json: status %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	want := map[string]string{"r1": "answers as replica r2", "r2": "answers as replica r1"}
+	for _, rj := range got[0].Replicas {
+		if w, ok := want[rj.ID]; ok && !strings.Contains(rj.Error, "MISDIRECTED: the address "+w) {
+			t.Errorf("status of %s at a swapped address: error %q, want it to say it %s", rj.ID, rj.Error, w)
+		}
+		if rj.ID == "r3" && strings.Contains(rj.Error, "MISDIRECTED") {
+			t.Errorf("r3 is at its own address, yet status says %q", rj.Error)
+		}
+	}
+	if got[0].Epoch != 0 {
+		t.Errorf("the swapped range is at epoch %d: the promoter spent epochs on it", got[0].Epoch)
 	}
 }
