@@ -75,17 +75,9 @@ func TestUnreachableEtcdIsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
+	t.Cleanup(func() { cli.Close() }) // after the promoter stops (cleanups run last first)
 	var logs testlog.Buffer
-	p, err := New(Config{ID: "p1", Etcd: cli, LeaseURL: "http://" + leaseAddr,
-		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	p := runWarnLogged(t, &logs, Config{ID: "p1", Etcd: cli, LeaseURL: "http://" + leaseAddr})
 
 	warned := func() int { return warnings(&logs, etcdAddr) }
 	waitFor(t, "a warning naming etcd's address and the error", 15*time.Second, func() bool { return warned() > 0 })
@@ -120,15 +112,7 @@ func TestUnreachableLeaseServiceIsLoggedAtABoundedRate(t *testing.T) {
 	t.Cleanup(e.Close)
 	leaseAddr := testnet.ClosedAddr(t)
 	var logs testlog.Buffer
-	p, err := New(Config{ID: "p1", Etcd: leasetest.EtcdClient(t, e), LeaseURL: "http://" + leaseAddr, RefreshInterval: 300 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	runWarnLogged(t, &logs, Config{ID: "p1", Etcd: leasetest.EtcdClient(t, e), LeaseURL: "http://" + leaseAddr, RefreshInterval: 300 * time.Millisecond})
 
 	warned := func(msg string) int { return warnings(&logs, msg, leaseAddr) }
 	waitFor(t, "warnings naming the lease service's address and the error", 15*time.Second, func() bool {
@@ -161,4 +145,20 @@ func warnings(logs *testlog.Buffer, words ...string) int {
 		}
 	}
 	return n
+}
+
+// runWarnLogged runs a promoter of cfg, its warnings and errors written to
+// logs, until the test ends.
+func runWarnLogged(t *testing.T, logs *testlog.Buffer, cfg Config) *Promoter {
+	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return p
 }
