@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,6 +38,10 @@ const (
 	// (1 s by default); the rest is headroom for a loaded test machine.
 	readyTimeout = 30 * time.Second
 )
+
+// ErrDirInUse is returned by Start and Restart when another process (or
+// another member in this one) already runs etcd on the data directory.
+var ErrDirInUse = errors.New("data directory in use")
 
 // CompactionRetention is the history the member keeps: etcd's periodic
 // auto-compaction (--auto-compaction-mode=periodic) discards revisions
@@ -146,6 +151,19 @@ func (e *Etcd) start() error {
 	cfg.EnableGRPCGateway = false
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = CompactionRetention.String()
+
+	// etcd waits for its bbolt file's lock without a bound: with another
+	// etcd (or another process of ours) on dir, StartEtcd never returned,
+	// and the ready timeout below never started. Probe the lock first and
+	// say who is in the way. A holder that appears between the probe and
+	// the open still blocks etcd; the probe covers the common case, a
+	// second process started on the same directory.
+	db := filepath.Join(e.dir, "member", "snap", "db")
+	if busy, err := lockedByOther(db); err != nil {
+		return fmt.Errorf("embedetcd: check %s: %w", db, err)
+	} else if busy {
+		return fmt.Errorf("embedetcd: %w: %s is locked by another etcd or process using %s; stop it or use another directory", ErrDirInUse, db, e.dir)
+	}
 
 	srv, err := embed.StartEtcd(cfg)
 	if err != nil {

@@ -127,3 +127,39 @@ func TestOldRevisionsAreCompacted(t *testing.T) {
 	}
 	t.Fatalf("revision %d still readable after 20 s with a retention of %v: no auto-compaction", first.Header.Revision, embedetcd.CompactionRetention)
 }
+
+// TestSecondMemberOnADirectoryInUseFails: a second Start on a directory a
+// running member holds returns ErrDirInUse at once. etcd itself waits for
+// its bbolt file's lock without a bound, so before the probe this Start
+// never returned (tenure dev on a data dir whose etcd another process held
+// hung silently).
+func TestSecondMemberOnADirectoryInUseFails(t *testing.T) {
+	dir := t.TempDir()
+	e, err := embedetcd.Start(dir)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	defer e.Close()
+	done := make(chan error, 1)
+	go func() {
+		second, err := embedetcd.Start(dir)
+		if err == nil {
+			second.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, embedetcd.ErrDirInUse) {
+			t.Fatalf("second Start() = %v, want ErrDirInUse", err)
+		}
+		t.Logf("second Start(): %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("second Start() on a directory in use did not return within 20s")
+	}
+	// The first member is untouched: it still serves after the refusal.
+	e.Stop()
+	if err := e.Restart(); err != nil {
+		t.Fatalf("Restart() after the refused second start = %v", err)
+	}
+}
