@@ -31,8 +31,9 @@ import (
 const leaderWait = 10 * time.Second
 
 const produceHelp = `
-Append records to a range and print the offset each was acknowledged at
-(--echo prints OFFSET<TAB>VALUE). The values are the arguments, or, with
+Append records to a range and print the offset each was acknowledged at,
+one line a record on stdout (--echo prints OFFSET<TAB>VALUE); the range,
+leader and epoch that took them go to stderr. The values are the arguments, or, with
 none, stdin: one record per line (without its newline, or split at
 --delimiter instead), sent in batches of --batch records; with --binary the
 whole of stdin is one record. At a terminal each line is sent as it is
@@ -289,7 +290,10 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 	p.seq += uint64(len(values))
 	m := resp.Msg
 	if p.count == 0 && !p.json {
-		fmt.Fprintf(p.e.stdout, "range %s, leader %s, epoch %d:\n", p.rangeID, p.leader.GetId(), m.GetEpoch())
+		// Context for whoever watches, on stderr: stdout is the offsets
+		// alone, one line a record, for a script to read (it used to
+		// begin with this line, which every reader had to skip).
+		fmt.Fprintf(p.e.stderr, "range %s, leader %s, epoch %d:\n", p.rangeID, p.leader.GetId(), m.GetEpoch())
 	}
 	enc := json.NewEncoder(p.e.stdout)
 	for i, v := range values {
