@@ -2,6 +2,7 @@ package promoter
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -97,4 +98,65 @@ func TestSwappedAddressesSpendNoEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.leader(rangeID, held+1, 20*time.Second)
+}
+
+// A leader whose address comes to answer as another replica (here an
+// operator's SetReplicas gives r-leader the address of another member) is
+// unreachable: the replica there refuses every call meant for the leader.
+// The promoter must fail the range over to a reachable member, as for a dead
+// leader. Before, nothing noticed: the probe of the address read the other
+// replica's status, the leader's own lease stayed live, and the range
+// refused every append until the address was corrected.
+func TestLeaderAddressAnsweringAsAnotherReplicaFailsOver(t *testing.T) {
+	c := newCluster(t, 3)
+	const rangeID = "moved"
+	c.createRange(rangeID, "r1")
+	p := c.newPromoter("p1", true)
+	leader, epoch := c.leader(rangeID, 1, 20*time.Second)
+
+	members := c.members()
+	other := ""
+	for _, m := range members {
+		if m.GetId() != leader {
+			other = m.GetId()
+			break
+		}
+	}
+	for _, m := range members {
+		if m.GetId() == leader {
+			m.Address = c.byID[other].srv.URL()
+		}
+	}
+	// The membership revision moves while the first leader records its
+	// members' incarnations: re-read and retry, bounded.
+	waitFor(t, "SetReplicas to give "+leader+" the address of "+other, 10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		rng, err := c.lease.Client.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: rangeID}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.lease.Client.SetReplicas(ctx, connect.NewRequest(&tenurev1.SetReplicasRequest{
+			RangeId: rangeID, Replicas: members, ExpectedRevision: rng.Msg.GetRange().GetMembershipRevision()}))
+		if err != nil && connect.CodeOf(err) != connect.CodeAborted {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
+	next, nextEpoch := c.leader(rangeID, epoch+1, 30*time.Second)
+	if next == leader {
+		t.Fatalf("%s leads again at epoch %d; its address answers as %s", next, nextEpoch, other)
+	}
+	var reason string
+	waitFor(t, "the transition record of epoch "+fmt.Sprint(nextEpoch), 10*time.Second, func() bool {
+		trs, err := p.transitions(context.Background(), rangeID, 1)
+		if err != nil || len(trs) == 0 || trs[0].GetEpoch() != nextEpoch {
+			return false
+		}
+		reason = trs[0].GetReason()
+		return true
+	})
+	if want := "leader " + leader + " unreachable: its address " + c.byID[other].srv.URL() + " answers as replica " + other; !strings.Contains(reason, want) {
+		t.Errorf("transition reason %q does not say %q", reason, want)
+	}
 }

@@ -220,7 +220,23 @@ func (p *Promoter) probe(ctx context.Context, addr string) {
 		}
 		// Skip ranges being promoted, without a leader yet, or whose state
 		// changed after this probe was sent.
-		if p.inflight[id] || rs.leaderID == "" || rs.changed.After(started) || rs.address(replicaID) != addr {
+		if p.inflight[id] || rs.leaderID == "" || rs.changed.After(started) {
+			continue
+		}
+		if replicaID != "" && replicaID != rs.leaderID && rs.address(rs.leaderID) == addr {
+			// The leader's address answers as another replica (its
+			// address was set to another member's, or another replica now
+			// serves there): every call meant for the leader is refused
+			// there as misdirected, appends and fetches included, so the
+			// range is unavailable as surely as with the leader dead,
+			// while the leader may still renew its lease elsewhere. Only a
+			// promotion, which counts the misdirected leader as down
+			// (quorumAnswering), gives the range a reachable leader.
+			actions = append(actions, action{rangeID: id, epoch: rs.epoch, promote: fmt.Sprintf(
+				"leader %s unreachable: its address %s answers as replica %s", rs.leaderID, addr, replicaID)})
+			continue
+		}
+		if rs.address(replicaID) != addr {
 			continue
 		}
 		st := byRange[id]
