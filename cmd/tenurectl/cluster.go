@@ -439,7 +439,7 @@ func (c *clients) memberStatuses(ctx context.Context, r *tenurev1.RangeInfo) []m
 				// every call meant for the member, so the member can never
 				// be fenced there. It read "does not host the range yet",
 				// while the promoter held the range for want of a quorum.
-				out[i].err = fmt.Errorf("MISDIRECTED: the address answers as replica %s; correct the addresses", out[i].answeredAs)
+				out[i].err = fmt.Errorf("MISDIRECTED: the address answers as replica %s; correct it with 'tenurectl range set-address'", out[i].answeredAs)
 				out[i].status = nil
 			case out[i].mismatch():
 				out[i].err = fmt.Errorf("INCARNATION MISMATCH: the member is incarnation %s, the replica answering is %s (its disk was replaced or wiped); it does not serve the range: remove it and add it again",

@@ -657,4 +657,34 @@ func testMisdirectedAddresses(t *testing.T, c *testCluster) {
 	if got[0].Epoch != 0 {
 		t.Errorf("the swapped range is at epoch %d: the promoter spent epochs on it", got[0].Epoch)
 	}
+
+	// The fix the status names. One member corrected alone would leave r1
+	// and r2 at one address: refused, nothing written.
+	code, stdout, stderr = c.ctl("", "range", "set-address", "swapped", "r1=http://"+r1.listen)
+	if code != exitFail || !strings.Contains(stderr, "r1 and r2 would both be at http://"+r1.listen) {
+		t.Errorf("set-address of r1 alone onto r2's address: status %d, stderr %q, want a refusal naming both", code, stderr)
+	}
+	code, _, stderr = c.ctl("", "range", "set-address", "swapped", "r9=http://127.0.0.1:1")
+	if code != exitFail || !strings.Contains(stderr, "range swapped has no member r9 (members: r1, r2, r3)") {
+		t.Errorf("set-address of a non-member: status %d, stderr %q", code, stderr)
+	}
+	out := c.mustCtl("", "range", "set-address", "swapped", "r1=http://"+r1.listen+",r2=http://"+r2.listen)
+	wantLines(t, "set-address", out,
+		"range swapped: r1 http://"+r2.listen+" -> http://"+r1.listen,
+		"range swapped: r2 http://"+r1.listen+" -> http://"+r2.listen,
+		"the promoter tells the members within its refresh interval; 'tenurectl status swapped' shows them")
+	// Corrected, the range gets its first leader, and every row is plain.
+	c.waitLeader("swapped", 1)
+	out = c.mustCtl("", "range", "set-address", "swapped", "r3=http://"+r3.listen, "--json")
+	var info struct {
+		Replicas []struct{ ID, Address string }
+	}
+	if err := json.Unmarshal([]byte(out), &info); err != nil || len(info.Replicas) != 3 {
+		t.Fatalf("set-address --json with nothing to change = %s (%v)", out, err)
+	}
+	for _, r := range info.Replicas {
+		if want := "http://" + c.byID[r.ID].listen; r.Address != want {
+			t.Errorf("set-address --json: %s at %s, want %s", r.ID, r.Address, want)
+		}
+	}
 }

@@ -47,6 +47,7 @@ var commands = []command{
 	{name: "range add-replica", summary: "add a replica to a range: learner, catch-up, voter; prints progress", run: runRangeAddReplica},
 	{name: "range remove-replica", summary: "remove a replica from a range (a leader hands over first); prints progress", run: runRangeRemoveReplica},
 	{name: "range replace-replica", summary: "replace a range's replica: add the new one, then remove the old; prints progress", run: runRangeReplaceReplica},
+	{name: "range set-address", summary: "change members' recorded addresses (a replica moved, or was listed at the wrong one); nothing else", run: runRangeSetAddress},
 	{name: "range rebuild", summary: "rebuild a replica's quarantined (or halted) copy of a range from its peers: remove it, add it back as a learner; prints progress", run: runRangeRebuild},
 	{name: "range delete", summary: "delete a range: fence every member, drop its data, remove it from the lease service", run: runRangeDelete},
 	{name: "produce", summary: "append records (arguments, or stdin lines) to a range's leader and print their offsets", run: runProduce},

@@ -335,7 +335,7 @@ func (p *Promoter) quorumAnswering(rangeID string) error {
 			}
 			if len(misdirected) > 0 {
 				// The fix is the range's addresses, not waiting: say so.
-				why = append(why, fmt.Sprintf("are misdirected (%s; correct the members' addresses)", strings.Join(misdirected, "; ")))
+				why = append(why, fmt.Sprintf("are misdirected (%s; correct the members' addresses: tenurectl range set-address)", strings.Join(misdirected, "; ")))
 			}
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf(
 				"range %s: %d of %d replicas %s and a promotion needs %d to answer; %w",
