@@ -44,6 +44,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"URL flags", testURLRule},
 		{"a server's error is not a connection's", testServerErrorsAreTheServers},
 		{"misdirected addresses", testMisdirectedAddresses},
+		{"a promoter whose election fails", testPromoterWithoutEtcd},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
 	} {

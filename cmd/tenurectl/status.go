@@ -89,7 +89,19 @@ type rangeStatus struct {
 type promoterView struct {
 	id, leaderID string
 	elected      bool
-	err          error // the promoter could not be asked
+	// electionErr is why the promoter's election cannot run (etcd
+	// unreachable), as it says; "" while it runs.
+	electionErr string
+	err         error // the promoter could not be asked
+}
+
+// notElected says why a promoter that answered has no promotion state.
+func (v promoterView) notElected() string {
+	if v.electionErr != "" {
+		// Not a healthy standby: nobody may be elected while this lasts.
+		return fmt.Sprintf("promoter %s is not elected (elected: %s): %s; failovers need an elected promoter", v.id, orDash(v.leaderID), v.electionErr)
+	}
+	return fmt.Sprintf("promoter %s is a standby (elected: %s); ask the elected one for promotion state", v.id, orDash(v.leaderID))
 }
 
 // promotions asks the promoter for its view, bounded by rpcTimeout. A failure
@@ -102,7 +114,7 @@ func (c *clients) promotions(ctx context.Context) (promoterView, map[string]*ten
 		return promoterView{err: c.promoterErr(err)}, nil
 	}
 	m := resp.Msg
-	v := promoterView{id: m.GetPromoterId(), leaderID: m.GetLeaderPromoterId(), elected: m.GetElected()}
+	v := promoterView{id: m.GetPromoterId(), leaderID: m.GetLeaderPromoterId(), elected: m.GetElected(), electionErr: m.GetElectionError()}
 	if !v.elected {
 		// A standby's range states are stale: not shown.
 		return v, nil
@@ -166,7 +178,7 @@ func writePromotions(w io.Writer, v promoterView, rs []rangeStatus) error {
 		_, err := fmt.Fprintf(w, "\npromoter: %v\nno promotion state; failovers need an elected promoter\n", v.err)
 		return err
 	case !v.elected:
-		_, err := fmt.Fprintf(w, "\npromoter %s is a standby (elected: %s); ask the elected one for promotion state\n", v.id, orDash(v.leaderID))
+		_, err := fmt.Fprintf(w, "\n%s\n", v.notElected())
 		return err
 	}
 	var unhappy []rangeStatus
@@ -520,7 +532,7 @@ func noPromotionState(v promoterView) *promotionJSON {
 	case v.err != nil:
 		return &promotionJSON{State: "unknown", PromoterError: v.err.Error() + "; no promotion state; failovers need an elected promoter"}
 	case !v.elected:
-		return &promotionJSON{State: "unknown", PromoterError: fmt.Sprintf("promoter %s is a standby (elected: %s); ask the elected one for promotion state", v.id, orDash(v.leaderID))}
+		return &promotionJSON{State: "unknown", PromoterError: v.notElected()}
 	}
 	return nil
 }

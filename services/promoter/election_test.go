@@ -88,6 +88,12 @@ func TestUnreachableEtcdIsLogged(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "not elected") || !strings.Contains(err.Error(), etcdAddr) {
 		t.Errorf("Promote while etcd is unreachable: %v, want FailedPrecondition: not elected, naming etcd at %s", err, etcdAddr)
 	}
+	// Its status says why too (tenurectl status prints it): without the
+	// field a promoter that can never be elected read as a healthy standby.
+	st, err := handler{p}.GetStatus(context.Background(), connect.NewRequest(&tenurev1.PromoterServiceGetStatusRequest{}))
+	if err != nil || st.Msg.GetElected() || !strings.Contains(st.Msg.GetElectionError(), "election on etcd") || !strings.Contains(st.Msg.GetElectionError(), etcdAddr) {
+		t.Errorf("GetStatus while etcd is unreachable: %v, %v; want not elected, with an election_error naming etcd at %s", st.Msg, err, etcdAddr)
+	}
 	// Bounded: the rounds go on failing (one per grant bound, 3 s, and a
 	// pause), and none of them warns again within recurringWarnEvery (10 s).
 	const quiet = 7 * time.Second

@@ -1289,7 +1289,12 @@ type PromoterServiceGetStatusResponse struct {
 	// The elected promoter's id, if known.
 	LeaderPromoterId string `protobuf:"bytes,3,opt,name=leader_promoter_id,json=leaderPromoterId,proto3" json:"leader_promoter_id,omitempty"`
 	// Per-range state.
-	Ranges        []*RangePromotionState `protobuf:"bytes,4,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	Ranges []*RangePromotionState `protobuf:"bytes,4,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	// Why this promoter cannot take part in the election, while its last
+	// round failed (etcd unreachable, its session lost): then neither it nor,
+	// as far as it knows, any other promoter may be elected, and no range
+	// fails over. Empty while the election runs, elected or standing by.
+	ElectionError string `protobuf:"bytes,5,opt,name=election_error,json=electionError,proto3" json:"election_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1350,6 +1355,13 @@ func (x *PromoterServiceGetStatusResponse) GetRanges() []*RangePromotionState {
 		return x.Ranges
 	}
 	return nil
+}
+
+func (x *PromoterServiceGetStatusResponse) GetElectionError() string {
+	if x != nil {
+		return x.ElectionError
+	}
+	return ""
 }
 
 var File_tenure_v1_promoter_proto protoreflect.FileDescriptor
@@ -1465,13 +1477,14 @@ const file_tenure_v1_promoter_proto_rawDesc = "" +
 	"last_error\x18\x05 \x01(\tR\tlastError\x12\x1a\n" +
 	"\battempts\x18\x06 \x01(\rR\battempts\x12+\n" +
 	"\x12next_retry_unix_ms\x18\a \x01(\x03R\x0fnextRetryUnixMs\x12+\n" +
-	"\x11membership_change\x18\b \x01(\tR\x10membershipChange\"\xc3\x01\n" +
+	"\x11membership_change\x18\b \x01(\tR\x10membershipChange\"\xea\x01\n" +
 	" PromoterServiceGetStatusResponse\x12\x1f\n" +
 	"\vpromoter_id\x18\x01 \x01(\tR\n" +
 	"promoterId\x12\x18\n" +
 	"\aelected\x18\x02 \x01(\bR\aelected\x12,\n" +
 	"\x12leader_promoter_id\x18\x03 \x01(\tR\x10leaderPromoterId\x126\n" +
-	"\x06ranges\x18\x04 \x03(\v2\x1e.tenure.v1.RangePromotionStateR\x06ranges2\xd8\x03\n" +
+	"\x06ranges\x18\x04 \x03(\v2\x1e.tenure.v1.RangePromotionStateR\x06ranges\x12%\n" +
+	"\x0eelection_error\x18\x05 \x01(\tR\relectionError2\xd8\x03\n" +
 	"\x0fPromoterService\x12@\n" +
 	"\aPromote\x12\x19.tenure.v1.PromoteRequest\x1a\x1a.tenure.v1.PromoteResponse\x12X\n" +
 	"\x0fListTransitions\x12!.tenure.v1.ListTransitionsRequest\x1a\".tenure.v1.ListTransitionsResponse\x12d\n" +
