@@ -50,7 +50,11 @@ killed or deposed mid-append) is sent again, to the range's leader then, for
 up to --retry-for; the leader writes each record at most once, and answers a
 retry of records it holds with their original offsets. If produce still
 fails, the failed append's outcome is unknown (it may yet commit under a
-later leader): consume the range before producing it again.
+later leader): consume the range before producing it again. Unless every
+try was refused before anything was written (a full disk, a certificate
+without the producer role): the error then says "Nothing of them was
+written". A full leader's refusal is retried for --retry-for too, since
+space may come back, and produce says so on stderr once.
 --no-idempotence sends plain appends (for a server older than idempotent
 producers, which would ignore the producer fields). A plain append that may
 have been written is never sent again; one refused by a replica that does
@@ -237,11 +241,23 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 	var err error
 	deadline := time.Now().Add(p.retryFor)
 	follows := 0
+	// mayBeWritten: some attempt failed in a way that may have written
+	// the batch (a timeout, a broken connection, a leader deposed while
+	// it waited for the quorum). Until one does, every failure was a
+	// refusal before any offset was assigned, and the final error says
+	// so rather than "outcome unknown".
+	mayBeWritten, toldFull := false, false
 	for pause := 100 * time.Millisecond; ; {
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		resp, err = p.c.log(p.leader.GetAddress()).Append(cctx, connect.NewRequest(req))
 		cancel()
-		if err == nil || ctx.Err() != nil {
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || !refusedUnwritten(err) {
+			mayBeWritten = true
+		}
+		if ctx.Err() != nil {
 			break
 		}
 		// Leadership moved since the leader was found: the refusal names
@@ -260,6 +276,15 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 		refused := wire.NotLeader(err) != nil
 		if (p.id == nil && !refused) || !retryable(err) || time.Now().Add(pause).After(deadline) {
 			break
+		}
+		if connect.CodeOf(err) == connect.CodeResourceExhausted && !toldFull {
+			// Retried in silence this would look like a hang: the disk
+			// may take the whole --retry-for to come back.
+			toldFull = true
+			if p.e.stderr != nil {
+				fmt.Fprintf(p.e.stderr, "tenurectl produce: %s refused the append: %s; nothing was written; trying again for up to --retry-for %v\n",
+					p.leader.GetId(), connectMessage(err), p.retryFor)
+			}
 		}
 		// The same sequence again, to whoever leads now: the leader
 		// writes it once, or answers where it already is.
@@ -283,6 +308,10 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 		if wire.NotLeader(err) != nil {
 			return fmt.Errorf("append of %s refused by %s at %s, which does not lead range %s: %s%s.\nNothing of them was written; no serving leader took them within --retry-for %v: 'tenurectl status %s' shows why",
 				plural(len(values), "record"), p.leader.GetId(), p.leader.GetAddress(), p.rangeID, connectMessage(err), done, p.retryFor, p.rangeID)
+		}
+		if !mayBeWritten {
+			return fmt.Errorf("append of %s refused by leader %s at %s: %v%s.\nNothing of them was written: producing them again cannot duplicate them",
+				plural(len(values), "record"), p.leader.GetId(), p.leader.GetAddress(), err, done)
 		}
 		return fmt.Errorf("append of %s to leader %s at %s failed: %v%s.\nTheir outcome is unknown: they may still commit under a later leader; 'tenurectl consume %s' shows what did before you produce them again",
 			plural(len(values), "record"), p.leader.GetId(), p.leader.GetAddress(), err, done, p.rangeID)
@@ -315,6 +344,25 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 	}
 	p.count += len(values)
 	return nil
+}
+
+// refusedUnwritten says whether an append that failed with err certainly
+// wrote nothing: it never reached a replica (the dial failed), or the
+// replica refused it before assigning offsets: not the leader, a malformed
+// batch, a certificate without the producer role, no such range here, a
+// full disk (README "A full disk": refused before offsets are assigned).
+// Not FailedPrecondition in general: a leader that lost its lease or was
+// deposed while waiting for the quorum answers it after writing.
+func refusedUnwritten(err error) bool {
+	if wire.NotLeader(err) != nil || isDialError(err) {
+		return true
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument, connect.CodePermissionDenied, connect.CodeUnauthenticated,
+		connect.CodeNotFound, connect.CodeResourceExhausted:
+		return true
+	}
+	return false
 }
 
 // retryable says whether an idempotent append that failed with err is worth
