@@ -86,6 +86,15 @@ func testRebuild(t *testing.T, c *testCluster) {
 	}
 	out := c.mustCtl("", "status", "mend")
 	wantLines(t, "status of the quarantined copy", out, "HALTED (quarantined; tenurectl range rebuild mend --replica r3)")
+	// The copy never took a role: its row and epochs' column say halted
+	// (they said "unspecified"), and epochs says why it has no history
+	// (it said "unreachable" of a replica that answered).
+	wantLines(t, "status row of the quarantined copy", out, "r3 halted ")
+	out = c.mustCtl("", "epochs", "mend")
+	wantLines(t, "epochs with a quarantined copy", out, "r3 (halted)", "r3: no history: ")
+	if !strings.Contains(out, "quarantined") || strings.Contains(out, "unreachable") || strings.Contains(out, "unspecified") {
+		t.Errorf("epochs with r3's copy quarantined:\n%s\nwant r3 halted, with no history because quarantined; not unreachable or unspecified", out)
+	}
 	// r3's other ranges are not touched: it still serves them.
 	if st, _ := c.replicaJSON("mend-ok", "r3"); st.Halted != "" || st.Error != "" {
 		t.Fatalf("r3's copy of another range after the restart: %+v", st)

@@ -358,7 +358,7 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 					note = fmt.Sprintf("HALTED (quarantined; tenurectl range rebuild %s --replica %s): %s", r.info.GetRangeId(), m.replica.GetId(), shortText(h))
 				}
 			}
-			role := roleName(st.GetRole())
+			role := shownRole(st)
 			if m.replica.GetLearner() {
 				role += " (learner)"
 			}
@@ -763,7 +763,7 @@ func writeEpochsTable(w io.Writer, rangeID string, hs []historyOf, ref int, serv
 	for _, h := range hs {
 		role := "unreachable"
 		if h.member.status != nil {
-			role = roleName(h.member.status.GetRole())
+			role = shownRole(h.member.status)
 		}
 		fmt.Fprintf(tw, "%s (%s)\t", h.member.replica.GetId(), role)
 	}
@@ -821,10 +821,28 @@ func writeEpochsTable(w io.Writer, rangeID string, hs []historyOf, ref int, serv
 	return nil
 }
 
+// shownRole is a replica's role in a table. A copy quarantined at startup
+// acts in no role: it reported the role its damaged state held
+// ("follower", with log end 0) or none ("unspecified", when the state
+// itself failed its check). It shows as halted, as the metrics count it.
+// A replica halted while acting keeps the role it had; its note says
+// HALTED and why.
+func shownRole(st *tenurev1.RangeStatus) string {
+	if h := st.GetHalted(); h != "" && (st.GetRole() == tenurev1.Role_ROLE_UNSPECIFIED || strings.Contains(h, "quarantined")) {
+		return "halted"
+	}
+	return roleName(st.GetRole())
+}
+
 // divergenceText says where h stops agreeing with the reference history.
 func divergenceText(ref []journal.EpochStart, h historyOf) string {
 	if h.err != nil {
-		return "unreachable (" + shortErr(h.err) + ")"
+		// Only a failed dial is "unreachable": a replica that answered
+		// and refused (a quarantined copy) said why, and that is the point.
+		if isDialError(h.err) {
+			return "unreachable: no history to compare"
+		}
+		return "no history: " + shortErr(h.err)
 	}
 	p, ok := journal.DivergencePoint(ref, h.history)
 	switch {
