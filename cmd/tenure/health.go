@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -65,13 +66,31 @@ func runHealth(ctx context.Context, args []string) error {
 	c := grpchealth.NewClient(hc, *url, connect.WithGRPC())
 	resp, err := c.Check(ctx, &grpchealth.CheckRequest{Service: *service})
 	if err != nil {
-		return fmt.Errorf("%s: %w", *url, err)
+		return fmt.Errorf("%s: %w%s", *url, err, healthTLSHint(err, *tlsf.ca != ""))
 	}
 	if resp.Status != grpchealth.StatusServing {
 		return fmt.Errorf("%s: %s", *url, resp.Status)
 	}
 	fmt.Fprintf(os.Stdout, "%s: %s\n", *url, resp.Status)
 	return nil
+}
+
+// healthTLSHint says what to change when the probe and the server disagree
+// about TLS; the bare errors ("unexpected EOF", "certificate signed by
+// unknown authority") name neither the flag nor the file.
+func healthTLSHint(err error, withCA bool) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "x509:") && withCA:
+		return "; the server's certificate does not chain to --tls-ca: give its cluster's CA (ca.pem of 'tenure certs init')"
+	case strings.Contains(msg, "x509:"):
+		return "; the server speaks TLS: give --tls-ca, its cluster's CA (ca.pem of 'tenure certs init')"
+	case strings.Contains(msg, "does not look like a TLS handshake"):
+		return "; the server speaks cleartext: drop --tls-ca"
+	case !withCA && (strings.Contains(msg, "EOF") || strings.Contains(msg, "connection reset")):
+		return "; the server hung up: it probably speaks TLS: give --tls-ca, its cluster's CA (ca.pem of 'tenure certs init')"
+	}
+	return ""
 }
 
 // caOnlyClient is an HTTP/2 client that trusts the servers' certificates

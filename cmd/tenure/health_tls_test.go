@@ -32,26 +32,30 @@ func TestHealthOverTLSNeedsOnlyTheCA(t *testing.T) {
 	}
 	hostPort := strings.TrimPrefix(l.Address, "https://")
 	for _, tc := range []struct {
-		args []string
-		want int
+		args    []string
+		want    int
+		wantErr string // on stderr: what to change
 	}{
-		{[]string{"--url", l.Address, "--tls-ca", ca}, 0},
+		{[]string{"--url", l.Address, "--tls-ca", ca}, 0, ""},
 		// HOST:PORT and http:// mean https when TLS is on (serviceURL's rule).
-		{[]string{"--url", hostPort, "--tls-ca", ca}, 0},
-		{[]string{"--url", "http://" + hostPort, "--tls-ca", ca}, 0},
+		{[]string{"--url", hostPort, "--tls-ca", ca}, 0, ""},
+		{[]string{"--url", "http://" + hostPort, "--tls-ca", ca}, 0, ""},
 		// The environment's whole set, as compose's health checks give it.
-		{[]string{"--url", l.Address, "--tls-ca", ca, "--tls-cert", filepath.Join(certs, "operator.pem"), "--tls-key", filepath.Join(certs, "operator-key.pem")}, 0},
+		{[]string{"--url", l.Address, "--tls-ca", ca, "--tls-cert", filepath.Join(certs, "operator.pem"), "--tls-key", filepath.Join(certs, "operator-key.pem")}, 0, ""},
 		// Another CA does not trust the server's certificate; none at all
 		// speaks cleartext to a TLS port.
-		{[]string{"--url", l.Address, "--tls-ca", filepath.Join(other, auth.CAFile)}, 1},
-		{[]string{"--url", l.Address}, 1},
+		// Each says which flag to change: the bare errors ("certificate
+		// signed by unknown authority", "unexpected EOF") named none.
+		{[]string{"--url", l.Address, "--tls-ca", filepath.Join(other, auth.CAFile)}, 1, "does not chain to --tls-ca"},
+		{[]string{"--url", l.Address}, 1, "give --tls-ca"},
+		{[]string{"--url", "http://" + hostPort}, 1, "give --tls-ca"},
 		// Half a client identity is still a mistake.
-		{[]string{"--url", l.Address, "--tls-ca", ca, "--tls-cert", filepath.Join(certs, "operator.pem")}, 2},
+		{[]string{"--url", l.Address, "--tls-ca", ca, "--tls-cert", filepath.Join(certs, "operator.pem")}, 2, ""},
 	} {
 		args := append([]string{"health", "--timeout", "5s"}, tc.args...)
 		stdout, stderr, status := runTenure(t, bin, args...)
-		if status != tc.want || (tc.want == 0 && !strings.Contains(stdout, ": serving")) {
-			t.Errorf("tenure %s: exit %d, stdout %q, stderr %q; want exit %d", strings.Join(args, " "), status, stdout, stderr, tc.want)
+		if status != tc.want || (tc.want == 0 && !strings.Contains(stdout, ": serving")) || !strings.Contains(stderr, tc.wantErr) {
+			t.Errorf("tenure %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(args, " "), status, stdout, stderr, tc.want, tc.wantErr)
 		}
 	}
 	rep.stop(t)
