@@ -42,8 +42,8 @@ const replicaShutdownTimeout = 5 * time.Second
 func runReplica(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("replica", flag.ContinueOnError)
 	id := fs.String("id", "", "replica id, unique in the cluster: 1-128 of letters, digits, '.', '_', '-' (required)")
-	listen := fs.String("listen", "127.0.0.1:7101", "address to serve LogService and ReplicaService on (HTTP/2 cleartext: Connect, gRPC and gRPC-Web clients)")
-	advertise := fs.String("advertise", "", "base URL that followers, clients and the promoter reach this replica at (default http://<listen>)")
+	listen := fs.String("listen", "127.0.0.1:7101", "address to serve LogService and ReplicaService on (HTTP/2, TLS with --tls-*: Connect, gRPC and gRPC-Web clients)")
+	advertise := fs.String("advertise", "", "base URL that followers, clients and the promoter reach this replica at (default http://<listen>, https://<listen> with --tls-*)")
 	dataDir := fs.String("data-dir", "", "directory for the Badger log, the epoch journals and each range's state (default ./data/<id>); one replica per directory")
 	leaseURL := fs.String("lease", "", "lease service base URL, or several instances of it (over one etcd) separated by commas: a renewal an instance does not answer goes to the next, under the same session; when set, a leader keeps its lease alive there and stops acknowledging appends and serving reads when it cannot renew. Empty: no lease service, a leader's lease is always valid (fencing alone keeps it safe)")
 	leaseTTL := fs.Duration("lease-ttl", 0, "TTL of this replica's lease session, whole seconds (0: the lease service's default); only with --lease")
