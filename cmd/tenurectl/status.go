@@ -33,8 +33,10 @@ it serves the range again only after a restart. A follower its leader has
 waited 3 seconds or more for (no fetch of it held or answered since) is
 noted "not fetching": it cannot reach the leader, or is stuck. Idle, its
 lag stays 0, so nothing else shows it. When too few followers fetch for a
-quorum, the leader's row says COMMITS STALLED: it commits nothing although
-it still renews its lease, and no promotion follows on its own. A replica
+quorum, the leader's row says COMMITS STALLED (--json: commits_stalled): it
+commits nothing although it still renews its lease, and no promotion
+follows on its own. A follower whose disk is full fetches but stores
+nothing, so it does not count. A replica
 that cut records at fetch time since it started (its leader's history said
 they were another leadership's, such as a deposed leader's uncommitted
 tail) says how many, and where the last cut was: "cut 3 records at fetch
@@ -265,27 +267,38 @@ func fetchingNow(f *tenurev1.FollowerProgress) bool {
 	return time.Duration(f.GetFetchWaitingMs())*time.Millisecond < notFetchingAfter
 }
 
-// commitsStalled is the leader row's note when too few followers fetch for
-// the leader to commit anything (it counts itself toward the quorum), else
-// "". The lease says nothing of it: the leader still renews its lease.
+// commitsStalled is the leader row's note when too few followers fetch and
+// can store for the leader to commit anything (it counts itself toward the
+// quorum), else "". The lease says nothing of it: the leader still renews
+// its lease. A follower whose disk is full goes on fetching (backing off)
+// but stores nothing, so it acknowledges nothing either: counted as
+// fetching, every follower's disk full read as a healthy leader while no
+// append committed.
 func commitsStalled(members []memberStatus, leader *memberStatus, leaderID string) string {
 	if leader == nil || len(leader.status.GetFollowers()) == 0 {
 		return "" // no progress reported: nothing to judge by
 	}
 	// Learners never count toward the commit.
-	fetching, voters := 0, 0
+	fetching, full, voters := 0, 0, 0
 	for _, m := range members {
 		if m.replica.GetLearner() {
 			continue
 		}
 		voters++
 		if f := progressOf(m, leader); f != nil && m.replica.GetId() != leaderID && fetchingNow(f) {
+			if m.disk.GetFull() {
+				full++
+				continue
+			}
 			fetching++
 		}
 	}
 	need := wire.Quorum(voters) - 1
 	if fetching >= need {
 		return ""
+	}
+	if full > 0 {
+		return fmt.Sprintf("COMMITS STALLED: %d of %d followers fetching and storing, %d needed (%d more fetch, their disks full)", fetching, voters-1, need, full)
 	}
 	return fmt.Sprintf("COMMITS STALLED: %d of %d followers fetching, %d needed", fetching, voters-1, need)
 }
@@ -509,6 +522,9 @@ type statusJSON struct {
 	// Change is the membership change in flight, e.g. "add-learner r4
 	// since epoch 7".
 	Change string `json:"membership_change,omitempty"`
+	// CommitsStalled is the leader row's COMMITS STALLED note: too few
+	// followers fetch (and can store) for the leader to commit anything.
+	CommitsStalled string `json:"commits_stalled,omitempty"`
 	// Retention is the range's policy as the lease service stores it.
 	Retention *retentionJSON `json:"retention,omitempty"`
 }
@@ -613,6 +629,7 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus, view promoterView) error {
 			Lease: leaseJSON{Holder: r.info.GetLease().GetHolderId(), Epoch: r.info.GetLease().GetEpoch(), Live: r.info.GetLease().GetLive(), TTLRemainingMs: r.info.GetLease().GetTtlRemainingMs()}}
 		if ok {
 			leader, sj.Leader = &l, l.replica.GetId()
+			sj.CommitsStalled = commitsStalled(r.members, leader, sj.Leader)
 		}
 		for _, m := range r.members {
 			rj := replicaStatusJSON{ID: m.replica.GetId(), Address: m.replica.GetAddress(), Learner: m.replica.GetLearner(),

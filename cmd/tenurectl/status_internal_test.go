@@ -159,7 +159,27 @@ func TestStatusShowsAFollowerNotFetching(t *testing.T) {
 	if !strings.Contains(out.String(), "; COMMITS STALLED: 0 of 2 followers fetching, 1 needed") {
 		t.Errorf("status = %q, want the leader's row to say commits stalled", out.String())
 	}
+	out.Reset()
+	if err := writeStatusJSON(&out, rs, promoterView{elected: true}); err != nil {
+		t.Fatal(err)
+	}
+	var stalled []statusJSON
+	if err := json.Unmarshal(out.Bytes(), &stalled); err != nil || stalled[0].CommitsStalled != "COMMITS STALLED: 0 of 2 followers fetching, 1 needed" {
+		t.Errorf("status --json commits_stalled = %q (%v), want the table's note", stalled[0].CommitsStalled, err)
+	}
 	rs[0].members[0].status.Followers[1].FetchWaitingMs = 20
+
+	// r3 fetches, but its disk is full: it stores and acknowledges nothing,
+	// so commits stall all the same (it used to count as fetching).
+	rs[0].members[2].disk = &tenurev1.DiskStatus{Full: true}
+	out.Reset()
+	if err := writeStatusTable(&out, rs); err != nil {
+		t.Fatal(err)
+	}
+	if want := "; COMMITS STALLED: 0 of 2 followers fetching and storing, 1 needed (1 more fetch, their disks full)"; !strings.Contains(out.String(), want) {
+		t.Errorf("status = %q, want the leader's row to say %q", out.String(), want)
+	}
+	rs[0].members[2].disk = nil
 
 	out.Reset()
 	if err := writeStatusJSON(&out, rs, promoterView{elected: true}); err != nil {
