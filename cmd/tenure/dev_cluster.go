@@ -47,7 +47,9 @@ type devCluster struct {
 	self    string
 	log     *slog.Logger
 	logFile *os.File
-	ports   devPorts
+	// restoreLog puts back the default logger useDefaultLogger replaced.
+	restoreLog func()
+	ports      devPorts
 	// stopTracing flushes buffered spans.
 	stopTracing func()
 
@@ -182,6 +184,13 @@ func startDevCluster(ctx context.Context, c *devCluster, ports devPorts, out io.
 		return fmt.Errorf("log file: %w", err)
 	}
 	c.log = slog.New(telemetry.LogHandler(slog.NewTextHandler(c.logFile, nil)))
+	// The process's default logger too: the in-process lease service's
+	// and promoter's servers log through it (auth refusals) and net/http
+	// through the log package it redirects (a cleartext client at a TLS
+	// port: "http: TLS handshake error"). Left as it was, those lines
+	// landed in the story on stderr, bare and unstructured. close puts
+	// the old one back (tests run more than one cluster in a process).
+	c.restoreLog = useDefaultLogger(c.log)
 	// One tracer for the lease service and the promoter in this process;
 	// the replica processes set up their own from the same OTEL_*
 	// environment, so a promotion is one trace across all of them.
@@ -340,6 +349,9 @@ func (c *devCluster) close() {
 	}
 	if c.stopTracing != nil {
 		c.stopTracing()
+	}
+	if c.restoreLog != nil {
+		c.restoreLog()
 	}
 	if c.logFile != nil {
 		c.logFile.Close()

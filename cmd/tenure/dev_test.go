@@ -252,6 +252,7 @@ func TestDevKeepInterrupt(t *testing.T) {
 	d := startDev(t, bin, "--keep", "--records", "1")
 	d.waitLine(t, "The cluster keeps running", 60*time.Second)
 	checkDevMetrics(t, d.output())
+	checkStrayClientLogged(t, d)
 	if err := d.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -376,5 +377,37 @@ func checkDevMetrics(t *testing.T, out string) {
 	}
 	if leaders != 1 || elected != 1 || promotions < 2 {
 		t.Errorf("metrics: %v replicas lead, %d promoters elected, %v promotions; want 1, 1 and at least 2 (first leader, failover)", leaders, elected, promotions)
+	}
+}
+
+// checkStrayClientLogged sends a cleartext request to the dev cluster's
+// TLS lease port: net/http's complaint about it belongs in dev.log with the
+// cluster's other logs, not bare on stderr in the middle of the story (it
+// was printed there, as was every auth refusal of the in-process servers).
+func checkStrayClientLogged(t *testing.T, d *devRun) {
+	t.Helper()
+	out := d.output()
+	lease := regexp.MustCompile(`lease\s+https://(127\.0\.0\.1:\d+)`).FindStringSubmatch(out)
+	dir := regexp.MustCompile(`data in (\S+)`).FindStringSubmatch(out)
+	if lease == nil || dir == nil {
+		t.Fatalf("no lease address or data dir in the output:\n%s", out)
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	if resp, err := c.Get("http://" + lease[1] + "/"); err == nil {
+		resp.Body.Close()
+	}
+	const complaint = "TLS handshake error"
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(dir[1], "dev.log"))
+		if strings.Contains(string(b), complaint) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("dev.log lacks net/http's %q 10s after a cleartext request to the lease service's TLS port", complaint)
+			break
+		}
+	}
+	if strings.Contains(d.output(), complaint) {
+		t.Errorf("net/http's complaint went to dev's stderr, not dev.log:\n%s", d.output())
 	}
 }

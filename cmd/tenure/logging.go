@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log"
 	"log/slog"
 	"os"
 	"time"
@@ -28,6 +29,21 @@ func newLogger(format string) (*slog.Logger, error) {
 	l := slog.New(telemetry.LogHandler(h))
 	slog.SetDefault(l)
 	return l, nil
+}
+
+// useDefaultLogger makes l the process's default slog logger, which also
+// takes the log package's output (slog.SetDefault), and returns what puts
+// both back as they were.
+func useDefaultLogger(l *slog.Logger) (restore func()) {
+	prev, out, flags := slog.Default(), log.Writer(), log.Flags()
+	slog.SetDefault(l)
+	return func() {
+		slog.SetDefault(prev)
+		// SetDefault of a logger on the log package's own handler leaves
+		// the log package's output alone: set it back by hand.
+		log.SetOutput(out)
+		log.SetFlags(flags)
+	}
 }
 
 // tracingFlushTimeout bounds how long a stopping process waits to hand its
