@@ -33,7 +33,7 @@ func runLease(ctx context.Context, args []string) error {
 	defaultTTL := fs.Duration("default-ttl", lease.DefaultSessionTTL, "TTL of sessions opened with ttl_ms 0; whole seconds, at least etcd's minimum lease TTL (1.5 election timeouts rounded up: 2s for etcd's defaults)")
 	prefix := fs.String("prefix", lease.DefaultPrefix, "etcd key prefix for ranges, epochs, leases and sessions; lease services and promoters of one cluster must agree on it")
 	requestTimeout := fs.Duration("request-timeout", lease.DefaultRequestTimeout, "bound on the etcd work of one request; an etcd slower than this answers Unavailable")
-	etcdWait := fs.Duration("etcd-wait", leaseStartTimeout, fmt.Sprintf("how long to wait at start for etcd to answer; meanwhile a warning says it cannot be reached (at once, then every %v), and past it the process exits 1. It serves (and prints its ready line) only once etcd answers", etcdWarnEvery))
+	etcdWait := fs.Duration("etcd-wait", leaseStartTimeout, fmt.Sprintf("how long to wait at start for etcd to answer; meanwhile a warning says it cannot be reached (after the first one-second try, then every %v), and past it the process exits 1. It serves (and prints its ready line) only once etcd answers", etcdWarnEvery))
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
 	metricsListen := metricsListenFlag(fs)
