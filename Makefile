@@ -233,11 +233,16 @@ compose-certs: $(BIN)/static/tenure
 	@chmod a+rx $(COMPOSE_CERTS) && chmod a+r $(COMPOSE_CERTS)/*.pem
 
 .PHONY: up
+# The ports printed are the ones docker bound (TENURE_PUBLISH_* move them,
+# see deploy/compose/docker-compose.yml); a port already taken fails before
+# anything starts, naming the variable (deploy/compose/ports.sh).
 up: images ## Start the compose stack (etcd x3, lease x2, replica x4 of which replica-4 is an idle spare, promoter x2, Jaeger) and wait for it to be healthy; builds the images first (~14 min the first time).
+	deploy/compose/ports.sh check $(COMPOSE_PROJECT)
 	$(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE) up -d
 	COMPOSE="$(COMPOSE)" deploy/compose/wait-healthy.sh $(COMPOSE_PROJECT) 180
-	@echo "lease-1 https://127.0.0.1:7000, lease-2 https://127.0.0.1:7001, replicas 127.0.0.1:7101-7104 (replica-4: the spare), promoters 127.0.0.1:7201-7202"
-	@echo "Jaeger UI: http://127.0.0.1:16686/trace/<trace id> (query API: /api/traces/<trace id>; /api/services lists services)"
+	@p() { deploy/compose/ports.sh get $(COMPOSE_PROJECT) $$1 $$2 || echo "$$1:$$2-unpublished"; }; \
+		echo "lease-1 https://$$(p lease-1 7000), lease-2 https://$$(p lease-2 7000), replicas $$(p replica-1 7100) $$(p replica-2 7100) $$(p replica-3 7100) $$(p replica-4 7100) (replica-1..4; replica-4: the spare), promoters $$(p promoter-1 7200) $$(p promoter-2 7200)"; \
+		echo "Jaeger UI: http://$$(p jaeger 16686)/trace/<trace id> (query API: /api/traces/<trace id>; /api/services lists services); OTLP/HTTP receiver https://$$(p jaeger 4318)"
 	@echo "tenurectl on the stack's network: make ctl ARGS=status"
 
 .PHONY: down

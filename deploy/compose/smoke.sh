@@ -86,6 +86,19 @@ log "starting the stack"
 compose up -d
 COMPOSE="$COMPOSE" timeout --foreground 300 deploy/compose/wait-healthy.sh "$PROJECT" 240
 
+# make up's port check and banner (deploy/compose/ports.sh) against this
+# compose's real `docker ps` output: the ports as bound are found, and a
+# stack that would publish on one of them is refused before it starts.
+lease_addr=$(deploy/compose/ports.sh get "$PROJECT" lease-1 7000) ||
+	{ log "ports.sh get: lease-1's published port not found"; exit 1; }
+if TENURE_PUBLISH_LEASE=$lease_addr deploy/compose/ports.sh check "${PROJECT}-none" 2>"$work/ports"; then
+	log "ports.sh check: accepted $lease_addr, which lease-1 holds"; exit 1
+fi
+grep -q TENURE_PUBLISH_LEASE "$work/ports" || { log "ports.sh check: no variable named: $(cat "$work/ports")"; exit 1; }
+TENURE_PUBLISH_LEASE=$lease_addr deploy/compose/ports.sh check "$PROJECT" ||
+	{ log "ports.sh check: refused lease-1's port to its own running project (make up twice)"; exit 1; }
+log "ports.sh: lease-1 on $lease_addr; a second stack on it is refused"
+
 replicas="replica-1=https://replica-1:7100,replica-2=https://replica-2:7100,replica-3=https://replica-3:7100"
 log "creating range $RANGE on replica-1..3"
 smoke create --range "$RANGE" --replicas "$replicas" --timeout 60s
