@@ -287,7 +287,13 @@ chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kil
 	COMPOSE="$(COMPOSE)" CHAOS_BIN=$(BIN)/static/chaos CHAOS_TENURECTL=$(BIN)/static/tenurectl timeout --kill-after=60 $(CHAOS_COMPOSE_TIMEOUT) deploy/compose/chaos.sh
 
 .PHONY: ctl
+# Without the stack's network docker's own error ("network ... not found")
+# says nothing of `make up`; the UI link tenurectl trace prints is Jaeger's
+# port as published (TENURE_PUBLISH_JAEGER moves it).
 ctl: ## Run tenurectl on the compose stack's network: make ctl ARGS="status".
+	@docker network inspect $(COMPOSE_PROJECT)_tenure >/dev/null 2>&1 || \
+		{ echo "make ctl: no compose stack of project $(COMPOSE_PROJECT) is up (no network $(COMPOSE_PROJECT)_tenure): make up first, with the same COMPOSE_PROJECT" >&2; exit 1; }
 	docker run --rm -i --network $(COMPOSE_PROJECT)_tenure -v $(COMPOSE_CERTS):/certs:ro \
 		-e TENURECTL_CACERT=/certs/ca.pem -e TENURECTL_CERT=/certs/operator.pem -e TENURECTL_KEY=/certs/operator-key.pem \
-		-e TENURECTL_LEASE=https://lease-1:7000,https://lease-2:7000 -e TENURECTL_PROMOTER=https://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 -e TENURECTL_JAEGER_UI=http://127.0.0.1:16686 $(TENURE_IMAGE) tenurectl $(ARGS)
+		-e TENURECTL_LEASE=https://lease-1:7000,https://lease-2:7000 -e TENURECTL_PROMOTER=https://promoter-1:7200 -e TENURECTL_JAEGER=http://jaeger:16686 \
+		-e TENURECTL_JAEGER_UI=http://$$(deploy/compose/ports.sh get $(COMPOSE_PROJECT) jaeger 16686 || echo 127.0.0.1:16686) $(TENURE_IMAGE) tenurectl $(ARGS)
