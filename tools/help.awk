@@ -14,7 +14,7 @@ BEGIN {
 	title["compose"] = "Compose (docker; images are built here from source, nothing is pulled)"
 	title["bench"] = "Bench"
 
-	vars = "ARGS GOTESTFLAGS TEST_TIMEOUT SEEDS CHAOS_FLAGS FUZZTIME RPC_FUZZTIME FUZZ_MINIMIZE FUZZ_TMPDIR COMPOSE COMPOSE_PROJECT SMOKE_TIMEOUT CHAOS_COMPOSE_TIMEOUT TRACE_ID JAEGER_URL JAEGER_UI_SPANS TENURE_IMAGE ETCD_IMAGE JAEGER_IMAGE GO"
+	vars = "ARGS GOTESTFLAGS TEST_TIMEOUT SEEDS CHAOS_FLAGS FUZZTIME RPC_FUZZTIME FUZZ_MINIMIZE FUZZ_TMPDIR COMPOSE COMPOSE_PROJECT TENURE_PUBLISH_* SMOKE_TIMEOUT CHAOS_COMPOSE_TIMEOUT TRACE_ID JAEGER_URL JAEGER_UI_SPANS TENURE_IMAGE ETCD_IMAGE JAEGER_IMAGE GO"
 	vdesc["ARGS"] = "arguments for demo (tenure dev, e.g. ARGS=--keep) and ctl (tenurectl, e.g. ARGS=status)"
 	vdesc["GOTESTFLAGS"] = "extra go test flags for gotest, chaos-short, bench-check (e.g. -count=1)"
 	vdesc["TEST_TIMEOUT"] = "go test -timeout of the test targets"
@@ -26,6 +26,8 @@ BEGIN {
 	vdesc["FUZZ_TMPDIR"] = "fuzz: where the RPC targets' servers keep their data"
 	vdesc["COMPOSE"] = "the compose command (docker compose, else docker-compose)"
 	vdesc["COMPOSE_PROJECT"] = "the compose project name (its network is NAME_tenure)"
+	vdesc["TENURE_PUBLISH_*"] = "up: where a port is published (_LEASE, _LEASE_2, _REPLICA_1.._4, _PROMOTER_1.._2, _JAEGER, _OTLP; e.g. TENURE_PUBLISH_LEASE=127.0.0.1:17000)"
+	vdef["TENURE_PUBLISH_*"] = "127.0.0.1: 7000, 7001, 7101-7104, 7201-7202, 16686, 4318"
 	vdesc["SMOKE_TIMEOUT"] = "compose-smoke: seconds before it is killed"
 	vdesc["CHAOS_COMPOSE_TIMEOUT"] = "chaos-compose: seconds before it is killed"
 	vdesc["TRACE_ID"] = "jaeger-ui-check: the trace whose page is loaded"
