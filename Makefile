@@ -245,6 +245,10 @@ up: images ## Start the compose stack (etcd x3, lease x2, replica x4 of which re
 		echo "Jaeger UI: http://$$(p jaeger 16686)/trace/<trace id> (query API: /api/traces/<trace id>; /api/services lists services); OTLP/HTTP receiver https://$$(p jaeger 4318)"
 	@echo "tenurectl on the stack's network: make ctl ARGS=status"
 
+.PHONY: stop
+stop: ## Stop the compose stack, keeping its volumes: make up starts it again with its ranges and records (not Jaeger's traces, kept in memory).
+	$(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE) stop
+
 .PHONY: down
 down: ## Stop the compose stack and delete its volumes.
 	$(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE) down -v --remove-orphans

@@ -7,7 +7,7 @@ BEGIN {
 	order = "run test compose bench"
 	group["run"] = "build demo tools proto clean"
 	group["test"] = "test fmt-check vet lint proto-check gotest chaos-short fuzz chaos jaeger-ui-local"
-	group["compose"] = "images up ps ctl down compose-smoke chaos-compose jaeger-ui-check"
+	group["compose"] = "images up ps ctl stop down compose-smoke chaos-compose jaeger-ui-check"
 	group["bench"] = "bench bench-check"
 	title["run"] = "Run (a local cluster, no docker)"
 	title["test"] = "Test"
