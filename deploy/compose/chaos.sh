@@ -57,7 +57,16 @@ for f in "$CHAOS_BIN" "$TENURECTL"; do
 done
 SEED=${CHAOS_SEED:-0}
 if [ "$SEED" = 0 ]; then SEED=$(( ($(date +%s%N) / 1000) % 1000000000 + 1 )); fi
-SCENARIOS=${CHAOS_SCENARIOS:-kill-leader,pause-leader,disconnect-leader,restart-majority,corrupt-journal,pause-lease,replace-replica,kill-lease,kill-etcd-member,disk-full}
+ALL_SCENARIOS=kill-leader,pause-leader,disconnect-leader,restart-majority,corrupt-journal,pause-lease,replace-replica,kill-lease,kill-etcd-member,disk-full
+SCENARIOS=${CHAOS_SCENARIOS:-$ALL_SCENARIOS}
+# A misspelt name fails here, not after the stack is up and its logs dumped
+# (the driver, deploy/compose/chaos, knows the same list and checks again).
+for s in ${SCENARIOS//,/ }; do
+	case ",$ALL_SCENARIOS," in
+	*,"$s",*) ;;
+	*) echo "chaos.sh: unknown scenario '$s' in CHAOS_SCENARIOS (known: $ALL_SCENARIOS)" >&2; exit 2 ;;
+	esac
+done
 TENURE_IMAGE=${TENURE_IMAGE:-tenure/tenure:dev}
 . deploy/compose/lib.sh
 
