@@ -10,7 +10,8 @@
 #                            is skipped (`make up` twice is fine).
 #   ports.sh list PROJECT    after `up`: "SERVICE PORT HOST:PORT" for every
 #                            port PROJECT's running containers publish, as
-#                            docker bound them (TENURE_PUBLISH_* applied).
+#                            docker bound them (TENURE_PUBLISH_* applied;
+#                            0.0.0.0 shown as 127.0.0.1).
 #   ports.sh get PROJECT SERVICE PORT
 #                            the HOST:PORT SERVICE's PORT is published on;
 #                            exit 1 (nothing printed) when it is not.
@@ -29,6 +30,7 @@ list() {
 			for (i = 1; i <= n; i++) {
 				if (p[i] !~ /->/ || p[i] ~ /^\[?::/) continue # published ones; IPv4 only
 				split(p[i], hc, "->"); sub(/\/tcp$/, "", hc[2])
+				sub(/^0\.0\.0\.0:/, "127.0.0.1:", hc[1]) # all interfaces: loopback reaches it
 				print $1, hc[2], hc[1]
 			}
 		}' | sort -u
