@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,7 +51,10 @@ replica restarted since the last look is told apart by its new pid.
 A replica is dialled at the address it advertises. When that address's
 host does not resolve from where tenurectl runs (a compose stack's
 replica-1, seen from the host), the row says so and a hint below the
-table says where to run tenurectl instead ('make ctl ARGS=status').
+table says where to run tenurectl instead ('make ctl ARGS=status'). Where
+other members' names do resolve (tenurectl on the stack's network), a
+name that does not is a replica whose container stopped: the row says
+that instead, with no hint.
 
 A learner (a member being added: it fetches, never counts) has "(learner)"
 after its role. A member whose replica answers with another incarnation
@@ -307,6 +311,7 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 	tw := table.New(w, 2)
 	fmt.Fprintf(tw, "RANGE\tEPOCH\tLEADER\tREPLICA\tROLE\tEPOCH\tLOG END\tHWM\tLAG\tPID\tUP\tNOTE\n")
 	now := time.Now()
+	namesResolve := someNameResolves(rs)
 	for _, r := range rs {
 		l, ok := leaderOf(r.members)
 		var leader *memberStatus
@@ -323,6 +328,13 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 				note := shortErr(m.err)
 				if host := unresolvedHost(m.err); host != "" {
 					note = "host " + host + " does not resolve here (hint below)"
+					if namesResolve {
+						// Other members' names resolve: this is their
+						// network, and a name that does not is a
+						// replica gone (docker's DNS drops a stopped
+						// container's name).
+						note = "host " + host + " does not resolve, while other members' names do: its container stopped or removed?"
+					}
 				}
 				if nf := notFetching(m, leader, leaderID); nf != "" {
 					note += "; " + nf
@@ -456,6 +468,12 @@ func uptime(d time.Duration) string {
 // from outside that network every such member reads "unreachable" while
 // it is healthy.
 func writeUnresolvedHint(w io.Writer, rs []rangeStatus) {
+	if someNameResolves(rs) {
+		// tenurectl runs where the members' names resolve (make ctl on
+		// the stack's network): the rows say which replica is gone, and
+		// "run tenurectl there" would send the operator where they are.
+		return
+	}
 	var hosts []string
 	for _, r := range rs {
 		for _, m := range r.members {
@@ -474,6 +492,24 @@ func writeUnresolvedHint(w io.Writer, rs []rangeStatus) {
 	fmt.Fprintf(w, "\nhint: %s not resolve from here. Replicas are dialled at the addresses they advertise;"+
 		" a compose stack's (replica-1, ...) resolve only on its network: run tenurectl there ('make ctl ARGS=status'),"+
 		" or have the replicas advertise addresses this host reaches (tenure replica --advertise)\n", which)
+}
+
+// someNameResolves says whether some member's address is a host name (not
+// an IP address) that resolved here: its replica answered, or failed in
+// another way than the name's lookup.
+func someNameResolves(rs []rangeStatus) bool {
+	for _, r := range rs {
+		for _, m := range r.members {
+			u, err := url.Parse(m.replica.GetAddress())
+			if err != nil || u.Hostname() == "" || net.ParseIP(u.Hostname()) != nil {
+				continue
+			}
+			if m.status != nil || (m.err != nil && unresolvedHost(m.err) == "") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // unresolvedHost is the host name err failed to resolve, or "".
