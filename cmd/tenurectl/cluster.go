@@ -76,7 +76,7 @@ func parseGlobal(e *env, args []string) ([]string, error) {
 			e.global.key, args = value, args[1:]
 			continue
 		}
-		if err := (urlValue{s: new(string), list: name == "lease"}).Set(value); err != nil {
+		if err := (urlValue{s: new(string), list: true}).Set(value); err != nil {
 			return nil, fmt.Errorf("invalid value %q for flag --%s: %v", value, name, err)
 		}
 		args = args[1:]
@@ -113,7 +113,7 @@ func addClusterFlags(e *env, fs *flag.FlagSet) clusterOpts {
 	}
 	lease, promoter := pick(e.global.lease, "TENURECTL_LEASE", defaultLeaseURL), pick(e.global.promoter, "TENURECTL_PROMOTER", defaultPromoterURL)
 	fs.Var(urlValue{s: &lease, list: true}, "lease", "lease service base `URL`, or HOST:PORT, or several instances of it separated by commas, tried in turn when one does not answer (env TENURECTL_LEASE)")
-	fs.Var(urlValue{s: &promoter}, "promoter", "promoter base `URL`, or HOST:PORT (env TENURECTL_PROMOTER)")
+	fs.Var(urlValue{s: &promoter, list: true}, "promoter", "promoter base `URL`, or HOST:PORT, or several promoters separated by commas, tried in turn when one does not answer (env TENURECTL_PROMOTER)")
 	return clusterOpts{
 		lease:    &lease,
 		promoter: &promoter,
@@ -209,8 +209,10 @@ func newClients(o clusterOpts) *clients {
 	}
 	// HOST:PORT and, under TLS, http:// mean the scheme the calls speak.
 	// (Flags were checked as they were parsed, the environment by run.)
-	if resolved, err := transport.BaseURL(*o.promoter, o.tls()); err == nil {
-		*o.promoter = resolved
+	pc, err := promoterClient(hc, o)
+	if err != nil {
+		// Checked as parsed: not reached but for a list the parse let by.
+		pc = tenurev1connect.NewPromoterServiceClient(&http.Client{Transport: failingTransport{err}}, "http://invalid", transport.ClientOptions()...)
 	}
 	var lc tenurev1connect.LeaseServiceClient
 	leaseURLs, err := transport.BaseURLs(*o.lease, o.tls())
@@ -230,8 +232,38 @@ func newClients(o clusterOpts) *clients {
 		leaseURL:    *o.lease,
 		promoterURL: *o.promoter,
 		lease:       lc,
-		promoter:    tenurev1connect.NewPromoterServiceClient(hc, *o.promoter, transport.ClientOptions()...),
+		promoter:    pc,
 	}
+}
+
+// promoterSafe are the promoter procedures a call may repeat at another
+// promoter after an unknown outcome: reads. A promotion, a membership
+// change or a deletion goes to the next promoter only when the first one
+// never saw it (its dial failed), which transport.Failover does for every
+// call.
+var promoterSafe = map[string]bool{
+	tenurev1connect.PromoterServiceGetStatusProcedure:       true,
+	tenurev1connect.PromoterServiceListTransitionsProcedure: true,
+}
+
+// promoterClient is the client of --promoter: one promoter, or several
+// (a deployment's elected one and its standbys: any of them answers, a
+// standby by forwarding to the elected one), tried in turn when one does
+// not answer. *o.promoter is set to the resolved URLs, for messages.
+func promoterClient(hc *http.Client, o clusterOpts) (tenurev1connect.PromoterServiceClient, error) {
+	urls, err := transport.BaseURLs(*o.promoter, o.tls())
+	if err != nil {
+		return nil, err
+	}
+	*o.promoter = strings.Join(urls, ",")
+	if len(urls) == 1 {
+		return tenurev1connect.NewPromoterServiceClient(hc, urls[0], transport.ClientOptions()...), nil
+	}
+	f, err := transport.NewFailover(hc, urls, func(procedure string) bool { return promoterSafe[procedure] })
+	if err != nil {
+		return nil, err
+	}
+	return tenurev1connect.NewPromoterServiceClient(f, f.BaseURL(), transport.ClientOptions()...), nil
 }
 
 func (c *clients) close() { c.http.CloseIdleConnections() }

@@ -45,6 +45,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"a server's error is not a connection's", testServerErrorsAreTheServers},
 		{"misdirected addresses", testMisdirectedAddresses},
 		{"a promoter whose election fails", testPromoterWithoutEtcd},
+		{"several promoters in --promoter", testPromoterList},
 		// Last: it takes two replicas down, which every range feels.
 		{"status while a majority is down", testStatusMajorityDown},
 	} {

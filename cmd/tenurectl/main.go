@@ -125,7 +125,7 @@ func run(ctx context.Context, e *env, args []string) int {
 	// the same words before anything is dialled.
 	for _, name := range []string{"TENURECTL_LEASE", "TENURECTL_PROMOTER", "TENURECTL_JAEGER"} {
 		if v := e.getenv(name); v != "" {
-			if err := (urlValue{s: new(string), list: name == "TENURECTL_LEASE"}).Set(v); err != nil {
+			if err := (urlValue{s: new(string), list: name != "TENURECTL_JAEGER"}).Set(v); err != nil {
 				fmt.Fprintf(e.stderr, "tenurectl: %s: %v\n", name, err)
 				return exitUsage
 			}
@@ -222,7 +222,8 @@ Commands:
 Global flags (before or after the command; environment fallback in brackets):
   --lease URL      lease service base URL [TENURECTL_LEASE] (default `+defaultLeaseURL+`);
                    several instances separated by commas are tried in turn
-  --promoter URL   promoter base URL [TENURECTL_PROMOTER] (default `+defaultPromoterURL+`)
+  --promoter URL   promoter base URL [TENURECTL_PROMOTER] (default `+defaultPromoterURL+`);
+                   several promoters separated by commas are tried in turn
   --json           print JSON instead of tables (every command that reads; one
                    schema, README "JSON output"; streams: one object a line)
   --cacert FILE    CA certificate for mutual TLS [TENURECTL_CACERT]

@@ -58,3 +58,34 @@ func testPromoterWithoutEtcd(t *testing.T, c *testCluster) {
 		t.Errorf("status --json promotion = %+v, want state unknown and promoter_error %q", pr, want)
 	}
 }
+
+// testPromoterList: --promoter takes several promoters, as --lease takes
+// several lease services, and a command goes on to the next when one does
+// not answer. With only one URL, a stopped promoter left status with "no
+// promotion state" and promote failing although another promoter was
+// elected (seen on the compose stack with promoter-1 stopped).
+func testPromoterList(t *testing.T, c *testCluster) {
+	leader := c.createRange("two-promoters", "r1")
+	dead := "http://" + testnet.ClosedAddr(t)
+	list := dead + "," + c.promoterURL
+	_, out, errOut := c.ctl("", "status", "two-promoters", "--promoter", list, "--json")
+	var st []statusJSON
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st) != 1 || st[0].Promotion == nil || st[0].Promotion.State != "healthy" {
+		t.Fatalf("status --promoter %s --json = %s (stderr %s), want the elected promoter's healthy state", list, out, errOut)
+	}
+	// A promotion too: the dead promoter never saw it, so the next one is
+	// asked.
+	to := c.others(leader)[0]
+	if code, out, errOut := c.ctl("", "--promoter", list, "promote", "two-promoters", "--to", to); code != exitOK || !strings.Contains(out, to) {
+		t.Fatalf("promote --to %s through %s: status %d\n%s\n%s", to, list, code, out, errOut)
+	}
+	if got := c.waitLeader("two-promoters", 2); got != to {
+		t.Errorf("leader after the handover = %s, want %s", got, to)
+	}
+	// Every URL unreachable: the error names them all.
+	dead2 := "http://" + testnet.ClosedAddr(t)
+	code, _, errOut := c.ctl("", "transitions", "two-promoters", "--promoter", dead+","+dead2)
+	if code != exitFail || !strings.Contains(errOut, dead+","+dead2) {
+		t.Errorf("transitions with every promoter down: status %d, stderr %q, want 1 naming both URLs", code, errOut)
+	}
+}
