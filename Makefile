@@ -294,21 +294,18 @@ chaos-compose: images $(BIN)/static/chaos ## Break a separate compose stack (kil
 # make ctl ARGS="status --json" | jq: stdout is tenurectl's alone, so the
 # docker run line goes to stderr (make's own echo would go to stdout).
 # Without the stack's network docker's own error ("network ... not found")
-# says nothing of `make up`. tenurectl takes one promoter, and either
-# answers (a standby forwards to the elected one): the first whose
-# container runs, so a stopped promoter-1 does not fail every command that
-# asks the promoter while promoter-2 serves. The UI link tenurectl trace
+# says nothing of `make up`. tenurectl tries both promoters in turn, and
+# either answers (a standby forwards to the elected one), so a stopped
+# promoter-1 does not fail every command that asks the promoter while
+# promoter-2 serves. The UI link tenurectl trace
 # prints is Jaeger's port as published (TENURE_PUBLISH_JAEGER moves it).
 ctl: ## Run tenurectl on the compose stack's network: make ctl ARGS="status".
 	@docker network inspect $(COMPOSE_PROJECT)_tenure >/dev/null 2>&1 || \
 		{ echo "make ctl: no compose stack of project $(COMPOSE_PROJECT) is up (no network $(COMPOSE_PROJECT)_tenure): make up first, with the same COMPOSE_PROJECT" >&2; exit 1; }
-	@promoter=promoter-1; for p in promoter-1 promoter-2; do \
-		if docker ps -q --filter label=com.docker.compose.project=$(COMPOSE_PROJECT) --filter label=com.docker.compose.service=$$p | grep -q .; then promoter=$$p; break; fi; \
-	done; \
-	ui=$$(deploy/compose/ports.sh get $(COMPOSE_PROJECT) jaeger 16686 || echo 127.0.0.1:16686); \
+	@ui=$$(deploy/compose/ports.sh get $(COMPOSE_PROJECT) jaeger 16686 || echo 127.0.0.1:16686); \
 	cmd=(docker run --rm -i --network $(COMPOSE_PROJECT)_tenure -v $(COMPOSE_CERTS):/certs:ro \
 		-e TENURECTL_CACERT=/certs/ca.pem -e TENURECTL_CERT=/certs/operator.pem -e TENURECTL_KEY=/certs/operator-key.pem \
-		-e TENURECTL_LEASE=https://lease-1:7000,https://lease-2:7000 -e TENURECTL_PROMOTER=https://$$promoter:7200 -e TENURECTL_JAEGER=http://jaeger:16686 \
+		-e TENURECTL_LEASE=https://lease-1:7000,https://lease-2:7000 -e TENURECTL_PROMOTER=https://promoter-1:7200,https://promoter-2:7200 -e TENURECTL_JAEGER=http://jaeger:16686 \
 		-e TENURECTL_JAEGER_UI=http://$$ui $(TENURE_IMAGE) tenurectl); \
 	echo "$${cmd[*]} $(ARGS)" >&2; \
 	"$${cmd[@]}" $(ARGS)
