@@ -126,10 +126,15 @@ var errClosed = errors.New("appender: closed")
 // DeadlineExceeded, a FailedPrecondition from a leader deposed while it
 // waited, a connection lost mid-append) is sent again with the same
 // producer sequence, up to the retry bound and within ctx: the leader
-// answers a retry of records it holds with their original offsets. When
-// Append still fails, the outcome is what the error says; a stream's
-// producer whose last outcome stayed unknown is retired (its next sequence
-// would be a gap if nothing was written).
+// answers a retry of records it holds with their original offsets. A
+// not-leader answer is no unknown outcome (it wrote nothing): one naming
+// the leader is Append's answer at once unless FollowLeader follows it, and
+// one naming none (a promotion fenced the replica and has not yet told it
+// its role) is sent again within the same bound, as is a full disk's
+// ResourceExhausted. When Append still fails, the outcome is what the
+// error says; a stream's producer for which some try's outcome stayed
+// unknown is retired (its next sequence would be a gap if nothing was
+// written, or a false duplicate of that try if it was).
 //
 // Without idempotence, on an error the outcome is what Append's is for the
 // same error: a refusal (InvalidArgument, NotFound, a FailedPrecondition
@@ -154,6 +159,10 @@ func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte)
 	}
 	pause := retryBackoff
 	follows := 0
+	// unknown: some try of this append may have been written. Only the
+	// last error is returned, but an earlier try's unknown outcome stays
+	// unknown whatever a later try answered.
+	unknown := false
 	for try := 0; ; try++ {
 		ack, err := a.appendOnce(ctx, st, req)
 		if err != nil && transport.NotHandled(err) && ctx.Err() == nil {
@@ -176,8 +185,9 @@ func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte)
 			try--
 			continue
 		}
-		if st.prod == nil || !unknownOutcome(err) || try == a.retries || ctx.Err() != nil {
-			if st.prod != nil && unknownOutcome(err) {
+		unknown = unknown || unknownOutcome(err)
+		if st.prod == nil || !worthRetrying(err) || try == a.retries || ctx.Err() != nil {
+			if st.prod != nil && unknown {
 				st.prod = newProducer() // see above: the old one may have a gap
 			}
 			a.put(st)
@@ -236,17 +246,35 @@ func (a *Appender) AppendRequest(ctx context.Context, req *tenurev1.AppendReques
 }
 
 // unknownOutcome says whether an append that failed with err may have been
-// written: anything but a refusal of the request itself.
+// written: anything but a refusal of the request itself. A not-leader
+// answer (a NotLeaderDetail) and a full disk (ResourceExhausted) are
+// refusals: the replica answers them before assigning offsets.
 func unknownOutcome(err error) bool {
-	if transport.NotHandled(err) {
+	if transport.NotHandled(err) || wire.NotLeader(err) != nil {
 		return false
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeOutOfRange,
-		connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeDataLoss:
+		connect.CodePermissionDenied, connect.CodeUnauthenticated, connect.CodeDataLoss,
+		connect.CodeResourceExhausted:
 		return false
 	}
 	return true
+}
+
+// worthRetrying says whether an idempotent append that failed with err is
+// sent again to the same replica: an unknown outcome is (the retry turns
+// it into a known one), and so are refusals that pass by themselves: a
+// replica fenced by a promotion that knows no leader yet (it is adopted
+// in a moment, and then leads or names the leader) and a full disk (it
+// resumes once space is back). A not-leader answer that names the leader
+// is not: that replica refuses every retry the same way, so the refusal
+// is the answer unless FollowLeader followed it.
+func worthRetrying(err error) bool {
+	if nl := wire.NotLeader(err); nl != nil {
+		return nl.GetLeaderUrl() == ""
+	}
+	return unknownOutcome(err) || connect.CodeOf(err) == connect.CodeResourceExhausted
 }
 
 func newProducer() *producer {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tenurelog/tenure/pkg/appender"
 	"github.com/tenurelog/tenure/pkg/transport"
+	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 	"github.com/tenurelog/tenure/services/replica"
@@ -104,5 +106,77 @@ func TestAppenderFollowsTheNotLeaderDetail(t *testing.T) {
 		if ack.GetEpoch() != want.epoch {
 			t.Fatalf("append %d acknowledged at epoch %d, want %d (leader %s)", i, ack.GetEpoch(), want.epoch, want.leader.id)
 		}
+	}
+}
+
+// streamCounter counts the AppendStreams a client opens: the Appender
+// opens one per try after a failed one.
+type streamCounter struct{ n atomic.Int64 }
+
+func (c *streamCounter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+func (c *streamCounter) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		c.n.Add(1)
+		return next(ctx, spec)
+	}
+}
+func (c *streamCounter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// A follower's not-leader answer naming the leader wrote nothing and is
+// refused the same way every time: without FollowLeader it is Append's
+// answer after one try, not after DefaultRetries tries and their backoff
+// (about 3 s) as if its outcome were unknown. A replica fenced by a
+// promotion that names no leader yet is tried again, and the append
+// succeeds once that replica is adopted as the leader.
+func TestAppenderNotLeaderIsARefusal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hc := transport.NewHTTPClient()
+	ms := startMembers(t, hc, "r1", "r2")
+	r1, r2 := ms[0], ms[1]
+	elect(ctx, t, ms, 1, r1)
+
+	var opened streamCounter
+	c := tenurev1connect.NewLogServiceClient(hc, r2.url, transport.ClientOptions(connect.WithInterceptors(&opened))...)
+	a := appender.New(c)
+	defer a.Close()
+	began := time.Now()
+	_, err := a.Append(ctx, "r", [][]byte{[]byte("x")})
+	if nl := wire.NotLeader(err); nl.GetLeaderId() != "r1" {
+		t.Fatalf("Append to the follower = %v, want a not-leader answer naming r1", err)
+	}
+	if n := opened.n.Load(); n != 1 {
+		t.Fatalf("Append to the follower tried %d times in %v, want once: the refusal wrote nothing and is the answer", n, time.Since(began))
+	}
+
+	// r2 fenced at epoch 2 and not yet adopted knows no leader: the
+	// Appender tries again, and the append lands once r2 leads.
+	for _, m := range ms {
+		if _, err := m.rc.Fence(ctx, connect.NewRequest(&tenurev1.FenceRequest{RangeId: "r", Epoch: 2, FencerId: "test"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Append(ctx, "r", [][]byte{[]byte("y")})
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for opened.n.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the Appender did not try again on a fenced replica that names no leader (%d streams)", opened.n.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	elect(ctx, t, ms, 3, r2)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Append while r2 was fenced, then made leader: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Append did not return")
 	}
 }
