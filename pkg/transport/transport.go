@@ -52,7 +52,7 @@ func HandlerOptions(extra ...connect.HandlerOption) []connect.HandlerOption {
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(wire.MaxMessageBytes),
 		connect.WithCompressMinBytes(math.MaxInt),
-		connect.WithInterceptors(installedInterceptors{}),
+		connect.WithInterceptors(lostConnection{}, installedInterceptors{}),
 	}
 	return append(opts, extra...)
 }
@@ -60,6 +60,9 @@ func HandlerOptions(extra ...connect.HandlerOption) []connect.HandlerOption {
 // ClientOptions are the options every tenure client is built with: the same
 // read limit as the handlers, the Connect protocol (binary protobuf over
 // HTTP/2) and the interceptors installed with SetInterceptors, now or later.
+// A connection lost under a call (a server killed mid-call resets it) is
+// Unavailable on every such client, unary or stream (LostStream): never the
+// Canceled connect-go reports for a reset, which means the caller gave up.
 //
 // Connect rather than gRPC: every tenure server speaks Connect, gRPC and
 // gRPC-Web (so grpcurl and gRPC clients in other languages still work), and
@@ -70,7 +73,7 @@ func HandlerOptions(extra ...connect.HandlerOption) []connect.HandlerOption {
 func ClientOptions(extra ...connect.ClientOption) []connect.ClientOption {
 	opts := []connect.ClientOption{
 		connect.WithReadMaxBytes(wire.MaxMessageBytes),
-		connect.WithInterceptors(installedInterceptors{}),
+		connect.WithInterceptors(lostConnection{}, installedInterceptors{}),
 	}
 	return append(opts, extra...)
 }
