@@ -37,7 +37,10 @@ import (
 type Appender struct {
 	// dial makes the client of a leader another replica named (FollowLeader);
 	// nil: no following.
-	dial       func(url string) tenurev1connect.LogServiceClient
+	dial func(url string) tenurev1connect.LogServiceClient
+	// locate finds a range's leader (LocateLeader); nil: only not-leader
+	// answers are followed.
+	locate     func(ctx context.Context, rangeID string) (string, error)
 	idempotent bool
 	retries    int
 
@@ -77,9 +80,57 @@ type Option func(*Appender)
 // then on, through a client from dial, and sends the refused append there
 // once more. A refusal wrote nothing, so the retry cannot write it twice.
 // At most maxFollows leaders per Append. Without it (the default), the
-// refusal is Append's answer.
+// refusal is Append's answer. A leader that crashed answers nothing and
+// names nobody: LocateLeader finds its successor.
 func FollowLeader(dial func(url string) tenurev1connect.LogServiceClient) Option {
 	return func(a *Appender) { a.dial = dial }
+}
+
+// LocateLeader makes an Appender that follows the leader (FollowLeader,
+// whose dial it uses; without FollowLeader it does nothing) also look for
+// it with locate before it sends an append again: after an unknown outcome
+// (the leader crashed or was cut off mid-append, its connections are
+// refused) and after a not-leader answer that names no leader (a promotion
+// is under way). A leader that crashed answers nothing, so no not-leader
+// answer ever names its successor: without a locate function every retry
+// goes to the dead address and the append fails once the retries are
+// spent, however quickly a new leader serves. With one, the retry goes to
+// the replica locate names, with the same producer sequence, so the new
+// leader writes the records at most once (docs/idempotence.md).
+//
+// locate returns the leader's base URL, or "" when it knows of none yet
+// (the Appender then tries where it was, and asks again before the next
+// try). LeaseLeader reads it from the lease service.
+func LocateLeader(locate func(ctx context.Context, rangeID string) (url string, err error)) Option {
+	return func(a *Appender) { a.locate = locate }
+}
+
+// LeaseLeader is a locate function for LocateLeader: the range's leader as
+// the lease service records it (LeaseService.GetRange), the member that
+// holds the range's live lease, at its address in the membership. While a
+// promotion runs the lease is the promoter's and no member's, and after
+// a leader died it stays the dead one's until the promotion binds it to
+// the new leader or its TTL runs out: "" or the old address then, and the
+// Appender asks again before its next try. A producer's certificate may
+// call GetRange.
+func LeaseLeader(lc tenurev1connect.LeaseServiceClient) func(ctx context.Context, rangeID string) (string, error) {
+	return func(ctx context.Context, rangeID string) (string, error) {
+		resp, err := lc.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: rangeID}))
+		if err != nil {
+			return "", err
+		}
+		r := resp.Msg.GetRange()
+		l := r.GetLease()
+		if !l.GetLive() || l.GetEpoch() != r.GetEpoch() {
+			return "", nil
+		}
+		for _, m := range r.GetReplicas() {
+			if m.GetId() == l.GetHolderId() {
+				return m.GetAddress(), nil
+			}
+		}
+		return "", nil
+	}
 }
 
 // maxFollows bounds the leaders one Append follows: leadership moving that
@@ -96,8 +147,8 @@ func WithRetries(n int) Option { return func(a *Appender) { a.retries = max(n, 0
 
 // DefaultRetries is how many times an idempotent append with an unknown
 // outcome is sent again by default, with retryBackoff doubling between
-// tries (about 3 s in all, which covers a failover), each within the call's
-// context.
+// tries (about 3 s in all, which covers a failover when the retries can
+// reach the new leader: see LocateLeader), each within the call's context.
 const DefaultRetries = 6
 
 // retryBackoff is the first pause before a retry; it doubles, up to
@@ -198,7 +249,22 @@ func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte)
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, retryBackoffMax)
+		a.relocate(ctx, rangeID)
 	}
+}
+
+// relocate points the Appender at the leader locate names, under
+// LocateLeader, before a retry. Nothing changes when locate fails, knows
+// of no leader, or names the replica already appended to.
+func (a *Appender) relocate(ctx context.Context, rangeID string) {
+	if a.locate == nil || a.dial == nil || ctx.Err() != nil {
+		return
+	}
+	url, err := a.locate(ctx, rangeID)
+	if err != nil || url == "" {
+		return
+	}
+	a.follow(url)
 }
 
 // followNotLeader makes the leader a not-leader refusal names the replica
@@ -212,6 +278,11 @@ func (a *Appender) followNotLeader(err error) bool {
 	if url == "" {
 		return false
 	}
+	return a.follow(url)
+}
+
+// follow makes url the replica appended to; false if it already is.
+func (a *Appender) follow(url string) bool {
 	a.mu.Lock()
 	if a.url == url {
 		a.mu.Unlock()

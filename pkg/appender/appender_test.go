@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
+	"github.com/tenurelog/tenure/services/lease/leasetest"
 	"github.com/tenurelog/tenure/services/replica"
 )
 
@@ -24,6 +26,8 @@ type member struct {
 	id, url string
 	rc      tenurev1connect.ReplicaServiceClient
 	lc      tenurev1connect.LogServiceClient
+	// stop closes the server and the replica, as a crash ends both.
+	stop func()
 }
 
 func startMembers(t *testing.T, hc *http.Client, ids ...string) []*member {
@@ -34,8 +38,10 @@ func startMembers(t *testing.T, hc *http.Client, ids ...string) []*member {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { srv.Close(); r.Close() })
-		out = append(out, &member{id: id, url: srv.URL(),
+		var once sync.Once
+		stop := func() { once.Do(func() { srv.Close(); r.Close() }) }
+		t.Cleanup(stop)
+		out = append(out, &member{id: id, url: srv.URL(), stop: stop,
 			rc: tenurev1connect.NewReplicaServiceClient(hc, srv.URL(), transport.ClientOptions()...),
 			lc: tenurev1connect.NewLogServiceClient(hc, srv.URL(), transport.ClientOptions()...)})
 	}
@@ -178,5 +184,139 @@ func TestAppenderNotLeaderIsARefusal(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("Append did not return")
+	}
+}
+
+// A leader that crashes answers nothing, so no not-leader answer names its
+// successor. With LocateLeader, an append whose outcome the crash left
+// unknown is sent again where locate finds the new leader, with the same
+// sequence: it is written once. Without it, every retry goes to the dead
+// address and the append fails.
+func TestAppenderLocatesTheLeaderAfterACrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hc := transport.NewHTTPClient()
+	ms := startMembers(t, hc, "r1", "r2", "r3")
+	r1, r2, r3 := ms[0], ms[1], ms[2]
+	elect(ctx, t, ms, 1, r1)
+	dial := func(url string) tenurev1connect.LogServiceClient {
+		return tenurev1connect.NewLogServiceClient(hc, url, transport.ClientOptions()...)
+	}
+	// locate asks the members that answer who leads, as a service might
+	// (LeaseLeader asks the lease service instead).
+	located := atomic.Int64{}
+	locate := func(ctx context.Context, rangeID string) (string, error) {
+		located.Add(1)
+		for _, m := range ms {
+			resp, err := m.rc.GetStatus(ctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: rangeID}))
+			if err != nil {
+				continue
+			}
+			for _, st := range resp.Msg.GetRanges() {
+				if st.GetRole() == tenurev1.Role_ROLE_LEADER {
+					return m.url, nil
+				}
+			}
+		}
+		return "", nil
+	}
+	a := appender.New(r1.lc, appender.FollowLeader(dial), appender.LocateLeader(locate))
+	defer a.Close()
+	if _, err := a.Append(ctx, "r", [][]byte{[]byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	r1.stop()
+	// The survivors are promoted while the Appender retries.
+	type result struct {
+		ack *tenurev1.AppendResponse
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ack, err := a.Append(ctx, "r", [][]byte{[]byte("after")})
+		done <- result{ack, err}
+	}()
+	for located.Load() == 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("Append after the leader crashed returned before looking for a leader: %v, %v", r.ack, r.err)
+		case <-ctx.Done():
+			t.Fatal("no locate call")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	elect(ctx, t, []*member{r2, r3}, 2, r2)
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatal("Append did not return")
+	}
+	ack, err := r.ack, r.err
+	if err != nil {
+		t.Fatalf("Append after the leader crashed: %v (locate called %d times)", err, located.Load())
+	}
+	if ack.GetEpoch() != 2 {
+		t.Fatalf("Append after the crash acknowledged at epoch %d, want 2 (r2 leads)", ack.GetEpoch())
+	}
+	resp, err := r2.lc.Read(ctx, connect.NewRequest(&tenurev1.ReadRequest{RangeId: "r"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, rec := range resp.Msg.GetRecords() {
+		if string(rec.GetValue()) == "after" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the new leader holds %d copies of the retried append, want 1", n)
+	}
+}
+
+// LeaseLeader names the member holding the range's live lease at the
+// current epoch, at its membership address; nobody while the lease is a
+// promoter's (a promotion under way) or the range was never granted.
+func TestLeaseLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	env := leasetest.Start(t)
+	lc := env.Client
+	set := []*tenurev1.Replica{{Id: "r1", Address: "http://127.0.0.1:7101"}, {Id: "r2", Address: "http://127.0.0.1:7102"}}
+	if _, err := lc.CreateRange(ctx, connect.NewRequest(&tenurev1.CreateRangeRequest{RangeId: "r", Replicas: set})); err != nil {
+		t.Fatal(err)
+	}
+	locate := appender.LeaseLeader(lc)
+	want := func(what, url string) {
+		t.Helper()
+		got, err := locate(ctx, "r")
+		if err != nil || got != url {
+			t.Fatalf("%s: LeaseLeader = %q, %v; want %q", what, got, err, url)
+		}
+	}
+	want("never granted", "")
+	session := func(holder string) int64 {
+		resp, err := lc.OpenSession(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{HolderId: holder, HolderAddress: "http://elsewhere", TtlMs: 2000}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.GetSessionId()
+	}
+	p := session("promoter-1")
+	if _, err := lc.GrantEpoch(ctx, connect.NewRequest(&tenurev1.GrantEpochRequest{RangeId: "r", PreviousEpoch: 0, HolderId: "promoter-1", SessionId: p})); err != nil {
+		t.Fatal(err)
+	}
+	want("granted to a promoter", "")
+	r2 := session("r2")
+	if _, err := lc.BindLease(ctx, connect.NewRequest(&tenurev1.BindLeaseRequest{RangeId: "r", Epoch: 1, HolderId: "r2", SessionId: r2})); err != nil {
+		t.Fatal(err)
+	}
+	want("bound to r2", "http://127.0.0.1:7102")
+	if _, err := lc.CloseSession(ctx, connect.NewRequest(&tenurev1.CloseSessionRequest{SessionId: r2})); err != nil {
+		t.Fatal(err)
+	}
+	want("r2's session closed", "")
+	if _, err := locate(ctx, "nosuch"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("LeaseLeader of an unknown range = %v, want NotFound", err)
 	}
 }
