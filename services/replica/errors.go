@@ -37,7 +37,9 @@ import (
 //	Unavailable        the replica is closing, or reopening its store
 //	                   after a want of space (reopen.go), or a leader
 //	                   could not confirm with a quorum that it still
-//	                   leads (a read)
+//	                   leads (a read), or a new leader has not yet
+//	                   committed its epoch-start record (a read or tail
+//	                   just after its promotion)
 //	DeadlineExceeded   an append that did not commit within its bound
 //	ResourceExhausted  the replica's disk is full (below its reserve, or a
 //	                   write failed for want of space: logstore.ErrDiskFull;

@@ -168,8 +168,11 @@ func (h *hosted) readableLeader() (*leader, error) {
 	// that record is committed (HWM past it) the HWM covers them all
 	// (Raft section 8: a leader serves reads only after committing an entry
 	// of its own term).
+	// Unavailable, not FailedPrecondition: this replica does lead, and
+	// serves reads once a quorum holds that record, a moment after its
+	// promotion; a client that followed a not-leader answer here retries.
 	if hwm := h.r.HWM(); hwm <= l.epochStart {
-		return nil, preconditionf("range %q: leader %s at epoch %d has not yet committed its epoch-start record (offset %d, HWM %d); not serving reads yet, retry shortly", h.id, h.s.cfg.ID, l.epoch, l.epochStart, hwm)
+		return nil, coded(connect.CodeUnavailable, "range %q: leader %s at epoch %d has not yet committed its epoch-start record (offset %d, HWM %d); not serving reads yet, retry shortly", h.id, h.s.cfg.ID, l.epoch, l.epochStart, hwm)
 	}
 	return l, nil
 }
