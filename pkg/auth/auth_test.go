@@ -66,6 +66,11 @@ func TestDecide(t *testing.T) {
 		{tenurev1connect.LeaseServiceGetRangeProcedure, auth.Identity{Name: "consumer", Roles: []auth.Role{auth.RoleConsumer}}, true, 0},
 		{tenurev1connect.ReplicaServiceGetStatusProcedure, producer, true, 0},
 		{tenurev1connect.ReplicaServiceGetStatusProcedure, auth.Identity{Name: "consumer", Roles: []auth.Role{auth.RoleConsumer}}, true, 0},
+		// The same question batched or narrowed; enumerating or watching
+		// every range is not theirs.
+		{tenurev1connect.LeaseServiceGetRangesProcedure, producer, true, 0},
+		{tenurev1connect.LeaseServiceGetLeaseProcedure, auth.Identity{Name: "consumer", Roles: []auth.Role{auth.RoleConsumer}}, true, 0},
+		{tenurev1connect.LeaseServiceWatchLeasesProcedure, producer, true, connect.CodePermissionDenied},
 		{tenurev1connect.LeaseServiceListRangesProcedure, producer, true, connect.CodePermissionDenied},
 		{tenurev1connect.LeaseServiceCreateRangeProcedure, producer, true, connect.CodePermissionDenied},
 		{"/grpc.health.v1.Health/Check", auth.Identity{}, false, 0},

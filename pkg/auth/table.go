@@ -76,10 +76,16 @@ var Table = map[string][]Role{
 	// read a topic's metadata. Without both, the producer and consumer
 	// certificates `tenure certs init` issues could not produce or consume
 	// with tenurectl at all.
+	// GetRanges (several named ranges at once) and GetLease (a named
+	// range's lease alone) read nothing GetRange does not: a client
+	// following its ranges' leaders may batch or narrow the same question.
+	// Listing every range (ListRanges) and watching every lease
+	// (WatchLeases) stay an operator's: they name ranges the caller did
+	// not name.
 	tenurev1connect.LeaseServiceGetRangeProcedure:    {RoleReplica, RolePromoter, RoleOperator, RoleProducer, RoleConsumer},
-	tenurev1connect.LeaseServiceGetRangesProcedure:   {RoleReplica, RolePromoter, RoleOperator},
+	tenurev1connect.LeaseServiceGetRangesProcedure:   {RoleReplica, RolePromoter, RoleOperator, RoleProducer, RoleConsumer},
 	tenurev1connect.LeaseServiceListRangesProcedure:  {RoleReplica, RolePromoter, RoleOperator},
-	tenurev1connect.LeaseServiceGetLeaseProcedure:    {RoleReplica, RolePromoter, RoleOperator},
+	tenurev1connect.LeaseServiceGetLeaseProcedure:    {RoleReplica, RolePromoter, RoleOperator, RoleProducer, RoleConsumer},
 	tenurev1connect.LeaseServiceWatchLeasesProcedure: {RolePromoter, RoleOperator},
 	tenurev1connect.LeaseServiceGrantEpochProcedure:  {RolePromoter},
 	tenurev1connect.LeaseServiceGrantEpochsProcedure: {RolePromoter},
