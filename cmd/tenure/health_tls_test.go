@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -59,4 +60,24 @@ func TestHealthOverTLSNeedsOnlyTheCA(t *testing.T) {
 		}
 	}
 	rep.stop(t)
+}
+
+// A cleartext probe of a TLS server fails in one of several forms,
+// depending on which side of the HTTP/2 preface the server's hang-up
+// lands; each names --tls-ca. CI saw "client conn could not be
+// established", which the hint missed, where runs here saw EOF.
+func TestHealthTLSHintCoversEveryHangUp(t *testing.T) {
+	for _, msg := range []string{
+		"unavailable: unexpected EOF",
+		"unavailable: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer",
+		"unavailable: http2: client conn could not be established",
+		`canceled: Post "http://127.0.0.1:1/grpc.health.v1.Health/Check": write tcp 127.0.0.1:2->127.0.0.1:1: write: broken pipe`,
+	} {
+		if got := healthTLSHint(errors.New(msg), false); !strings.Contains(got, "give --tls-ca") {
+			t.Errorf("hint for %q = %q, want it to name --tls-ca", msg, got)
+		}
+		if got := healthTLSHint(errors.New(msg), true); strings.Contains(got, "give --tls-ca") {
+			t.Errorf("hint for %q with --tls-ca given = %q, want no --tls-ca advice", msg, got)
+		}
+	}
 }
