@@ -309,3 +309,15 @@ ctl: ## Run tenurectl on the compose stack's network: make ctl ARGS="status".
 		-e TENURECTL_JAEGER_UI=http://$$ui $(TENURE_IMAGE) tenurectl); \
 	echo "$${cmd[*]} $(ARGS)" >&2; \
 	"$${cmd[@]}" $(ARGS)
+
+# The services' Prometheus metrics are served in plaintext on the stack's
+# network only (http://SERVICE:9090/metrics, not published); no tenure
+# image has an HTTP client that prints a body, so the etcd image's
+# httpcheck (--print) reads them from a throw-away container there.
+.PHONY: metrics
+metrics: ## Print a compose service's Prometheus metrics: make metrics SERVICE=replica-1 (lease-1/2, replica-1..4, promoter-1/2).
+	@test -n "$(SERVICE)" || \
+		{ echo "make metrics: name the service: make metrics SERVICE=replica-1 (lease-1, lease-2, replica-1..4, promoter-1, promoter-2)" >&2; exit 2; }
+	@docker network inspect $(COMPOSE_PROJECT)_tenure >/dev/null 2>&1 || \
+		{ echo "make metrics: no compose stack of project $(COMPOSE_PROJECT) is up (no network $(COMPOSE_PROJECT)_tenure): make up first, with the same COMPOSE_PROJECT" >&2; exit 1; }
+	@docker run --rm --network $(COMPOSE_PROJECT)_tenure --entrypoint httpcheck $(ETCD_IMAGE) --timeout 5s --print http://$(SERVICE):9090/metrics
