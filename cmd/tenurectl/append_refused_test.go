@@ -24,9 +24,6 @@ import (
 // records that were never written. Now it says once that the disk is full
 // while it retries, and at the end that nothing was written.
 func TestProduceToAFullLeaderSaysNothingWasWritten(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a replica")
-	}
 	const id, rangeID = "r1", "full"
 	r, srv, err := replica.Start(replica.Config{ID: id, DataDir: t.TempDir(), Logger: quietLogger(),
 		StoreOptions: logstore.Options{DiskReserveBytes: 1 << 30, FreeBytes: func() (uint64, error) { return 1 << 20, nil }}}, "127.0.0.1:0")

@@ -394,7 +394,12 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	writeUnresolvedHint(w, rs)
+	if !namesResolve {
+		// Where other members' names resolve (the stack's network), the
+		// rows already say which replica is gone; "run tenurectl there"
+		// would send the operator where they are.
+		writeUnresolvedHint(w, rs)
+	}
 	writeDiskFullLines(w, rs)
 	writeRetentionLines(w, rs)
 	// A change in flight matters until it completes: promotions need a
@@ -468,12 +473,6 @@ func uptime(d time.Duration) string {
 // from outside that network every such member reads "unreachable" while
 // it is healthy.
 func writeUnresolvedHint(w io.Writer, rs []rangeStatus) {
-	if someNameResolves(rs) {
-		// tenurectl runs where the members' names resolve (make ctl on
-		// the stack's network): the rows say which replica is gone, and
-		// "run tenurectl there" would send the operator where they are.
-		return
-	}
 	var hosts []string
 	for _, r := range rs {
 		for _, m := range r.members {

@@ -2,7 +2,6 @@ package promoter
 
 import (
 	"context"
-	"fmt"
 	"sort"
 
 	"connectrpc.com/connect"
@@ -101,11 +100,8 @@ func (h handler) GetStatus(ctx context.Context, req *connect.Request[tenurev1.Pr
 		p.log.Debug("status not forwarded to the elected promoter; answering for this one", "elected", to, "err", err)
 	}
 	p.mu.Lock()
-	resp := &tenurev1.PromoterServiceGetStatusResponse{PromoterId: p.cfg.ID, Elected: p.elected, LeaderPromoterId: p.leaderID}
-	if p.electionErr != "" {
-		// Why nobody may be elected: the operator's next step is etcd.
-		resp.ElectionError = fmt.Sprintf("its election on etcd %v fails: %s", p.cfg.Etcd.Endpoints(), p.electionErr)
-	}
+	resp := &tenurev1.PromoterServiceGetStatusResponse{PromoterId: p.cfg.ID, Elected: p.elected, LeaderPromoterId: p.leaderID,
+		ElectionError: p.electionFailureLocked()}
 	for id, rs := range p.ranges {
 		resp.Ranges = append(resp.Ranges, rs.status(id))
 	}

@@ -308,18 +308,27 @@ func (p *Promoter) Elected() bool {
 	return p.elected
 }
 
+// electionFailureLocked says why this promoter's election cannot run, or
+// "" while it runs (elected or standing by): the operator's next step is
+// then etcd, not the elected promoter. Promote's refusal and GetStatus's
+// election_error both say it. p.mu is held.
+func (p *Promoter) electionFailureLocked() string {
+	if p.electionErr == "" {
+		return ""
+	}
+	return fmt.Sprintf("its election on etcd %v fails: %s", p.cfg.Etcd.Endpoints(), p.electionErr)
+}
+
 func (p *Promoter) notElectedError() error {
 	p.mu.Lock()
-	leader, why := p.leaderID, p.electionErr
+	leader, why := p.leaderID, p.electionFailureLocked()
 	p.mu.Unlock()
 	if leader == "" {
 		leader = "unknown"
 	}
 	if why != "" {
-		// Its election cannot run: the operator's next step is etcd, not
-		// the elected promoter.
 		return connect.NewError(connect.CodeFailedPrecondition,
-			fmt.Errorf("promoter %s is not elected; the elected promoter is %s; its election on etcd %v fails: %s", p.cfg.ID, leader, p.cfg.Etcd.Endpoints(), why))
+			fmt.Errorf("promoter %s is not elected; the elected promoter is %s; %s", p.cfg.ID, leader, why))
 	}
 	return connect.NewError(connect.CodeFailedPrecondition,
 		fmt.Errorf("promoter %s is not elected; the elected promoter is %s", p.cfg.ID, leader))
