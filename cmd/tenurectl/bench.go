@@ -5,7 +5,11 @@ import (
 	"crypto/rand"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
+	mathrand "math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +20,7 @@ import (
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/pkg/wire"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
+	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
 )
 
 const benchHelp = `
@@ -26,6 +31,19 @@ given, is a cap: the run ends at whichever comes first). Prints throughput
 and the latency of one append (send to acknowledgement, i.e. until a quorum
 holds it durably) at the 50th, 99th and 99.9th percentiles. Runs longer than
 a few seconds print a progress line to stderr every two seconds.
+
+Several RANGEs are benched together, each at its own leader, and the
+figures are for all of them: appender i appends to the i-th range (in
+turn, when there are more appenders than ranges), so --concurrency
+defaults to one appender per range (at least 4); with --random every
+append goes to a range drawn at random instead, which lets fewer appenders
+than ranges spread over all of them. The report adds how the acknowledged
+records fell on the ranges (fewest, median, most); --json lists every
+range's leader, epoch and acknowledged records. E.g. one producer with one
+append in flight on each of 100 ranges, or 64 producers spreading over
+them:
+  tenurectl bench $(seq -f 'b%g' 100) --duration 10s
+  tenurectl bench $(seq -f 'b%g' 100) --duration 10s --concurrency 64 --random
 
 --disk samples every replica of the range every 500ms (GetStatus): the
 bytes its data directory takes on disk (DiskStatus.used_bytes; "-" from a
@@ -55,45 +73,74 @@ const benchDiskEvery = 500 * time.Millisecond
 // benchMaxDuration bounds --duration.
 const benchMaxDuration = 7 * 24 * time.Hour
 
+// benchMaxRanges bounds the ranges of one run: each one's leader is looked
+// up before the run starts.
+const benchMaxRanges = 10_000
+
+// benchMaxConcurrency bounds --concurrency.
+const benchMaxConcurrency = 1024
+
+// benchLookups is how many ranges' leaders are looked up at once.
+const benchLookups = 16
+
 func runBench(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench", "RANGE [--records N | --duration D] [--size BYTES] [--concurrency N] [--batch N] [--disk]", benchHelp)
+	fs := newFlags(e, "bench", "RANGE [RANGE...] [--records N | --duration D] [--size BYTES] [--concurrency N] [--batch N] [--random] [--disk]", benchHelp)
 	o := addClusterFlags(e, fs)
 	records := fs.Int("records", 10_000, fmt.Sprintf("records to append in all (1-%d); with --duration, a cap (%d unless given)", benchMaxRecords, benchMaxRecords))
 	duration := fs.Duration("duration", 0, "run for this long (e.g. 30s, 10m) instead of until --records are acknowledged; appends in flight at the end are waited for and counted")
 	disk := fs.Bool("disk", false, "sample every replica's bytes on disk and the range's stored bytes every 500ms; report them with the progress and their peaks")
 	size := fs.Int("size", 100, fmt.Sprintf("bytes per record (0-%d)", wire.MaxRecordBytes))
-	concurrency := fs.Int("concurrency", 4, "appenders sending at once (1-1024)")
+	concurrency := fs.Int("concurrency", 4, fmt.Sprintf("appenders sending at once (1-%d); with several RANGEs, one per range unless given (at least 4)", benchMaxConcurrency))
 	batch := fs.Int("batch", 1, fmt.Sprintf("records per append (1-%d)", wire.MaxBatchRecords))
 	unary := fs.Bool("unary", false, "send each append as a unary Append call instead of on an AppendStream")
+	random := fs.Bool("random", false, "send every append to one of the RANGEs drawn at random, instead of each appender to one range")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	recordsSet := false
-	fs.Visit(func(f *flag.Flag) { recordsSet = recordsSet || f.Name == "records" })
+	recordsSet, concurrencySet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		recordsSet = recordsSet || f.Name == "records"
+		concurrencySet = concurrencySet || f.Name == "concurrency"
+	})
 	if *duration > 0 && !recordsSet {
 		*records = benchMaxRecords // a duration run is capped only by memory (every latency is kept)
 	}
+	if !concurrencySet && !*random && len(positional) > *concurrency {
+		// One producer per range, the shape a replica hosting many ranges
+		// exists for; more than the bound is refused below.
+		*concurrency = len(positional)
+	}
+	if dup := firstDuplicate(positional); dup != "" {
+		return usagef("range %q is given twice", dup)
+	}
 	switch {
-	case len(positional) != 1:
-		return usagef("want exactly one RANGE, got %d arguments", len(positional))
+	case len(positional) == 0:
+		return usagef("want a RANGE (or several)")
+	case len(positional) > benchMaxRanges:
+		return usagef("%d ranges: want at most %d", len(positional), benchMaxRanges)
+	case len(positional) > benchMaxConcurrency && !*random:
+		return usagef("%d ranges need as many appenders, more than --concurrency allows (%d): give --random to spread fewer appenders over them", len(positional), benchMaxConcurrency)
+	case *concurrency < len(positional) && !*random:
+		return usagef("--concurrency %d leaves ranges without an appender (%d ranges): give at least %d, or --random to spread the appenders over them", *concurrency, len(positional), len(positional))
+	case *disk && len(positional) > 1:
+		return usagef("--disk samples one range's replicas: give one RANGE")
 	case *records < 1 || *records > benchMaxRecords:
 		return usagef("--records %d: want 1 to %d", *records, benchMaxRecords)
 	case *duration < 0 || *duration > benchMaxDuration:
 		return usagef("--duration %v: want a positive duration, at most %v", *duration, benchMaxDuration)
 	case *size < 0 || *size > wire.MaxRecordBytes:
 		return usagef("--size %d: want 0 to %d", *size, wire.MaxRecordBytes)
-	case *concurrency < 1 || *concurrency > 1024:
-		return usagef("--concurrency %d: want 1 to 1024", *concurrency)
+	case *concurrency < 1 || *concurrency > benchMaxConcurrency:
+		return usagef("--concurrency %d: want 1 to %d", *concurrency, benchMaxConcurrency)
 	case *batch < 1 || *batch > wire.MaxBatchRecords:
 		return usagef("--batch %d: want 1 to %d", *batch, wire.MaxBatchRecords)
 	case *batch**size > wire.MaxBatchBytes:
 		return usagef("--batch %d of --size %d is %d bytes, more than a batch may be (%d)", *batch, *size, *batch**size, wire.MaxBatchBytes)
 	}
-	rangeID := positional[0]
 	c := newClients(o)
 	defer c.close()
-	leader, epoch, err := c.findLeader(ctx, rangeID, leaderWait)
+	targets, err := c.benchTargets(ctx, positional, e.stderr)
 	if err != nil {
 		return err
 	}
@@ -109,12 +156,21 @@ func runBench(ctx context.Context, e *env, args []string) error {
 				what = fmt.Sprintf("for %v (at most %d records), records", *duration, *records)
 			}
 		}
-		fmt.Fprintf(e.stdout, "bench range %s, leader %s at epoch %d: %s of %d bytes, batches of %d, %d concurrent appenders (%s)\n",
-			rangeID, leader.GetId(), epoch, what, *size, *batch, *concurrency, path)
+		spread := ""
+		switch {
+		case *random && len(targets) > 1:
+			spread = ", each append to a range drawn at random"
+		case len(targets) > 1 && *concurrency > len(targets):
+			spread = ", appender i on range i in turn"
+		case len(targets) > 1:
+			spread = ", one a range"
+		}
+		fmt.Fprintf(e.stdout, "bench %s: %s of %d bytes, batches of %d, %d concurrent appenders%s (%s)\n",
+			describeTargets(targets), what, *size, *batch, *concurrency, spread, path)
 	}
 	var sampler *diskSampler
 	if *disk {
-		r, err := c.getRange(ctx, rangeID)
+		r, err := c.getRange(ctx, targets[0].rangeID)
 		if err != nil {
 			return err
 		}
@@ -124,15 +180,33 @@ func runBench(ctx context.Context, e *env, args []string) error {
 
 	value := make([]byte, *size)
 	_, _ = rand.Read(value)
-	lc := c.log(leader.GetAddress())
-	streams := appender.New(lc)
-	defer streams.Close()
-	appendOnce := func(ctx context.Context, values [][]byte) error {
+	// One client, and one Appender (its pool of streams), per leader: the
+	// ranges a replica leads share its connection, as producers of many
+	// ranges would.
+	type leaderClient struct {
+		lc      tenurev1connect.LogServiceClient
+		streams *appender.Appender
+	}
+	byAddress := map[string]*leaderClient{}
+	for i := range targets {
+		addr := targets[i].leader.GetAddress()
+		if byAddress[addr] == nil {
+			lc := c.log(addr)
+			byAddress[addr] = &leaderClient{lc: lc, streams: appender.New(lc)}
+		}
+	}
+	defer func() {
+		for _, l := range byAddress {
+			l.streams.Close()
+		}
+	}()
+	appendOnce := func(ctx context.Context, t *benchTarget, values [][]byte) error {
+		l := byAddress[t.leader.GetAddress()]
 		if *unary {
-			_, err := lc.Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: rangeID, Records: values}))
+			_, err := l.lc.Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: t.rangeID, Records: values}))
 			return err
 		}
-		_, err := streams.Append(ctx, rangeID, values)
+		_, err := l.streams.Append(ctx, t.rangeID, values)
 		return err
 	}
 	var (
@@ -140,6 +214,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		mu             sync.Mutex
 		latencies      = make([]time.Duration, 0, min(*records / *batch + 1, 1<<16))
 		firstErr       error
+		failedOn       *benchTarget
 	)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -148,7 +223,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	// flight finish (each bounded below) and count.
 	deadline := start.Add(*duration)
 	var wg sync.WaitGroup
-	for range *concurrency {
+	for i := range *concurrency {
 		wg.Go(func() {
 			for runCtx.Err() == nil {
 				if *duration > 0 && !time.Now().Before(deadline) {
@@ -158,19 +233,23 @@ func runBench(ctx context.Context, e *env, args []string) error {
 				if n <= 0 {
 					return
 				}
+				t := &targets[i%len(targets)]
+				if *random {
+					t = &targets[mathrand.IntN(len(targets))]
+				}
 				values := make([][]byte, n)
-				for i := range values {
-					values[i] = value
+				for j := range values {
+					values[j] = value
 				}
 				t0 := time.Now()
 				cctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
-				err := appendOnce(cctx, values)
+				err := appendOnce(cctx, t, values)
 				cancel()
 				d := time.Since(t0)
 				mu.Lock()
 				if err != nil {
 					if firstErr == nil && runCtx.Err() == nil {
-						firstErr = err
+						firstErr, failedOn = err, t
 					}
 					mu.Unlock()
 					stop()
@@ -179,6 +258,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 				latencies = append(latencies, d)
 				mu.Unlock()
 				acked.Add(int64(n))
+				t.acked.Add(int64(n))
+				t.appends.Add(1)
 			}
 		})
 	}
@@ -215,15 +296,18 @@ progress:
 		if transport.NotHandled(firstErr) {
 			outcome = "the failed batch was not written (the leader stopped before handling it)"
 		}
-		return fmt.Errorf("append to leader %s failed after %d acknowledged records: %v; %s", leader.GetId(), n, firstErr, outcome)
+		on := ""
+		if len(targets) > 1 {
+			on = " of range " + failedOn.rangeID
+		}
+		return fmt.Errorf("append to leader %s%s failed after %d acknowledged records: %v; %s", failedOn.leader.GetId(), on, n, firstErr, outcome)
 	}
 	if ctx.Err() != nil {
 		fmt.Fprintf(e.stderr, "bench: interrupted after %d acknowledged records\n", n)
 	}
 	slices.Sort(latencies)
 	res := benchJSON{
-		Range: rangeID, Leader: leader.GetId(), Epoch: epoch,
-		Records: n, RecordBytes: *size, Batch: *batch, Concurrency: *concurrency, Appends: len(latencies),
+		Records: n, RecordBytes: *size, Batch: *batch, Concurrency: *concurrency, Random: *random, Appends: len(latencies),
 		ElapsedMs:     float64(elapsed.Microseconds()) / 1000,
 		RecordsPerSec: float64(n) / elapsed.Seconds(),
 		MBPerSec:      float64(n) * float64(*size) / elapsed.Seconds() / 1e6,
@@ -231,6 +315,16 @@ progress:
 		P99Ms:         ms(percentile(latencies, 0.99)),
 		P999Ms:        ms(percentile(latencies, 0.999)),
 		MaxMs:         ms(percentile(latencies, 1)),
+	}
+	for i := range targets {
+		t := &targets[i]
+		res.Ranges = append(res.Ranges, benchRangeJSON{
+			Range: t.rangeID, Leader: t.leader.GetId(), Epoch: t.epoch,
+			Records: t.acked.Load(), Appends: t.appends.Load(),
+		})
+	}
+	if len(targets) == 1 {
+		res.Range, res.Leader, res.Epoch = targets[0].rangeID, targets[0].leader.GetId(), targets[0].epoch
 	}
 	if *disk {
 		res.Disk = diskJSON(samples, benchDiskEvery, start)
@@ -243,30 +337,159 @@ progress:
 	fmt.Fprintf(e.stdout, "append latency: p50 %v  p99 %v  p99.9 %v  max %v\n",
 		roundLatency(percentile(latencies, 0.50)), roundLatency(percentile(latencies, 0.99)),
 		roundLatency(percentile(latencies, 0.999)), roundLatency(percentile(latencies, 1)))
+	if len(targets) > 1 {
+		// How evenly the load fell: a range far below the median waited on
+		// something the others did not (its leader, its followers).
+		per := make([]int64, len(targets))
+		for i := range targets {
+			per[i] = targets[i].acked.Load()
+		}
+		slices.Sort(per)
+		fmt.Fprintf(e.stdout, "records per range: fewest %d, median %d, most %d (%d ranges)\n",
+			per[0], per[len(per)/2], per[len(per)-1], len(per))
+	}
 	if *disk {
 		return writeDiskPeaks(e.stdout, res.Disk)
 	}
 	return nil
 }
 
+// benchTarget is one benched range: its leader when the run started, and
+// what was acknowledged on it.
+type benchTarget struct {
+	rangeID string
+	leader  *tenurev1.Replica
+	epoch   uint64
+	acked   atomic.Int64 // records
+	appends atomic.Int64
+}
+
+// benchTargets finds every range's serving leader, benchLookups at a
+// time, each waiting up to leaderWait for one. Any range without one fails
+// the run before anything is appended. Looking up many ranges takes a
+// while: past a few seconds it reports progress on progressTo.
+func (c *clients) benchTargets(ctx context.Context, rangeIDs []string, progressTo io.Writer) ([]benchTarget, error) {
+	targets := make([]benchTarget, len(rangeIDs))
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next, found atomic.Int64
+		mu          sync.Mutex
+		firstErr    error
+		wg          sync.WaitGroup
+	)
+	for range min(benchLookups, len(rangeIDs)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(rangeIDs) || lctx.Err() != nil {
+					return
+				}
+				leader, epoch, err := c.findLeader(lctx, rangeIDs[i], leaderWait)
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+						if len(rangeIDs) > 1 && !strings.Contains(err.Error(), rangeIDs[i]) {
+							firstErr = fmt.Errorf("range %s: %w", rangeIDs[i], err)
+						}
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+				targets[i].rangeID, targets[i].leader, targets[i].epoch = rangeIDs[i], leader, epoch
+				found.Add(1)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(benchProgressEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			if firstErr != nil {
+				return nil, firstErr
+			}
+			return targets, ctx.Err()
+		case <-tick.C:
+			fmt.Fprintf(progressTo, "bench: found the leaders of %d/%d ranges\n", found.Load(), len(rangeIDs))
+		}
+	}
+}
+
+// describeTargets is the header's account of the ranges: "range R, leader
+// L at epoch E" for one; for several, how many, the first few, and how
+// many each leader leads.
+func describeTargets(targets []benchTarget) string {
+	if len(targets) == 1 {
+		return fmt.Sprintf("range %s, leader %s at epoch %d", targets[0].rangeID, targets[0].leader.GetId(), targets[0].epoch)
+	}
+	const shown = 3
+	names := make([]string, 0, shown+1)
+	for i := range min(shown, len(targets)) {
+		names = append(names, targets[i].rangeID)
+	}
+	if len(targets) > shown {
+		names = append(names, "...")
+	}
+	led := map[string]int{}
+	for i := range targets {
+		led[targets[i].leader.GetId()]++
+	}
+	leaders := make([]string, 0, len(led))
+	for _, id := range slices.Sorted(maps.Keys(led)) {
+		leaders = append(leaders, fmt.Sprintf("%s %d", id, led[id]))
+	}
+	return fmt.Sprintf("%d ranges (%s), leaders %s", len(targets), strings.Join(names, ", "), strings.Join(leaders, ", "))
+}
+
+// firstDuplicate is the first id given twice, or "".
+func firstDuplicate(ids []string) string {
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			return id
+		}
+		seen[id] = true
+	}
+	return ""
+}
+
 type benchJSON struct {
-	Range         string  `json:"range_id"`
-	Leader        string  `json:"leader_id"`
-	Epoch         uint64  `json:"epoch"`
-	Records       int64   `json:"records"`
-	RecordBytes   int     `json:"record_bytes"`
-	Batch         int     `json:"batch"`
-	Concurrency   int     `json:"concurrency"`
-	Appends       int     `json:"appends"`
-	ElapsedMs     float64 `json:"elapsed_ms"`
-	RecordsPerSec float64 `json:"records_per_sec"`
-	MBPerSec      float64 `json:"mb_per_sec"`
-	P50Ms         float64 `json:"p50_ms"`
-	P99Ms         float64 `json:"p99_ms"`
-	P999Ms        float64 `json:"p999_ms"`
-	MaxMs         float64 `json:"max_ms"`
+	// Range, Leader and Epoch are set when one range was benched; Ranges
+	// lists every range, that one too.
+	Range         string           `json:"range_id,omitempty"`
+	Leader        string           `json:"leader_id,omitempty"`
+	Epoch         uint64           `json:"epoch,omitempty"`
+	Ranges        []benchRangeJSON `json:"ranges"`
+	Records       int64            `json:"records"`
+	RecordBytes   int              `json:"record_bytes"`
+	Batch         int              `json:"batch"`
+	Concurrency   int              `json:"concurrency"`
+	Random        bool             `json:"random"`
+	Appends       int              `json:"appends"`
+	ElapsedMs     float64          `json:"elapsed_ms"`
+	RecordsPerSec float64          `json:"records_per_sec"`
+	MBPerSec      float64          `json:"mb_per_sec"`
+	P50Ms         float64          `json:"p50_ms"`
+	P99Ms         float64          `json:"p99_ms"`
+	P999Ms        float64          `json:"p999_ms"`
+	MaxMs         float64          `json:"max_ms"`
 	// Disk is set with --disk.
 	Disk *benchDiskJSON `json:"disk,omitempty"`
+}
+
+// benchRangeJSON is one benched range: its leader when the run started and
+// what was acknowledged on it.
+type benchRangeJSON struct {
+	Range   string `json:"range_id"`
+	Leader  string `json:"leader_id"`
+	Epoch   uint64 `json:"epoch"`
+	Records int64  `json:"records"`
+	Appends int64  `json:"appends"`
 }
 
 // percentile is the nearest-rank percentile q (0 < q <= 1) of sorted

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,6 +38,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"a refusal naming no leader is sent again", testNoLeaderNamedResent},
 		{"bench", testBench},
 		{"bench --duration --disk", testBenchDuration},
+		{"bench several ranges", testBenchRanges},
 		{"epochs with a diverged replica", testEpochsDivergence},
 		{"membership", testMembership},
 		{"rebuild a quarantined copy", testRebuild},
@@ -368,6 +372,118 @@ func testBench(t *testing.T, c *testCluster) {
 		_, out, _ := c.ctl("", "status", "bench", "--json")
 		return strings.Contains(out, `"high_water_mark": 79`)
 	})
+}
+
+// Several ranges, led by different replicas, benched together: each gets
+// its appender (or, --random, appends drawn at random), the totals add up,
+// and every acknowledged record is in its range.
+func testBenchRanges(t *testing.T, c *testCluster) {
+	ids := []string{"many-a", "many-b", "many-c"}
+	leaders := map[string]string{}
+	for i, id := range ids {
+		leaders[id] = c.createRange(id, fmt.Sprintf("r%d", i+1))
+	}
+	args := append([]string{"bench"}, ids...)
+	out := c.mustCtl("", append(args, "--records", "30", "--size", "8")...)
+	wantLines(t, "bench of three ranges", out,
+		"bench 3 ranges (many-a, many-b, many-c), leaders "+describeLeaders(leaders)+": 30 records of 8 bytes, batches of 1, 4 concurrent appenders, appender i on range i in turn (one AppendStream each)",
+		"acknowledged 30 records in",
+		"records per range: fewest ")
+
+	// benched counts each range's records, to find them all committed.
+	benched := map[string]int64{}
+	sumOf := func(what string, res benchJSON, want int64) {
+		t.Helper()
+		var sum int64
+		for i, r := range res.Ranges {
+			if r.Range != ids[i] || r.Leader != leaders[r.Range] || r.Epoch != 1 || r.Records == 0 || r.Records != 2*r.Appends {
+				t.Errorf("range %d in %s: %+v, want %s led by %s at epoch 1 with records in appends of 2", i, what, r, ids[i], leaders[ids[i]])
+			}
+			sum += r.Records
+			benched[r.Range] += r.Records
+		}
+		if sum != want {
+			t.Errorf("%s: the ranges' records add up to %d, want %d", what, sum, want)
+		}
+	}
+	// The text run's records fell on the ranges as its appenders raced for
+	// them: count them from each leader's HWM (an acknowledged append is
+	// committed).
+	for _, id := range ids {
+		benched[id] = hwmOf(t, c, id) - 1 // the epoch-start record
+	}
+	out = c.mustCtl("", append(args, "--records", "60", "--batch", "2", "--concurrency", "3", "--json")...)
+	var res benchJSON
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Records != 60 || res.Range != "" || len(res.Ranges) != 3 || res.Random {
+		t.Fatalf("bench of three ranges --json = %s (%v)", out, err)
+	}
+	sumOf("bench of three ranges --json", res, 60)
+
+	out = c.mustCtl("", append(args, "--records", "90", "--batch", "2", "--concurrency", "2", "--random", "--json")...)
+	res = benchJSON{}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Records != 90 || !res.Random || len(res.Ranges) != 3 {
+		t.Fatalf("bench --random --json = %s (%v)", out, err)
+	}
+	sumOf("bench --random --json", res, 90)
+	// Every acknowledged record is in its range.
+	for _, id := range ids {
+		want := 1 + benched[id]
+		waitFor(t, id+"'s benched records to be committed", 5*time.Second, func() bool {
+			return hwmOf(t, c, id) == want
+		})
+	}
+
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"many-a", "many-b", "many-c", "--concurrency", "2"}, "--concurrency 2 leaves ranges without an appender (3 ranges)"},
+		{[]string{"many-a", "many-a"}, `range "many-a" is given twice`},
+		{[]string{"many-a", "many-b", "--disk"}, "--disk samples one range's replicas"},
+	} {
+		code, _, stderr := c.ctl("", append([]string{"bench"}, bad.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, bad.want) {
+			t.Errorf("bench %v: status %d, stderr:\n%s\nwant status 2 and %q", bad.args, code, stderr, bad.want)
+		}
+	}
+	// A range that does not exist fails the run before anything is appended.
+	code, _, stderr := c.ctl("", "bench", "many-a", "no-such-range", "--records", "5")
+	if code != exitFail || !strings.Contains(stderr, `"no-such-range" does not exist`) {
+		t.Errorf("bench with an unknown range: status %d, stderr:\n%s", code, stderr)
+	}
+	if hwm := hwmOf(t, c, "many-a"); hwm != 1+benched["many-a"] {
+		t.Errorf("a bench that failed on an unknown range appended to many-a: HWM %d, want %d", hwm, 1+benched["many-a"])
+	}
+}
+
+// hwmOf is the range's leader's HWM, from tenurectl status --json.
+func hwmOf(t *testing.T, c *testCluster, rangeID string) int64 {
+	t.Helper()
+	out := c.mustCtl("", "status", rangeID, "--json")
+	var st []statusJSON
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st) != 1 {
+		t.Fatalf("status %s --json = %s (%v)", rangeID, out, err)
+	}
+	for _, r := range st[0].Replicas {
+		if r.ID == st[0].Leader {
+			return int64(r.HighWaterMark)
+		}
+	}
+	t.Fatalf("status %s --json names no leader: %s", rangeID, out)
+	return 0
+}
+
+// describeLeaders is bench's "r1 1, r2 2" of how many ranges each leads.
+func describeLeaders(leaders map[string]string) string {
+	led := map[string]int{}
+	for _, l := range leaders {
+		led[l]++
+	}
+	var parts []string
+	for _, id := range slices.Sorted(maps.Keys(led)) {
+		parts = append(parts, fmt.Sprintf("%s %d", id, led[id]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // A leader takes an append its followers never see (they are partitioned
