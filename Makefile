@@ -265,12 +265,18 @@ compose-smoke: images $(BIN)/static/smoke ## Bring up a separate compose stack, 
 # Jaeger (a local one, or `make up`'s) in headless chromium and check the
 # span tree it draws (deploy/compose/jaeger-ui-check.sh; exit 3: no chromium,
 # so nothing was checked). make compose-smoke runs the same script.
-JAEGER_URL ?= http://127.0.0.1:16686
+# Without JAEGER_URL, the UI is looked for where the running stack of
+# COMPOSE_PROJECT published it (TENURE_PUBLISH_JAEGER moves it, as for
+# make ctl's trace links), else at Jaeger's own default port.
+JAEGER_URL ?=
 JAEGER_UI_SPANS ?= promote fence
 .PHONY: jaeger-ui-check
-jaeger-ui-check: ## Load TRACE_ID's page in Jaeger's UI (JAEGER_URL, default http://127.0.0.1:16686) in headless chromium, check it draws the promote and fence spans (JAEGER_UI_SPANS); screenshot: bin/jaeger-trace.png.
-	@[ -n "$(TRACE_ID)" ] || { echo "usage: make jaeger-ui-check TRACE_ID=<trace id> [JAEGER_URL=$(JAEGER_URL)] [JAEGER_UI_SPANS='$(JAEGER_UI_SPANS)']" >&2; exit 2; }
-	JAEGER_UI_SCREENSHOT=$(BIN)/jaeger-trace.png deploy/compose/jaeger-ui-check.sh $(JAEGER_URL) $(TRACE_ID) $(JAEGER_UI_SPANS)
+jaeger-ui-check: ## Load TRACE_ID's page in Jaeger's UI (JAEGER_URL, default where make up published it, else http://127.0.0.1:16686) in headless chromium, check it draws the promote and fence spans (JAEGER_UI_SPANS); screenshot: bin/jaeger-trace.png.
+	@[ -n "$(TRACE_ID)" ] || { echo "usage: make jaeger-ui-check TRACE_ID=<trace id> [JAEGER_URL=http://127.0.0.1:16686] [JAEGER_UI_SPANS='$(JAEGER_UI_SPANS)']" >&2; exit 2; }
+	@url="$(JAEGER_URL)"; \
+	[ -n "$$url" ] || url=http://$$(deploy/compose/ports.sh get $(COMPOSE_PROJECT) jaeger 16686 2>/dev/null || echo 127.0.0.1:16686); \
+	echo "make jaeger-ui-check: Jaeger's UI at $$url" >&2; \
+	JAEGER_UI_SCREENSHOT=$(BIN)/jaeger-trace.png deploy/compose/jaeger-ui-check.sh "$$url" $(TRACE_ID) $(JAEGER_UI_SPANS)
 
 # The same UI files as a folder, for a Jaeger run outside the image.
 $(BIN)/jaeger-ui/index.html: deploy/tools/jaeger/go.mod deploy/tools/jaeger/go.sum deploy/tools/jaeger/uiassets/main.go
