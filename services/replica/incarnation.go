@@ -44,31 +44,60 @@ func validIncarnation(s string) bool {
 	return true
 }
 
-// loadIncarnation returns the incarnation of dataDir, making and durably
-// writing one if the directory has none. It runs before the store opens and
-// long before the replica serves, so every answer carries the incarnation
-// that a restart will read back.
-func loadIncarnation(dataDir string, log *slog.Logger) (string, error) {
+// readIncarnation returns the incarnation dataDir/incarnation holds, or ""
+// when the directory has none yet.
+func readIncarnation(dataDir string) (string, error) {
 	path := filepath.Join(dataDir, incarnationFile)
 	b, err := os.ReadFile(path)
-	if err == nil {
-		inc := strings.TrimSuffix(string(b), "\n")
-		// Assert right after reading: a damaged id is refused, not
-		// replaced, since a new one would silently make this replica a
-		// stranger to every range it is a member of.
-		if !validIncarnation(inc) {
-			return "", fmt.Errorf("replica: %s holds %q, not %d lowercase hex digits: damaged; restore it or wipe the directory", path, b, 2*incarnationBytes)
-		}
-		return inc, nil
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
 	}
-	if !errors.Is(err, fs.ErrNotExist) {
+	if err != nil {
 		return "", fmt.Errorf("replica: read %s: %w", path, err)
 	}
-	// A store without an incarnation was written before incarnations
-	// existed: it gets one now, and ranges whose membership recorded none
-	// record this one at their next fence.
-	_, statErr := os.Stat(filepath.Join(dataDir, "badger"))
-	hadStore := statErr == nil
+	inc := strings.TrimSuffix(string(b), "\n")
+	// Assert right after reading: a damaged id is refused, not
+	// replaced, since a new one would silently make this replica a
+	// stranger to every range it is a member of.
+	if !validIncarnation(inc) {
+		return "", fmt.Errorf("replica: %s holds %q, not %d lowercase hex digits: damaged; restore it or wipe the directory", path, b, 2*incarnationBytes)
+	}
+	return inc, nil
+}
+
+// checkStoreKept refuses a directory that has an incarnation but no store:
+// badger/MANIFEST, which Badger writes when it first opens, is missing.
+// The incarnation is written only after the store's first Open
+// (newIncarnation), so an incarnation without a store means the store was
+// lost (deleted, a volume mounted without it, a partial restore), not that
+// a first start stopped early. Opening would make a new, empty store, and
+// the replica would answer fences under the identity of the data it no
+// longer holds: the membership's incarnation check, which catches a wiped
+// disk, would pass, and a promotion could count the empty copy toward a
+// quorum and lose acknowledged records only it and the dead leader held.
+func checkStoreKept(dataDir, inc string) error {
+	manifest := filepath.Join(dataDir, "badger", "MANIFEST")
+	_, err := os.Stat(manifest)
+	if !errors.Is(err, fs.ErrNotExist) {
+		// There, or an I/O error the store's own Open reports.
+		return nil
+	}
+	return fmt.Errorf("replica: %s names this directory incarnation %s, but its store is gone (%s is missing): "+
+		"starting would serve empty logs as that incarnation's, so it does not start. Nothing was changed. "+
+		"Restore the directory from a copy if you have one; otherwise treat it as a replaced disk: "+
+		"move %s aside (keep it for diagnosis), start the replica on an empty directory, "+
+		"and run 'tenurectl range rebuild RANGE --replica ID' for each range it was a member of",
+		filepath.Join(dataDir, incarnationFile), inc, manifest, dataDir)
+}
+
+// newIncarnation makes and durably writes dataDir's incarnation. It runs
+// after the store's first Open and before the replica serves, so every
+// answer carries the incarnation that a restart will read back, and a
+// directory with an incarnation always had a store (checkStoreKept).
+// hadStore says whether badger/ existed before that Open: a store written
+// before incarnations existed gets one now, and ranges whose membership
+// recorded none record this one at their next fence.
+func newIncarnation(dataDir string, hadStore bool, log *slog.Logger) (string, error) {
 	raw := make([]byte, incarnationBytes)
 	if _, err := rand.Read(raw); err != nil {
 		return "", fmt.Errorf("replica: draw an incarnation: %w", err)

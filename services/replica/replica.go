@@ -56,6 +56,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -220,12 +222,18 @@ func New(cfg Config) (*Replica, error) {
 	if cfg.StoreOptions.Logger == nil {
 		cfg.StoreOptions.Logger = log
 	}
-	// Before the store: the incarnation must be durable before anything
-	// this directory holds is answered for.
-	inc, err := loadIncarnation(cfg.DataDir, log)
+	inc, err := readIncarnation(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
+	if inc != "" {
+		// Before the store opens, which would make a lost one anew.
+		if err := checkStoreKept(cfg.DataDir, inc); err != nil {
+			return nil, err
+		}
+	}
+	_, statErr := os.Stat(filepath.Join(cfg.DataDir, "badger"))
+	hadStore := statErr == nil
 	m := newReplicaMetrics()
 	if cfg.StoreOptions.WALSyncSeconds == nil {
 		cfg.StoreOptions.WALSyncSeconds = m.walSync
@@ -233,6 +241,15 @@ func New(cfg Config) (*Replica, error) {
 	store, err := logstore.Open(cfg.DataDir, cfg.StoreOptions)
 	if err != nil {
 		return nil, fmt.Errorf("replica: open store in %s: %w", cfg.DataDir, err)
+	}
+	if inc == "" {
+		// After the store's first Open (so an incarnation always comes
+		// with a store: checkStoreKept), and before anything this
+		// directory holds is answered for.
+		if inc, err = newIncarnation(cfg.DataDir, hadStore, log); err != nil {
+			_ = store.Close()
+			return nil, err
+		}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Replica{cfg: cfg, log: log, metrics: m, incarnation: inc, started: time.Now(), ctx: ctx, cancel: cancel, lost: map[string]*tenurev1.LostRange{}}

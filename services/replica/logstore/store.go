@@ -322,6 +322,11 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.indexWork = sync.NewCond(&s.qmu)
 	s.space = sync.NewCond(&s.qmu)
 	s.syncWork = sync.NewCond(&s.qmu)
+	// Before anything is created or opened: a store whose manifest is gone
+	// must not be opened as a new one (lost.go).
+	if err := checkNotLost(dir, s.badgerDir); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{s.badgerDir, s.journalDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("logstore: %w", err)
