@@ -474,8 +474,8 @@ func (c *clients) memberStatuses(ctx context.Context, r *tenurev1.RangeInfo) []m
 				out[i].err = fmt.Errorf("MISDIRECTED: the address answers as replica %s; correct it with 'tenurectl range set-address'", out[i].answeredAs)
 				out[i].status = nil
 			case out[i].mismatch():
-				out[i].err = fmt.Errorf("INCARNATION MISMATCH: the member is incarnation %s, the replica answering is %s (its disk was replaced or wiped); it does not serve the range: remove it and add it again",
-					orDash(m.GetIncarnation()), orDash(out[i].incarnation))
+				out[i].err = fmt.Errorf("INCARNATION MISMATCH: the member is incarnation %s, the replica answering is %s (its disk was replaced or wiped); it does not serve the range: rebuild it from its peers with 'tenurectl range rebuild %s --replica %s'",
+					orDash(m.GetIncarnation()), orDash(out[i].incarnation), r.GetRangeId(), m.GetId())
 				out[i].status = nil
 			case err != nil && connect.CodeOf(err) == connect.CodeNotFound:
 				out[i].err = errors.New("does not host the range yet (no promotion has fenced it)")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -30,9 +29,10 @@ Between the two the replica is no member, so at no moment does it count as a
 voter with an empty log. The range has one member fewer until the learner
 catches up: with three voters it then needs both others for every commit.
 
-Refused unless the replica answers and its copy of the range is halted or
-already dropped (a healthy copy is a working voter: --force rebuilds it
-anyway). Re-run the same command after a failure: it goes on from where it
+Refused unless the replica answers and its copy of the range is halted,
+lost (its disk was replaced or wiped: status shows it "lost", INCARNATION
+MISMATCH) or already dropped (a healthy copy is a working voter: --force
+rebuilds it anyway). Re-run the same command after a failure: it goes on from where it
 stopped (a removal done, a learner still catching up). After the removal the
 range no longer lists the replica's address: give it as --replica ID=URL.
 
@@ -99,7 +99,7 @@ func runRangeRebuild(ctx context.Context, e *env, args []string) error {
 	if hosted && halted == "" && !*force && (m == nil || !m.GetLearner()) {
 		return fmt.Errorf("replica %s's copy of range %s is not halted: it is a working member, and rebuilding it would take it out of the range until it catches up again; pass --force to rebuild it anyway", target.GetId(), rangeID)
 	}
-	if hosted && halted != "" {
+	if halted != "" {
 		fmt.Fprintf(e.stderr, "replica %s's copy of range %s: %s\n", target.GetId(), rangeID, halted)
 	}
 
@@ -155,7 +155,8 @@ func member(rng *tenurev1.RangeInfo, id string) *tenurev1.Replica {
 }
 
 // copyState asks replica r about its copy of rangeID: whether it hosts
-// one, and why it is halted ("" when it is not).
+// one, and why it is halted ("" when it is not). A copy the replica lost
+// (its disk replaced or wiped) is not hosted, and halted says it is lost.
 func (c *clients) copyState(ctx context.Context, r *tenurev1.Replica, rangeID string) (hosted bool, halted string, err error) {
 	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
@@ -169,8 +170,14 @@ func (c *clients) copyState(ctx context.Context, r *tenurev1.Replica, rangeID st
 	if got := resp.Msg.GetReplicaId(); got != "" && got != r.GetId() {
 		return false, "", fmt.Errorf("the replica at %s is %s, not %s", r.GetAddress(), got, r.GetId())
 	}
+	if l := lostRange(resp.Msg, rangeID); l != nil && len(resp.Msg.GetRanges()) == 0 {
+		// Its disk lost the range (replaced or wiped: a fence named the
+		// member's incarnation, not this one): it hosts nothing of it, like
+		// a dropped copy, and the rebuild is what brings it back.
+		return false, fmt.Sprintf("lost: its disk was replaced or wiped (the member is incarnation %s, the replica is %s); nothing of the range is left on it", orDash(l.GetMemberIncarnation()), orDash(resp.Msg.GetIncarnation())), nil
+	}
 	if len(resp.Msg.GetRanges()) != 1 {
-		return false, "", errors.New("replica status: want one range")
+		return false, "", fmt.Errorf("replica %s answered its status of range %s with %d ranges, want one", r.GetId(), rangeID, len(resp.Msg.GetRanges()))
 	}
 	return true, resp.Msg.GetRanges()[0].GetHalted(), nil
 }

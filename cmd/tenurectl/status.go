@@ -60,8 +60,8 @@ A learner (a member being added: it fetches, never counts) has "(learner)"
 after its role. A member whose replica answers with another incarnation
 than the one recorded for it (its disk was replaced or wiped; the replica
 reports the range among its lost ranges) is shown as "lost" with
-INCARNATION MISMATCH: it does not serve the range until removed and added
-again. A membership change in flight is named below the table.
+INCARNATION MISMATCH: it does not serve the range until rebuilt ('tenurectl
+range rebuild RANGE --replica ID': removed, then added back as a learner). A membership change in flight is named below the table.
 
 Below the table, each range's retention: its policy as the lease service
 stores it, and on its leader the log start, the stored bytes from there to
