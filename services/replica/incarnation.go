@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/tenurelog/tenure/pkg/journal"
+	"github.com/tenurelog/tenure/services/replica/logstore"
 )
 
 // A replica's incarnation is its data directory's identity: 16 random bytes,
@@ -152,3 +154,32 @@ func writeIncarnation(dataDir, inc string) error {
 
 // Incarnation is the incarnation of the replica's data directory.
 func (s *Replica) Incarnation() string { return s.incarnation }
+
+// checkOwner refuses a data directory that belongs to another replica:
+// a range it holds records this directory's incarnation under a member id
+// other than id. That is two replicas' directories swapped, or a replica
+// started on a neighbour's (--data-dir, a volume mounted on the wrong
+// host). Started anyway, every fence would name the member's own
+// incarnation, which this directory does not carry, so each range would
+// be reported lost ("disk replaced or wiped") on both replicas, and the
+// advice for that, a rebuild, would discard two intact copies. Quarantined
+// ranges, whose state is unreadable, and members recorded without an
+// incarnation (before incarnations existed) say nothing.
+func checkOwner(store *logstore.Store, id, inc, dataDir string) error {
+	ids := store.RangeIDs()
+	slices.Sort(ids)
+	for _, rangeID := range ids {
+		r, ok := store.Range(rangeID)
+		if !ok || r.Quarantined() != nil {
+			continue
+		}
+		for _, m := range r.State().Replicas {
+			if m.GetIncarnation() == inc && m.GetId() != id {
+				return fmt.Errorf("replica: data directory %s belongs to replica %s, not %s: range %s records member %s with this directory's incarnation %s (%s). "+
+					"Nothing was changed. Start %s on it (were two replicas' directories swapped?), and give %s its own data directory",
+					dataDir, m.GetId(), id, rangeID, m.GetId(), inc, filepath.Join(dataDir, incarnationFile), m.GetId(), id)
+			}
+		}
+	}
+	return nil
+}

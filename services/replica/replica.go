@@ -251,6 +251,12 @@ func New(cfg Config) (*Replica, error) {
 			return nil, err
 		}
 	}
+	// Before anything is served, or a fence answered, from another
+	// replica's data.
+	if err := checkOwner(store, cfg.ID, inc, cfg.DataDir); err != nil {
+		_ = store.Close()
+		return nil, err
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Replica{cfg: cfg, log: log, metrics: m, incarnation: inc, started: time.Now(), ctx: ctx, cancel: cancel, lost: map[string]*tenurev1.LostRange{}}
 	s.gen = s.newGen(store)
