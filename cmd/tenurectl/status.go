@@ -814,7 +814,11 @@ func writeEpochsTable(w io.Writer, rangeID string, hs []historyOf, ref int, serv
 	fmt.Fprint(tw, "\t")
 	for _, h := range hs {
 		role := "unreachable"
-		if h.member.status != nil {
+		switch {
+		case h.member.mismatch():
+			// It answered, as another disk: status calls it lost.
+			role = "lost"
+		case h.member.status != nil:
 			role = shownRole(h.member.status)
 		}
 		fmt.Fprintf(tw, "%s (%s)\t", h.member.replica.GetId(), role)
@@ -888,6 +892,11 @@ func shownRole(st *tenurev1.RangeStatus) string {
 
 // divergenceText says where h stops agreeing with the reference history.
 func divergenceText(ref []journal.EpochStart, h historyOf) string {
+	if h.member.mismatch() && h.member.err != nil {
+		// Its disk lost the range: its own answer ("not hosted, no fence
+		// has named it") would hide that a fence did, and was refused.
+		return "lost: " + h.member.err.Error()
+	}
 	if h.err != nil {
 		// Only a failed dial is "unreachable": a replica that answered
 		// and refused (a quarantined copy) said why, and that is the point.
@@ -950,6 +959,10 @@ func writeEpochsJSON(w io.Writer, rangeID string, hs []historyOf, ref int, servi
 		}
 		if h.err != nil {
 			rj.Error = h.err.Error()
+		}
+		if h.member.mismatch() && h.member.err != nil {
+			// As in the table and in status: lost, and why.
+			rj.Role, rj.Error = "lost", h.member.err.Error()
 		}
 		for j, es := range h.history {
 			rj.History = append(rj.History, entryJSON{Index: j, Epoch: es.Epoch, Start: es.Start})
