@@ -20,7 +20,10 @@ the log ends), and whether its tail is torn or fails its checksum.
 The file is only read. A torn or checksum-failed final entry is what an
 interrupted append leaves; a replica cuts it when it next opens the journal,
 and dump reports what would be cut without cutting it. Damage anywhere else
-makes the journal corrupt: a replica refuses it, and dump says where it is.
+makes the journal corrupt: dump says where it is and fails (status 1), and a
+replica rebuilds such a journal from its own log when it next starts (every
+stored record carries its epoch), or quarantines the range if its log cannot
+settle it.
 `
 
 func runJournalDump(_ context.Context, e *env, args []string) error {
@@ -40,11 +43,16 @@ func runJournalDump(_ context.Context, e *env, args []string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("no journal at %s: check the path (a replica keeps one journal file per range in its data directory)", path)
 	case errors.Is(err, journal.ErrCorrupt):
+		// What the replica does with it (logstore recover.go): the
+		// operator has nothing to repair by hand, only a copy to keep.
 		return fmt.Errorf("%w\n"+
-			"A replica refuses this journal and reports its epoch history as unknown.\n"+
-			"Keep a copy for diagnosis, then rebuild the journal from the replica's log\n"+
-			"(every stored record carries its epoch) by moving the file aside and\n"+
-			"restarting the replica.", err)
+			"When the replica next starts it rebuilds this journal from its own log\n"+
+			"(every stored record carries its epoch) and logs \"rebuilt the epoch journal\n"+
+			"from the log\"; if the log cannot settle the history, the range is\n"+
+			"quarantined instead (tenurectl status: HALTED, quarantined) and\n"+
+			"'tenurectl range rebuild RANGE --replica ID' restores it from its peers.\n"+
+			"Nothing to repair by hand: copy the file first if you want it for diagnosis,\n"+
+			"since the rebuild replaces it.", err)
 	case err != nil:
 		return err
 	}

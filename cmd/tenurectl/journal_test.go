@@ -167,9 +167,18 @@ func TestJournalDumpCorrupt(t *testing.T) {
 	if code != exitFail || stdout != "" {
 		t.Fatalf("status %d, stdout %q; want 1 and nothing on stdout", code, stdout)
 	}
-	for _, want := range []string{"corrupt", "entry 1 at byte 28", "history as unknown", "rebuild the journal from the replica's log"} {
+	// What to do is what the replica does: it rebuilds the journal from
+	// its log at its next start (the message said it refused the journal
+	// and left the history unknown, and had the operator move the file
+	// aside, which the replica never needed).
+	for _, want := range []string{"corrupt", "entry 1 at byte 28", "rebuilds this journal from its own log", "tenurectl range rebuild RANGE --replica ID"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	for _, wrong := range []string{"history as unknown", "moving the file aside"} {
+		if strings.Contains(stderr, wrong) {
+			t.Errorf("stderr still says %q:\n%s", wrong, stderr)
 		}
 	}
 	wantUnchanged(t, path, data)
