@@ -69,3 +69,20 @@ func checkNotLost(dir, badgerDir string) error {
 		"and run 'tenurectl range rebuild RANGE --replica ID' for each range it was a member of",
 		ErrStoreLost, manifest, dir, strings.Join(found, ", "), dir)
 }
+
+// badgerOpenHint is what to do when Badger fails to open the store in dir:
+// its own errors ("manifest has checksum mismatch", "Opening file ...
+// invalid argument") name neither the cause nor a way out. A directory
+// another process holds (Badger's lock) is not damage: it gets no hint,
+// Badger's message says so.
+func badgerOpenHint(dir string, err error) string {
+	if strings.Contains(err.Error(), "Cannot acquire directory lock") {
+		return ""
+	}
+	return fmt.Sprintf(". Badger's files in %s are damaged or unreadable, so no range on this replica can be opened; nothing was changed. "+
+		"If the disk reports errors (dmesg) or the files' owner or permissions changed, fix that and start again. "+
+		"If the files are damaged: restore the directory from a copy, or treat it as a replaced disk: "+
+		"move %s aside (keep it for diagnosis), start the replica on an empty directory, "+
+		"and run 'tenurectl range rebuild RANGE --replica ID' for each range it was a member of",
+		filepath.Join(dir, "badger"), dir)
+}

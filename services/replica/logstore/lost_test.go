@@ -95,3 +95,48 @@ func listFiles(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// TestOpenDamagedBadgerSaysWhatToDo damages Badger's MANIFEST (a flipped
+// byte) and truncates a table to zero bytes: Open fails, as it must, and
+// the error says what to do. Before, it was Badger's own text alone
+// ("manifest has checksum mismatch"; "Opening file: ... invalid
+// argument"), which names no cause and no way out.
+func TestOpenDamagedBadgerSaysWhatToDo(t *testing.T) {
+	for name, damage := range map[string]func(t *testing.T, dir string){
+		"manifest byte flipped": func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "badger", "MANIFEST")
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)-1] ^= 0xff
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"table emptied": func(t *testing.T, dir string) {
+			tables, _ := filepath.Glob(filepath.Join(dir, "badger", "*.sst"))
+			if len(tables) == 0 {
+				t.Skip("no table flushed")
+			}
+			if err := os.Truncate(tables[0], 0); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := closedThreeRanges(t)
+			damage(t, o.dir)
+			s, err := logstore.Open(o.dir, o.opts)
+			if err == nil {
+				_ = s.Close()
+				t.Fatal("Open of a damaged Badger = nil error")
+			}
+			for _, want := range []string{filepath.Join(o.dir, "badger"), "damaged or unreadable", "tenurectl range rebuild"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+		})
+	}
+}

@@ -342,7 +342,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	db, err := badger.Open(badgerOptions(s.badgerDir, log))
 	if err != nil {
-		return nil, fmt.Errorf("logstore: open badger in %s: %w", s.badgerDir, err)
+		return nil, fmt.Errorf("logstore: open badger in %s: %w%s", s.badgerDir, err, badgerOpenHint(dir, err))
 	}
 	s.db = db
 	// The segments before the WAL, whose replay writes to them.
