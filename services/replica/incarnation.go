@@ -86,7 +86,7 @@ func checkStoreKept(dataDir, inc string) error {
 	}
 	return fmt.Errorf("replica: %s names this directory incarnation %s, but its store is gone (%s is missing): "+
 		"starting would serve empty logs as that incarnation's, so it does not start. Nothing was changed. "+
-		"Restore the directory from a copy if you have one; otherwise treat it as a replaced disk: "+
+		"If the files are only misplaced (a volume not mounted, a path changed), put them back and start again; never restore an older copy (a replica whose log went back in time still counts as the member, without the records it acknowledged since). Otherwise treat it as a replaced disk: "+
 		"move %s aside (keep it for diagnosis), start the replica on an empty directory, "+
 		"and run 'tenurectl range rebuild RANGE --replica ID' for each range it was a member of",
 		filepath.Join(dataDir, incarnationFile), inc, manifest, dataDir)

@@ -64,7 +64,7 @@ func checkNotLost(dir, badgerDir string) error {
 	}
 	return fmt.Errorf("%w: %s is missing, but %s holds a store's files (%s): Badger would open it empty and delete its tables, "+
 		"so every range's log and state on this replica is gone or unreachable. Nothing was changed. "+
-		"Restore the directory from a copy if you have one; otherwise treat it as a replaced disk: "+
+		"If the files are only misplaced (a volume not mounted, a path changed), put them back and start again; never restore an older copy (a replica whose log went back in time still counts as the member, without the records it acknowledged since). Otherwise treat it as a replaced disk: "+
 		"move %s aside (keep it for diagnosis), start the replica on an empty directory, "+
 		"and run 'tenurectl range rebuild RANGE --replica ID' for each range it was a member of",
 		ErrStoreLost, manifest, dir, strings.Join(found, ", "), dir)
@@ -81,7 +81,7 @@ func badgerOpenHint(dir string, err error) string {
 	}
 	return fmt.Sprintf(". Badger's files in %s are damaged or unreadable, so no range on this replica can be opened; nothing was changed. "+
 		"If the disk reports errors (dmesg) or the files' owner or permissions changed, fix that and start again. "+
-		"If the files are damaged: restore the directory from a copy, or treat it as a replaced disk: "+
+		"If the files are damaged, treat it as a replaced disk (never restore an older copy: a replica whose log went back in time still counts as the member, without the records it acknowledged since): "+
 		"move %s aside (keep it for diagnosis), start the replica on an empty directory, "+
 		"and run 'tenurectl range rebuild RANGE --replica ID' for each range it was a member of",
 		filepath.Join(dir, "badger"), dir)
