@@ -47,8 +47,8 @@ func validIncarnation(s string) bool {
 }
 
 // readIncarnation returns the incarnation dataDir/incarnation holds, or ""
-// when the directory has none yet.
-func readIncarnation(dataDir string) (string, error) {
+// when the directory has none yet. id is the replica's, for the message.
+func readIncarnation(dataDir, id string) (string, error) {
 	path := filepath.Join(dataDir, incarnationFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -62,7 +62,13 @@ func readIncarnation(dataDir string) (string, error) {
 	// replaced, since a new one would silently make this replica a
 	// stranger to every range it is a member of.
 	if !validIncarnation(inc) {
-		return "", fmt.Errorf("replica: %s holds %q, not %d lowercase hex digits: damaged; restore it or wipe the directory", path, b, 2*incarnationBytes)
+		// Where the right value is: the membership records it for every
+		// range this replica is a member of. Wiping the directory instead
+		// throws away every copy it holds.
+		return "", fmt.Errorf("replica: %s holds %q, not %d lowercase hex digits: damaged. Nothing was changed. "+
+			"Restore it: the membership records it, as replica %s's incarnation in 'tenurectl range show RANGE --json' (replicas[].incarnation) for any range %s is a member of; "+
+			"write those %d hex digits and a newline to the file and start again",
+			path, b, 2*incarnationBytes, id, id, 2*incarnationBytes)
 	}
 	return inc, nil
 }

@@ -71,4 +71,30 @@ func TestIncarnationIsTheDataDirectorys(t *testing.T) {
 	if err := c.tryStart(n); err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Fatalf("start with a damaged incarnation = %v, want a refusal", err)
 	}
+	// Emptied (a zero-length file), and the refusal says where the right
+	// value is: the membership, as this replica's incarnation. (It said
+	// "restore it or wipe the directory": from nowhere, and wiping throws
+	// away every copy the directory holds.)
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = c.tryStart(n)
+	if err == nil {
+		t.Fatal("start with an empty incarnation file succeeded")
+	}
+	for _, want := range []string{"damaged", "Nothing was changed", "replica " + n.id + "'s incarnation", "tenurectl range show RANGE --json"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "wipe the directory") {
+		t.Errorf("refusal %q still advises wiping the directory", err)
+	}
+	if err := os.WriteFile(path, []byte(got+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.start(n)
+	if n.r.Incarnation() != got || c.status(n).GetFencedEpoch() != 3 {
+		t.Fatalf("restored incarnation: Incarnation() = %q, fenced epoch %d; want %q and 3", n.r.Incarnation(), c.status(n).GetFencedEpoch(), got)
+	}
 }

@@ -222,7 +222,7 @@ func New(cfg Config) (*Replica, error) {
 	if cfg.StoreOptions.Logger == nil {
 		cfg.StoreOptions.Logger = log
 	}
-	inc, err := readIncarnation(cfg.DataDir)
+	inc, err := readIncarnation(cfg.DataDir, cfg.ID)
 	if err != nil {
 		return nil, err
 	}
