@@ -54,8 +54,8 @@ func (s *Replica) hostForFence(ctx context.Context, m *tenurev1.FenceRequest) (*
 		}
 		if inc != s.incarnation {
 			s.noteLost(id, inc)
-			return nil, preconditionf("range %q: fence refused: the membership records replica %s as incarnation %s, but this replica is incarnation %s: its disk was replaced or wiped and lost the range; remove the replica from the range and add it again",
-				id, s.cfg.ID, inc, s.incarnation)
+			return nil, preconditionf("range %q: fence refused: the membership records replica %s as incarnation %s, but this replica is incarnation %s: its disk was replaced or wiped and lost the range; rebuild it from its peers: tenurectl range rebuild %s --replica %s",
+				id, s.cfg.ID, inc, s.incarnation, id, s.cfg.ID)
 		}
 	}
 	s.mu.Lock()
@@ -186,7 +186,7 @@ func (s *Replica) noteLost(id, memberIncarnation string) {
 	}
 	s.mu.Unlock()
 	if first {
-		s.log.Error("a fence names this replica a member of the range under another incarnation: this disk lost the range (replaced or wiped); not hosting it until the replica is removed from the range and added again",
+		s.log.Error("a fence names this replica a member of the range under another incarnation: this disk lost the range (replaced or wiped); not hosting it until it is rebuilt from its peers (tenurectl range rebuild RANGE --replica ID: removed, then added again)",
 			"range", id, "member_incarnation", memberIncarnation, "incarnation", s.incarnation)
 	}
 }

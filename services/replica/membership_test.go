@@ -89,6 +89,11 @@ func TestWipedReplicaIsRefusedAndReportsTheLostRange(t *testing.T) {
 		if msg := err.Error(); !strings.Contains(msg, recorded) || !strings.Contains(msg, r2.r.Incarnation()) || !strings.Contains(msg, "wiped") {
 			t.Fatalf("refusal %q does not name both incarnations and say the disk was wiped", msg)
 		}
+		// And the one command that brings it back (the promoter's
+		// status shows this refusal to operators).
+		if msg, want := err.Error(), "tenurectl range rebuild "+rangeID+" --replica "+r2.id; !strings.Contains(msg, want) {
+			t.Fatalf("refusal %q does not name %q", msg, want)
+		}
 	}
 	// FenceRanges refuses it the same way.
 	batch, err := r2.rc.FenceRanges(ctxT(t), connect.NewRequest(&tenurev1.FenceRangesRequest{Fences: []*tenurev1.FenceRequest{{RangeId: rangeID, Epoch: 4, Incarnation: recorded}}}))
