@@ -161,6 +161,22 @@ func (h *hosted) haltLocked(err error) {
 	if h.halted != nil {
 		return
 	}
+	if errors.Is(err, logstore.ErrCorrupt) && !errors.Is(err, errSafety) {
+		// A read found this copy's stored bytes damaged (a record below
+		// the synced point that Open does not check: a follower's fetch or
+		// a reader reached it). Halted alone, the copy still answered
+		// fences with its whole log end and history, so a promotion could
+		// pick it as the candidate again (the most complete log, or the
+		// preferred replica on a tie), have its Adopt refused, and retry
+		// forever with an intact copy beside it. Quarantined, it answers no
+		// fence, as a copy quarantined at startup: the others are promoted
+		// if they are a quorum, and 'tenurectl range rebuild' restores it.
+		h.halted = fmt.Errorf("%w: %w", logstore.ErrQuarantined, err)
+		h.stopActingLocked(err)
+		h.log.Error("range HALTED: quarantined, a read found its stored data damaged; it answers no fence and serves nothing; rebuild it from its peers with 'tenurectl range rebuild "+h.id+" --replica "+h.s.cfg.ID+"'",
+			"reason", err, "role", h.st.Role, "fenced_epoch", h.st.FencedEpoch, "log_end", h.r.LogEnd(), "hwm", h.r.HWM())
+		return
+	}
 	h.halted = err
 	h.stopActingLocked(err)
 	h.log.Error("range stopped serving", "err", err, "role", h.st.Role, "fenced_epoch", h.st.FencedEpoch, "log_end", h.r.LogEnd(), "hwm", h.r.HWM())

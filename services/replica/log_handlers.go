@@ -264,7 +264,14 @@ func (h *hosted) readCommitted(off, hwm uint64, maxRecords, maxBytes int) ([]*te
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("range %q: read %d records from %d: %w", h.id, n, off, err)
+		err = fmt.Errorf("range %q: read %d records from %d: %w", h.id, n, off, err)
+		if errors.Is(err, logstore.ErrCorrupt) {
+			// A committed record of this copy is damaged: no reader can get
+			// past it here, while the other replicas hold it intact. Stop
+			// leading (quarantined: haltLocked), so the range moves to them.
+			h.halt(err)
+		}
+		return nil, err
 	}
 	return recs, nil
 }

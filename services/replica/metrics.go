@@ -77,9 +77,9 @@ func (s *Replica) registerMetrics(reg prometheus.Registerer) error {
 // The state series, read at scrape time.
 var (
 	descRanges = prometheus.NewDesc("tenure_replica_ranges",
-		"Hosted ranges by what this replica does for them: leader (leads and serves), follower, fenced (fenced, no leader known yet, or a leader not serving since a restart), halted (stopped serving after a safety violation or a store failure, only a restart clears it; or quarantined at startup, which a rebuild clears).", []string{"role"}, nil)
+		"Hosted ranges by what this replica does for them: leader (leads and serves), follower, fenced (fenced, no leader known yet, or a leader not serving since a restart), halted (stopped serving after a safety violation or a store failure, only a restart clears it; or quarantined, at startup or when a read found its stored data damaged, which a rebuild clears).", []string{"role"}, nil)
 	descQuarantined = prometheus.NewDesc("tenure_replica_quarantined_ranges",
-		"Hosted ranges quarantined at startup: their stored data (state, HWM, markers, the record below the synced marker, or the journal against the log) failed its checks. Each is halted, answers no fence and serves nothing until rebuilt from its peers (tenurectl range rebuild); the replica's other ranges serve. Counted among the halted ranges too.", nil, nil)
+		"Hosted ranges quarantined: their stored data failed its checks at startup (state, HWM, markers, the record below the synced marker, or the journal against the log) or when a read reached it. Each is halted, answers no fence and serves nothing until rebuilt from its peers (tenurectl range rebuild); the replica's other ranges serve. Counted among the halted ranges too.", nil, nil)
 	descUnderReplicated = prometheus.NewDesc("tenure_replica_under_replicated_ranges",
 		"Ranges this replica leads with at least one voter out of sync: not caught up for 10s, or not fetching for 3s (Kafka's UnderReplicatedPartitions).", nil, nil)
 	descUnderQuorum = prometheus.NewDesc("tenure_replica_under_quorum_ranges",
