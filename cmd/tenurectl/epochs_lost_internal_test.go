@@ -53,3 +53,28 @@ func TestEpochsShowsALostMember(t *testing.T) {
 		t.Errorf("epochs JSON for r3 = %+v, want role lost and the mismatch as its error", r3)
 	}
 }
+
+// A replica whose log diverges from the leader's below its own HWM holds
+// committed records the leader lacks (here: acknowledged at epoch 13 by b3
+// and a follower that was later started on an older copy of its disk).
+// It never truncates below its HWM: it halts. epochs said its records
+// "are another leadership's and are cut when it fetches", which is false
+// and hides that acknowledged records sit only there.
+func TestEpochsDivergenceBelowTheHWMIsNotACut(t *testing.T) {
+	leader := []journal.EpochStart{{Epoch: 1, Start: 0}, {Epoch: 13, Start: 3543}, {Epoch: 15, Start: 3544}}
+	hs := []historyOf{
+		{member: memberStatus{replica: &tenurev1.Replica{Id: "b1"}, status: &tenurev1.RangeStatus{Role: tenurev1.Role_ROLE_LEADER}}, history: leader, logEnd: 3546, hwm: 3546},
+		{member: memberStatus{replica: &tenurev1.Replica{Id: "b3"}, status: &tenurev1.RangeStatus{Role: tenurev1.Role_ROLE_FENCED}},
+			history: []journal.EpochStart{{Epoch: 1, Start: 0}, {Epoch: 13, Start: 3543}}, logEnd: 3574, hwm: 3574},
+		{member: memberStatus{replica: &tenurev1.Replica{Id: "b2"}, status: &tenurev1.RangeStatus{Role: tenurev1.Role_ROLE_FOLLOWER}},
+			history: []journal.EpochStart{{Epoch: 1, Start: 0}, {Epoch: 13, Start: 3543}, {Epoch: 14, Start: 3544}}, logEnd: 3546, hwm: 3544},
+	}
+	var out bytes.Buffer
+	if err := writeEpochsTable(&out, "bo", hs, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, "epochs", out.String(),
+		"b3: diverges at offset 3544, below its HWM 3574: its records 3544..3573 were committed under another leadership and are NOT cut",
+		// Above its HWM a divergence is an uncommitted tail: cut at fetch.
+		"b2: diverges at offset 3544: its records 3544..3545 are another leadership's and are cut when it fetches")
+}

@@ -913,6 +913,13 @@ func divergenceText(ref []journal.EpochStart, h historyOf) string {
 		return "history unknown: the fetch check alone reconciles it"
 	case p == math.MaxUint64:
 		return "identical history"
+	case h.logEnd > p && h.hwm > p:
+		// Its own HWM says records from p on were committed: a replica
+		// never truncates below its HWM, so nothing is cut, and the two
+		// logs disagree about committed records (the replica halts with a
+		// safety violation when it fetches). Saying "cut when it fetches"
+		// here hid acknowledged records that only this copy still holds.
+		return fmt.Sprintf("diverges at offset %d, below its HWM %d: its records %d..%d were committed under another leadership and are NOT cut (a replica never truncates below its HWM); the two logs disagree about committed records: see 'tenurectl status' and 'tenurectl transitions'", p, h.hwm, p, min(h.hwm, h.logEnd)-1)
 	case h.logEnd > p:
 		return fmt.Sprintf("diverges at offset %d: its records %d..%d are another leadership's and are cut when it fetches", p, p, h.logEnd-1)
 	}
