@@ -694,7 +694,7 @@ func readAnswers(in Input) ([]replicaState, error) {
 			// complete one.
 			s.mismatch = true
 			s.known = false
-			s.reason = fmt.Sprintf("incarnation %q is not the member's %q: its disk was replaced or wiped; not counted, not adopted (rebuild it: tenurectl range rebuild RANGE --replica ID)", a.Incarnation, want)
+			s.reason = fmt.Sprintf("incarnation %q is not the member's %q: its disk was replaced or wiped; not counted, not adopted (rebuild it: tenurectl range rebuild RANGE --replica %s)", a.Incarnation, want, a.ReplicaID)
 		}
 		s.counted = s.fenced && !s.mismatch && s.kind != learner
 		states[i] = s
