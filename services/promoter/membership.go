@@ -121,10 +121,24 @@ func (p *Promoter) ChangeReplicas(ctx context.Context, req *tenurev1.ChangeRepli
 	if !p.Elected() {
 		return p.notElectedError()
 	}
+	done, err := p.changeReplicas(ctx, rangeID, add, remove, lag, timeout, send)
+	if err != nil {
+		return err
+	}
+	// Sent only once the change is released (changeReplicas returned): a
+	// caller that reads "done" and at once starts the next change of the
+	// range (tenurectl range add-replica, then remove-replica) found this
+	// one still running and was refused.
+	return send(done)
+}
+
+// changeReplicas runs the change with the range marked as changing, and
+// returns its last message ("done") for the caller to send once unmarked.
+func (p *Promoter) changeReplicas(ctx context.Context, rangeID string, add *tenurev1.Replica, remove string, lag uint64, timeout time.Duration, send func(*tenurev1.ChangeReplicasResponse) error) (*tenurev1.ChangeReplicasResponse, error) {
 	// One change per range at a time from this promoter; the lease service
 	// refuses a second in flight from anyone.
 	if !p.begin(membershipKey(rangeID)) {
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("a membership change or deletion of range %s is already running", rangeID))
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("a membership change or deletion of range %s is already running", rangeID))
 	}
 	defer p.end(membershipKey(rangeID))
 	c := &changeRun{p: p, rangeID: rangeID, send: send}
@@ -134,25 +148,25 @@ func (p *Promoter) ChangeReplicas(ctx context.Context, req *tenurev1.ChangeRepli
 		// (a mistyped --remove) left the range with an extra voter the
 		// operator never asked for.
 		if err := c.checkRemovable(ctx, remove); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if add != nil {
 		r := &tenurev1.Replica{Id: add.GetId(), Address: add.GetAddress(), Learner: true}
 		if err := c.add(ctx, r, lag, timeout, remove != ""); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if remove != "" {
 		if err := c.remove(ctx, remove); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	rng, err := p.getRange(ctx, rangeID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return send(&tenurev1.ChangeReplicasResponse{Phase: "done", Detail: "voters " + strings.Join(voterIDs(rng), ", "), Range: rng, Done: true})
+	return &tenurev1.ChangeReplicasResponse{Phase: "done", Detail: "voters " + strings.Join(voterIDs(rng), ", "), Range: rng, Done: true}, nil
 }
 
 func voterIDs(rng *tenurev1.RangeInfo) []string {

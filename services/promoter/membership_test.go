@@ -93,10 +93,24 @@ func change(p *Promoter, req *tenurev1.ChangeReplicasRequest) ([]*tenurev1.Chang
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var phases []*tenurev1.ChangeReplicasResponse
+	var stillRunning error
 	err := p.ChangeReplicas(ctx, req, func(m *tenurev1.ChangeReplicasResponse) error {
 		phases = append(phases, m)
+		// A caller that reads "done" may start the range's next change at
+		// once (tenurectl add-replica, then remove-replica): by then this
+		// one must be over, or the next is refused as "already running".
+		if m.GetDone() {
+			if !p.begin(membershipKey(req.GetRangeId())) {
+				stillRunning = fmt.Errorf("ChangeReplicas sent done while the change of %s was still marked running", req.GetRangeId())
+			} else {
+				p.end(membershipKey(req.GetRangeId()))
+			}
+		}
 		return nil
 	})
+	if err == nil {
+		err = stillRunning
+	}
 	return phases, err
 }
 
