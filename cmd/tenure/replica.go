@@ -181,18 +181,14 @@ func runReplica(ctx context.Context, args []string) error {
 	return nil
 }
 
-// checkReplicaID checks --id. A replica id has a range id's grammar (both
-// are etcd key components and file names: wire.ValidateRangeID), but the
-// shared check's message says "range id", which sent a user looking for a
-// range: it is reworded to name the replica id.
+// checkReplicaID checks --id: a flag's value, not a request, so its error
+// goes without ErrInvalid's "invalid request: ".
 func checkReplicaID(id string) error {
-	err := wire.ValidateRangeID(id)
+	err := wire.ValidateReplicaID(id)
 	if err == nil {
 		return nil
 	}
-	msg := strings.TrimPrefix(err.Error(), wire.ErrInvalid.Error()+": ")
-	msg = strings.Replace(msg, "range id", "replica id", 1)
-	return usagef("--id: %s", msg)
+	return usagef("--id: %s", strings.TrimPrefix(err.Error(), wire.ErrInvalid.Error()+": "))
 }
 
 // defaultDiskReserve is --disk-reserve's default: room for Badger's

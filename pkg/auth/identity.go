@@ -64,8 +64,8 @@ func IdentityOf(cert *x509.Certificate) (Identity, error) {
 			}
 		case strings.HasPrefix(s, replicaURIPrefix):
 			rid := strings.TrimPrefix(s, replicaURIPrefix)
-			if err := wire.ValidateRangeID(rid); err != nil {
-				return Identity{}, fmt.Errorf("auth: certificate %q: replica id: %w", id.Name, err)
+			if err := wire.ValidateReplicaID(rid); err != nil {
+				return Identity{}, fmt.Errorf("auth: certificate %q: %w", id.Name, err)
 			}
 			if id.ReplicaID != "" && id.ReplicaID != rid {
 				return Identity{}, fmt.Errorf("auth: certificate %q names two replicas, %s and %s", id.Name, id.ReplicaID, rid)

@@ -8,35 +8,57 @@ import (
 )
 
 // ErrInvalid is wrapped by every validation failure, so callers map it to
-// connect.CodeInvalidArgument in one place.
-var ErrInvalid = errors.New("wire: invalid")
+// connect.CodeInvalidArgument in one place. Its text begins the message a
+// caller of the API reads (InvalidArgument's, in JSON too), so it is in
+// the caller's words: it was "wire: invalid", the name of this Go
+// package, which tells a client in another language nothing.
+var ErrInvalid = errors.New("invalid request")
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// ValidateRangeID checks a range (or replica) id: 1 to MaxRangeIDBytes bytes
-// of [a-zA-Z0-9._-], not starting with '.' or '-'. Ids are etcd key
+// ValidateRangeID checks a range id: 1 to MaxRangeIDBytes bytes of
+// [a-zA-Z0-9._-], not starting with '.' or '-'. Ids are etcd key
 // components, Badger key prefixes and journal file names, so the grammar
 // excludes '/', NUL and anything a path or key could be confused by.
-func ValidateRangeID(id string) error {
+func ValidateRangeID(id string) error { return ValidateID("range id", id) }
+
+// ValidateReplicaID checks a replica id: the range id grammar (replica ids
+// are key components and file names too), with the error naming the
+// replica id. A replica id checked with ValidateRangeID was refused as
+// "range id is empty", which sent a caller whose range id was fine looking
+// for what was wrong with it.
+func ValidateReplicaID(id string) error { return ValidateID("replica id", id) }
+
+// ValidateID checks an id of the range id grammar that the error calls
+// what ("leader id", "holder_id"): any other id the API takes.
+func ValidateID(what, id string) error {
+	if p := idProblem(what, id); p != "" {
+		return invalidf("%s", p)
+	}
+	return nil
+}
+
+// idProblem says what is wrong with id as a what, or "" when nothing is.
+func idProblem(what, id string) string {
 	if id == "" {
-		return invalidf("range id is empty")
+		return what + " is empty"
 	}
 	if len(id) > MaxRangeIDBytes {
-		return invalidf("range id is %d bytes, at most %d", len(id), MaxRangeIDBytes)
+		return fmt.Sprintf("%s is %d bytes, at most %d", what, len(id), MaxRangeIDBytes)
 	}
 	if id[0] == '.' || id[0] == '-' {
-		return invalidf("range id %q starts with %q", id, id[0])
+		return fmt.Sprintf("%s %q starts with %q", what, id, id[0])
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 		if !ok {
-			return invalidf("range id %q has byte %q at %d; allowed: letters, digits, '.', '_', '-'", id, c, i)
+			return fmt.Sprintf("%s %q has byte %q at %d; allowed: letters, digits, '.', '_', '-'", what, id, c, i)
 		}
 	}
-	return nil
+	return ""
 }
 
 // ValidateHistory checks an epoch history received from a peer or read from
@@ -133,8 +155,8 @@ func ValidateReplicas(rs []*tenurev1.Replica) error {
 		if r == nil {
 			return invalidf("replica %d is missing", i)
 		}
-		if err := ValidateRangeID(r.GetId()); err != nil {
-			return invalidf("replica %d id: %v", i, err)
+		if p := idProblem("replica id", r.GetId()); p != "" {
+			return invalidf("replica %d: %s", i, p)
 		}
 		if r.GetAddress() == "" {
 			return invalidf("replica %q has no address", r.GetId())

@@ -119,6 +119,28 @@ func TestValidateBatch(t *testing.T) {
 	}
 }
 
+// Every id is checked with the range id grammar, and each error names the
+// id it is about: a replica id used to be refused as "range id is empty",
+// twice prefixed with this package's name ("wire: invalid: replica 0 id:
+// wire: invalid: range id is empty"), which a caller of the API reads.
+func TestIDErrorsNameTheirID(t *testing.T) {
+	r := func(id string) *tenurev1.Replica { return &tenurev1.Replica{Id: id, Address: "http://x"} }
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{wire.ValidateRangeID(""), "invalid request: range id is empty"},
+		{wire.ValidateReplicaID(""), "invalid request: replica id is empty"},
+		{wire.ValidateReplicaID("a/b"), `invalid request: replica id "a/b" has byte '/' at 1; allowed: letters, digits, '.', '_', '-'`},
+		{wire.ValidateID("leader id", "-x"), `invalid request: leader id "-x" starts with '-'`},
+		{wire.ValidateReplicas([]*tenurev1.Replica{r("a"), r("")}), "invalid request: replica 1: replica id is empty"},
+	} {
+		if tc.err == nil || tc.err.Error() != tc.want || !errors.Is(tc.err, wire.ErrInvalid) {
+			t.Errorf("got %v, want %q wrapping ErrInvalid", tc.err, tc.want)
+		}
+	}
+}
+
 func TestValidateReplicas(t *testing.T) {
 	r := func(id, addr string) *tenurev1.Replica { return &tenurev1.Replica{Id: id, Address: addr} }
 	if err := wire.ValidateReplicas([]*tenurev1.Replica{r("a", "http://x"), r("b", "http://y")}); err != nil {

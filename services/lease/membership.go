@@ -26,8 +26,8 @@ import (
 // apply to cur. It is pure: the caller compares and swaps.
 func applyStep(cur membersRecord, step tenurev1.MembershipStep, r *tenurev1.Replica) (membersRecord, error) {
 	id := r.GetId()
-	if err := wire.ValidateRangeID(id); err != nil {
-		return cur, invalidf("replica id: %v", err)
+	if err := wire.ValidateReplicaID(id); err != nil {
+		return cur, invalidf("%v", err)
 	}
 	if inc := r.GetIncarnation(); inc != "" {
 		if err := validateIncarnation(inc); err != nil {

@@ -40,8 +40,8 @@ func checkHolder(id string) error {
 	if id == "" {
 		return invalidf("holder_id is missing: name the promoter or replica that holds the session")
 	}
-	if err := wire.ValidateRangeID(id); err != nil {
-		return invalidf("holder_id %q: %v", id, err)
+	if err := wire.ValidateID("holder_id", id); err != nil {
+		return invalidf("%v", err)
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func (h handler) Promote(ctx context.Context, req *connect.Request[tenurev1.Prom
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	if id := req.Msg.GetPreferredReplicaId(); id != "" {
-		if err := wire.ValidateRangeID(id); err != nil {
+		if err := wire.ValidateID("preferred_replica_id", id); err != nil {
 			return nil, connect.NewError(connect.CodeInvalidArgument, err)
 		}
 	}

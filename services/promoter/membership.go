@@ -92,7 +92,7 @@ func (p *Promoter) ChangeReplicas(ctx context.Context, req *tenurev1.ChangeRepli
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("a membership change needs a replica to add, to remove, or both"))
 	}
 	if add != nil {
-		if err := wire.ValidateRangeID(add.GetId()); err != nil {
+		if err := wire.ValidateReplicaID(add.GetId()); err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("replica to add: %w", err))
 		}
 		if add.GetAddress() == "" {
@@ -103,7 +103,7 @@ func (p *Promoter) ChangeReplicas(ctx context.Context, req *tenurev1.ChangeRepli
 		}
 	}
 	if remove != "" {
-		if err := wire.ValidateRangeID(remove); err != nil {
+		if err := wire.ValidateReplicaID(remove); err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("replica to remove: %w", err))
 		}
 	}

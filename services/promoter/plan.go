@@ -634,7 +634,7 @@ func readAnswers(in Input) ([]replicaState, error) {
 	add := func(set string, ids []string, kind memberKind) error {
 		seen := make(map[string]bool, len(ids))
 		for i, id := range ids {
-			if err := wire.ValidateRangeID(id); err != nil {
+			if err := wire.ValidateReplicaID(id); err != nil {
 				return planErrorf(connect.CodeInvalidArgument, "%s %d: %v", set, i, err)
 			}
 			if seen[id] {

@@ -268,8 +268,8 @@ func (s *Replica) validateAdopt(m *tenurev1.AdoptRequest) error {
 	if err := wire.ValidateReplicas(m.GetReplicas()); err != nil {
 		return err
 	}
-	if err := wire.ValidateRangeID(m.GetLeaderId()); err != nil {
-		return invalidf("leader id: %v", err)
+	if err := wire.ValidateID("leader id", m.GetLeaderId()); err != nil {
+		return err
 	}
 	self, leaderListed := false, false
 	for _, r := range m.GetReplicas() {

@@ -33,8 +33,8 @@ func (s *Replica) fetchUntil(ctx context.Context, m *tenurev1.FetchRequest, held
 	if err := wire.ValidateRangeID(m.GetRangeId()); err != nil {
 		return nil, err
 	}
-	if err := wire.ValidateRangeID(m.GetReplicaId()); err != nil {
-		return nil, invalidf("fetching replica id: %v", err)
+	if err := wire.ValidateReplicaID(m.GetReplicaId()); err != nil {
+		return nil, err
 	}
 	if m.GetEpoch() == 0 {
 		return nil, invalidf("fetch epoch must be positive")

@@ -193,7 +193,7 @@ var (
 // fetching. A range that was leading comes back not serving (see the package
 // comment).
 func New(cfg Config) (*Replica, error) {
-	if err := wire.ValidateRangeID(cfg.ID); err != nil {
+	if err := wire.ValidateReplicaID(cfg.ID); err != nil {
 		return nil, fmt.Errorf("replica: config ID: %w", err)
 	}
 	if cfg.Address == "" {
