@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -124,6 +125,7 @@ var errClosed = coded(connect.CodeUnavailable, "replica is closing")
 
 // toConnect maps any error a handler returns to a *connect.Error. Errors that
 // are already Connect errors (from a peer, or built here) keep their code.
+// The message a client reads has no "logstore: " in it (forClient).
 func toConnect(err error) error {
 	if err == nil {
 		return nil
@@ -132,6 +134,7 @@ func toConnect(err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
+	err = forClient(err)
 	var se *statusError
 	switch {
 	case errors.As(err, &se):
@@ -176,4 +179,33 @@ func toConnect(err error) error {
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
 	return connect.NewError(connect.CodeInternal, err)
+}
+
+// storePrefix begins the text of every logstore error.
+const storePrefix = "logstore: "
+
+// clientError is an error as a client reads it (Error), wrapping the
+// error the handler returned (Unwrap), so errors.Is still maps it.
+type clientError struct {
+	msg string
+	err error
+}
+
+func (e *clientError) Error() string { return e.msg }
+func (e *clientError) Unwrap() error { return e.err }
+
+// forClient drops the store's package name from err's text: the store's
+// errors reach clients (a producer's sequence gap, a full disk, a
+// quarantined range), and a JSON caller read
+//
+//	range "demo": logstore: producer sequence out of order: producer ... expected sequence 1, got 5 (a gap)
+//
+// where "logstore" is the name of a Go package behind the API, which
+// tells it nothing.
+func forClient(err error) error {
+	msg := err.Error()
+	if !strings.Contains(msg, storePrefix) {
+		return err
+	}
+	return &clientError{msg: strings.ReplaceAll(msg, storePrefix, ""), err: err}
 }
