@@ -9,13 +9,13 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 
 	"github.com/tenurelog/tenure/internal/flagusage"
+	"github.com/tenurelog/tenure/internal/tlshint"
 	"github.com/tenurelog/tenure/pkg/transport"
 )
 
@@ -79,32 +79,17 @@ func runHealth(ctx context.Context, args []string) error {
 // about TLS; the bare errors ("unexpected EOF", "certificate signed by
 // unknown authority") name neither the flag nor the file.
 func healthTLSHint(err error, withCA bool) string {
-	msg := err.Error()
 	switch {
-	case strings.Contains(msg, "x509:") && withCA:
+	case tlshint.UnverifiedServer(err) && withCA:
 		return "; the server's certificate does not chain to --tls-ca: give its cluster's CA (ca.pem of 'tenure certs init')"
-	case strings.Contains(msg, "x509:"):
+	case tlshint.UnverifiedServer(err):
 		return "; the server speaks TLS: give --tls-ca, its cluster's CA (ca.pem of 'tenure certs init')"
-	case strings.Contains(msg, "does not look like a TLS handshake"):
+	case tlshint.CleartextServer(err):
 		return "; the server speaks cleartext: drop --tls-ca"
-	case !withCA && hungUp(msg):
+	case !withCA && tlshint.HungUp(err):
 		return "; the server hung up: it probably speaks TLS: give --tls-ca, its cluster's CA (ca.pem of 'tenure certs init')"
 	}
 	return ""
-}
-
-// hungUp says whether a probe's error is the server hanging up on it, as a
-// TLS server does on a cleartext HTTP/2 client (a 400 reply, then close).
-// Which form the client sees depends on where in its preface and request
-// the close lands: all of these were seen, EOF here, "could not be
-// established" in CI, broken pipe under -count=3.
-func hungUp(msg string) bool {
-	for _, s := range []string{"EOF", "connection reset", "broken pipe", "client conn could not be established"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
 }
 
 // caOnlyClient is an HTTP/2 client that trusts the servers' certificates

@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurelog/tenure/internal/tlshint"
 	"github.com/tenurelog/tenure/pkg/auth"
 	"github.com/tenurelog/tenure/pkg/leaseclient"
 	"github.com/tenurelog/tenure/pkg/transport"
@@ -342,11 +343,20 @@ func explain(err error, who, url, flagHint string) error {
 	if setup := (tlsSetupError{}); errors.As(err, &setup) {
 		return setup // nothing reached the server
 	}
-	if strings.HasPrefix(url, "http://") && hungUp(err) {
+	if strings.HasPrefix(url, "http://") && tlshint.HungUp(err) {
 		// Cleartext HTTP/2 to a TLS server: it hangs up on the preface.
-		return fmt.Errorf("%s at %s hung up (%v): it probably runs mutual TLS; pass --cacert, --cert and --key (or TENURECTL_CACERT, TENURECTL_CERT, TENURECTL_KEY; 'tenure dev --keep' prints them)", who, url, connectMessage(err))
+		return fmt.Errorf("%s at %s hung up (%v): it probably runs mutual TLS; %s", who, url, connectMessage(err), passTLSFlags)
 	}
-	if spokeTLSToCleartext(err) {
+	if tlshint.UnverifiedServer(err) {
+		// An https:// URL: the server speaks TLS and this client trusts
+		// no CA that signed its certificate. It was the bare "x509:
+		// certificate signed by unknown authority", naming no flag.
+		if transport.TLS() != nil {
+			return fmt.Errorf("%s at %s presented a certificate this client does not accept (%v): --cacert must be the CA of that server's cluster (its ca.pem), and the URL a host name its certificate is for", who, url, connectMessage(err))
+		}
+		return fmt.Errorf("%s at %s runs TLS with a certificate this client cannot verify (%v): %s", who, url, connectMessage(err), passTLSFlags)
+	}
+	if tlshint.CleartextServer(err) {
 		return fmt.Errorf("%s at %s answered in cleartext (%v): it runs without TLS (--insecure); drop --cacert, --cert and --key (and TENURECTL_CACERT, TENURECTL_CERT, TENURECTL_KEY)", who, url, connectMessage(err))
 	}
 	switch connect.CodeOf(err) {
@@ -368,22 +378,8 @@ func explain(err error, who, url, flagHint string) error {
 	return fmt.Errorf("%s at %s: %v", who, url, err)
 }
 
-// hungUp reports an error of a server closing the connection under the
-// request, as a TLS server does on a cleartext HTTP/2 preface.
-func hungUp(err error) bool {
-	if connect.IsWireError(err) {
-		return false
-	}
-	s := err.Error()
-	return strings.Contains(s, "EOF") || strings.Contains(s, "broken pipe") || strings.Contains(s, "connection reset by peer") ||
-		strings.Contains(s, "client conn could not be established")
-}
-
-// spokeTLSToCleartext reports the error of a TLS client answered by a
-// cleartext server.
-func spokeTLSToCleartext(err error) bool {
-	return !connect.IsWireError(err) && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
-}
+// passTLSFlags is what to do against a TLS server without a TLS setup.
+const passTLSFlags = "pass --cacert (the cluster's ca.pem), --cert and --key (or TENURECTL_CACERT, TENURECTL_CERT, TENURECTL_KEY; 'tenure dev --keep' prints them)"
 
 // isDialError reports whether this client failed to connect. An error the
 // server sent is never one, whatever its message says: the promoter's

@@ -36,7 +36,10 @@ func TestExplainTLSErrors(t *testing.T) {
 // runs without TLS (it was "the lease service at ...: unavailable: ...
 // server gave HTTP response to HTTPS client"); no TLS flags against a TLS
 // server say it runs mutual TLS, for a HOST:PORT URL too (it was
-// "unavailable: http2: client conn could not be established").
+// "unavailable: http2: client conn could not be established"), and for an
+// https:// URL, where it was the bare "unavailable: tls: failed to verify
+// certificate: x509: certificate signed by unknown authority"; another
+// cluster's CA says --cacert is not this server's.
 func TestExplainTLSMismatchAgainstRealServers(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := auth.Init(dir, auth.DefaultSpecs([]string{"r1"}, []string{"p1"}, []string{"1"}, nil)); err != nil {
@@ -75,6 +78,19 @@ func TestExplainTLSMismatchAgainstRealServers(t *testing.T) {
 	code, stderr = ctl("range", "list", "--lease", tlsSrv.Addr)
 	if code != exitFail || !strings.Contains(stderr, "runs mutual TLS; pass --cacert") {
 		t.Errorf("no TLS flags against a TLS lease service, HOST:PORT: status %d, stderr:\n%s", code, stderr)
+	}
+	code, stderr = ctl("range", "list", "--lease", tlsSrv.URL())
+	if code != exitFail || !strings.Contains(stderr, "cannot verify") || !strings.Contains(stderr, "pass --cacert") {
+		t.Errorf("no TLS flags against a TLS lease service, https:// URL: status %d, stderr:\n%s", code, stderr)
+	}
+	other := t.TempDir()
+	if _, err := auth.Init(other, auth.DefaultSpecs([]string{"r1"}, []string{"p1"}, []string{"1"}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	otherCerts := []string{"--cacert", filepath.Join(other, auth.CAFile), "--cert", filepath.Join(other, "operator.pem"), "--key", filepath.Join(other, "operator-key.pem")}
+	code, stderr = ctl(append([]string{"range", "list", "--lease", tlsSrv.URL()}, otherCerts...)...)
+	if code != exitFail || !strings.Contains(stderr, "--cacert must be the CA of that server's cluster") {
+		t.Errorf("another cluster's CA against a TLS lease service: status %d, stderr:\n%s", code, stderr)
 	}
 }
 
