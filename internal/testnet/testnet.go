@@ -2,6 +2,8 @@
 package testnet
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net"
@@ -63,4 +65,55 @@ func PostJSON(t testing.TB, baseURL, procedure, body string) ConnectJSON {
 		out.Code, out.Message = e.Code, e.Message
 	}
 	return out
+}
+
+// ConnectStream is what a server-streaming Connect call answered, read the
+// way a client in another language reads it: each message's JSON, and the
+// end-of-stream message's JSON ("{}" for a clean end, else
+// {"error":{"code":...,"message":...}}).
+type ConnectStream struct {
+	Status   int
+	Messages []string
+	End      string
+}
+
+// StreamJSON calls a server-streaming procedure with one JSON request in
+// the Connect streaming protocol (application/connect+json, enveloped), as
+// curl --data-binary @envelope does, with the given extra headers
+// (Connect-Timeout-Ms), and reads to the end of the stream, bounded to 30 s.
+func StreamJSON(t testing.TB, baseURL, procedure, body string, header http.Header) ConnectStream {
+	t.Helper()
+	env := make([]byte, 5, 5+len(body))
+	binary.BigEndian.PutUint32(env[1:], uint32(len(body)))
+	env = append(env, body...)
+	req, err := http.NewRequest(http.MethodPost, baseURL+procedure, bytes.NewReader(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	req.Header.Set("Content-Type", "application/connect+json")
+	hc := &http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", procedure, err)
+	}
+	defer resp.Body.Close()
+	out := ConnectStream{Status: resp.StatusCode}
+	for {
+		var prefix [5]byte
+		if _, err := io.ReadFull(resp.Body, prefix[:]); err != nil {
+			t.Fatalf("POST %s: the stream ended without its end message (%v); messages so far: %q", procedure, err, out.Messages)
+		}
+		msg := make([]byte, binary.BigEndian.Uint32(prefix[1:]))
+		if _, err := io.ReadFull(resp.Body, msg); err != nil {
+			t.Fatalf("POST %s: a message cut short: %v", procedure, err)
+		}
+		if prefix[0]&2 != 0 { // the end-of-stream flag
+			out.End = string(msg)
+			return out
+		}
+		out.Messages = append(out.Messages, string(msg))
+	}
 }

@@ -2,6 +2,7 @@ package replica_test
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -36,5 +37,22 @@ func TestJSONProducerRefusalsSpeakTheAPI(t *testing.T) {
 		if got.Code != "failed_precondition" || !strings.Contains(got.Message, tc.says) || strings.Contains(got.Message, "logstore") {
 			t.Errorf("%s: %d %s %q; want failed_precondition saying %q, without \"logstore\"", tc.what, got.Status, got.Code, got.Message, tc.says)
 		}
+	}
+}
+
+// TestTailDeadlineIsNotACleanEnd: a tail whose caller set a deadline
+// (Connect-Timeout-Ms; grpc-timeout alike) ends with DeadlineExceeded when
+// it passes. It ended with "{}", the end of a stream that completed, which
+// a client that relies on the server's deadline (curl) cannot tell from a
+// tail that is over; a tail never is.
+func TestTailDeadlineIsNotACleanEnd(t *testing.T) {
+	c := newCluster(t, 3)
+	n1, n2, n3 := c.node(1), c.node(2), c.node(3)
+	c.elect(1, n1, n2, n3)
+	c.mustAppend(n1, values("a", 2)...)
+	body := fmt.Sprintf(`{"range_id":%q,"offset":1}`, rangeID)
+	got := testnet.StreamJSON(t, n1.url, "/tenure.v1.LogService/Tail", body, http.Header{"Connect-Timeout-Ms": {"500"}})
+	if got.Status != 200 || len(got.Messages) == 0 || !strings.Contains(got.End, `"deadline_exceeded"`) {
+		t.Fatalf("tail with a 500 ms deadline: status %d, %d messages, end %s; want the records, then deadline_exceeded", got.Status, len(got.Messages), got.End)
 	}
 }

@@ -277,10 +277,11 @@ func (h *hosted) readCommitted(off, hwm uint64, maxRecords, maxBytes int) ([]*te
 }
 
 // Tail streams committed records from an offset as the HWM passes them. It
-// ends when the client goes away, with FailedPrecondition when this replica
-// stops leading or loses its lease or a quorum's answers show a later epoch
-// (naming its leader), and with Unavailable when it cannot confirm its
-// leadership with a quorum (every tailConfirmEvery).
+// ends when the client goes away, with DeadlineExceeded when the client's
+// deadline passes, with FailedPrecondition when this replica stops leading
+// or loses its lease or a quorum's answers show a later epoch (naming its
+// leader), and with Unavailable when it cannot confirm its leadership with
+// a quorum (every tailConfirmEvery).
 func (s *Replica) Tail(ctx context.Context, req *connect.Request[tenurev1.TailRequest], stream *connect.ServerStream[tenurev1.TailResponse]) error {
 	return toConnect(s.tail(ctx, req.Msg, stream))
 }
@@ -313,7 +314,7 @@ func (s *Replica) tail(ctx context.Context, m *tenurev1.TailRequest, stream *con
 		if time.Since(confirmed) >= tailConfirmEvery {
 			if err := l.confirm(ctx); err != nil {
 				if ctx.Err() != nil {
-					return nil
+					return ctx.Err()
 				}
 				return err
 			}
@@ -339,7 +340,11 @@ func (s *Replica) tail(ctx context.Context, m *tenurev1.TailRequest, stream *con
 		case <-wait.C:
 		case <-l.ctx.Done():
 		case <-ctx.Done():
-			return nil
+			// The caller's deadline (Connect-Timeout-Ms, grpc-timeout) or
+			// its going away: say which. A nil here ended the stream as if
+			// the tail were complete, which a client without a deadline
+			// of its own (curl) could not tell from a clean end.
+			return ctx.Err()
 		}
 	}
 }
