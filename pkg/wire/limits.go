@@ -43,6 +43,12 @@ const (
 	// Badger and a file name for the journal.
 	MaxRangeIDBytes = 128
 
+	// MaxAddressBytes bounds a replica's address (a base URL) as a request
+	// names it. The membership, with up to 2 x MaxReplicas addresses while
+	// a change is in flight, is one etcd value; an unbounded address was
+	// refused by etcd as "request is too large" and answered Internal.
+	MaxAddressBytes = 1024
+
 	// MaxReplicas bounds a range's replica set. Five is the largest set the
 	// design uses; nine leaves room without letting a request name thousands.
 	MaxReplicas = 9

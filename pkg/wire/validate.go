@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"net/url"
 
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
@@ -167,6 +168,49 @@ func ValidateReplicas(rs []*tenurev1.Replica) error {
 		seen[r.GetId()] = true
 	}
 	return nil
+}
+
+// ValidateAddress checks a replica's address as a request names it
+// (CreateRange, SetReplicas, a member added): the base URL of its Connect
+// server, http:// or https:// with a host, at most MaxAddressBytes. Every
+// peer and client dials the member there as given; "127.0.0.1:7101" or
+// "not a url" used to be stored, and each promotion then failed to reach
+// the member ("missing scheme") long after the request that was wrong.
+//
+// ValidateReplicas does not check addresses: it also checks memberships
+// read back from the store, and one stored before this check must stay
+// readable, or SetReplicas could not correct it.
+func ValidateAddress(addr string) error {
+	if p := addressProblem(addr); p != "" {
+		return invalidf("%s", p)
+	}
+	return nil
+}
+
+// ValidateAddresses checks every replica's address (ValidateAddress), naming
+// the replica.
+func ValidateAddresses(rs []*tenurev1.Replica) error {
+	for _, r := range rs {
+		if p := addressProblem(r.GetAddress()); p != "" {
+			return invalidf("replica %s: %s", r.GetId(), p)
+		}
+	}
+	return nil
+}
+
+// addressProblem says what is wrong with addr, or "" when nothing is.
+func addressProblem(addr string) string {
+	if addr == "" {
+		return "address is empty"
+	}
+	if len(addr) > MaxAddressBytes {
+		return fmt.Sprintf("address is %d bytes, at most %d", len(addr), MaxAddressBytes)
+	}
+	u, err := url.Parse(addr)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Sprintf("address %q is not a base URL: want http://HOST:PORT or https://HOST:PORT", addr)
+	}
+	return ""
 }
 
 // Quorum is the number of replicas that form a majority of n.

@@ -198,3 +198,16 @@ func TestValidateRangeBatch(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateAddress(t *testing.T) {
+	for _, a := range []string{"http://127.0.0.1:7101", "https://replica-1.example:7101", "http://[::1]:7101", "https://lb.example/tenure/r1"} {
+		if err := wire.ValidateAddress(a); err != nil {
+			t.Errorf("ValidateAddress(%q) = %v, want nil", a, err)
+		}
+	}
+	for _, a := range []string{"", "not a url", "127.0.0.1:7101", "ftp://x:1", "http://", "http://u:p@x:1", "http://x:1?q=1", "http://x:1#f", "http://" + strings.Repeat("a", wire.MaxAddressBytes)} {
+		if err := wire.ValidateAddress(a); err == nil || !errors.Is(err, wire.ErrInvalid) {
+			t.Errorf("ValidateAddress(%q) = %v, want an ErrInvalid", a, err)
+		}
+	}
+}

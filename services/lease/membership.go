@@ -45,6 +45,9 @@ func applyStep(cur membersRecord, step tenurev1.MembershipStep, r *tenurev1.Repl
 		if r.GetAddress() == "" {
 			return cur, invalidf("replica %s: an address is needed to add it", id)
 		}
+		if err := wire.ValidateAddress(r.GetAddress()); err != nil {
+			return cur, invalidf("replica %s: %v", id, err)
+		}
 		if len(cur.Replicas)+1 > wire.MaxReplicas {
 			return cur, failedf("a range has at most %d members", wire.MaxReplicas)
 		}
@@ -252,6 +255,9 @@ func (s *Service) deleteRange(ctx context.Context, req *tenurev1.DeleteRangeRequ
 // step at a time, through ChangeMembership.
 func (s *Service) setReplicas(ctx context.Context, req *tenurev1.SetReplicasRequest) (*tenurev1.SetReplicasResponse, error) {
 	if err := wire.ValidateReplicas(req.GetReplicas()); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidateAddresses(req.GetReplicas()); err != nil {
 		return nil, err
 	}
 	info, err := s.swapMembers(ctx, req.GetRangeId(), req.GetExpectedRevision(), func(cur membersRecord, _ uint64) (membersRecord, error) {

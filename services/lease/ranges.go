@@ -150,6 +150,9 @@ func (s *Service) createRange(ctx context.Context, req *tenurev1.CreateRangeRequ
 	if err := wire.ValidateReplicas(req.GetReplicas()); err != nil {
 		return nil, err
 	}
+	if err := wire.ValidateAddresses(req.GetReplicas()); err != nil {
+		return nil, err
+	}
 	preferred := req.GetPreferredReplicaId()
 	if preferred != "" && !slices.ContainsFunc(req.GetReplicas(), func(r *tenurev1.Replica) bool { return r.GetId() == preferred }) {
 		return nil, invalidf("preferred_replica_id %q is not in the replica set", preferred)

@@ -98,6 +98,9 @@ func (p *Promoter) ChangeReplicas(ctx context.Context, req *tenurev1.ChangeRepli
 		if add.GetAddress() == "" {
 			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("replica to add %s has no address", add.GetId()))
 		}
+		if err := wire.ValidateAddress(add.GetAddress()); err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("replica to add %s: %w", add.GetId(), err))
+		}
 		if add.GetId() == remove {
 			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("replica %s is both added and removed", remove))
 		}
