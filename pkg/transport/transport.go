@@ -36,8 +36,9 @@ type Registration struct {
 
 // HandlerOptions are the options every tenure handler is built with: the
 // read limit, so a peer cannot make us allocate on its say-so, responses
-// that are never compressed, and the interceptors installed with
-// SetInterceptors, now or later.
+// that are never compressed, the interceptors installed with
+// SetInterceptors, now or later, and a JSON codec whose refusals name the
+// API's messages (jsonCodec).
 //
 // Connect gzips every response whose client accepts gzip (every Connect and
 // gRPC client does), whatever its size. That is a compressor reset (hundreds
@@ -53,6 +54,11 @@ func HandlerOptions(extra ...connect.HandlerOption) []connect.HandlerOption {
 		connect.WithReadMaxBytes(wire.MaxMessageBytes),
 		connect.WithCompressMinBytes(math.MaxInt),
 		connect.WithInterceptors(lostConnection{}, installedInterceptors{}),
+		// JSON requests that do not parse are refused naming the proto
+		// message, not its Go type (jsonCodec); both of the names
+		// connect-go registers its JSON codec under.
+		connect.WithCodec(jsonCodec{"json"}),
+		connect.WithCodec(jsonCodec{"json; charset=utf-8"}),
 	}
 	return append(opts, extra...)
 }
