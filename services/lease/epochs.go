@@ -278,11 +278,17 @@ func (s *Service) bindTxn(req *tenurev1.BindLeaseRequest, sess session) rangeTxn
 			// This very session, its record unchanged since it was read
 			// (session, in sessions.go).
 			clientv3.Compare(clientv3.ModRevision(sess.key), "=", sess.modRev),
+			// The range exists, as a grant checks: a deleted range keeps
+			// its epoch key (a tombstone), and a bind at that epoch wrote
+			// a lease for a range that is not there, which a range created
+			// again under the id then showed as its live lease, held by
+			// whoever bound it.
+			clientv3.Compare(clientv3.CreateRevision(s.keys.members(id)), ">", 0),
 		},
 		then: []clientv3.Op{
 			clientv3.OpPut(s.keys.lease(id), mustJSON(bindRecord(req, sess)), clientv3.WithLease(clientv3.LeaseID(sess.id))),
 		},
-		els: []clientv3.Op{clientv3.OpGet(epochKey)},
+		els: []clientv3.Op{clientv3.OpGet(epochKey), clientv3.OpGet(s.keys.members(id))},
 	}
 }
 
@@ -302,6 +308,9 @@ func (s *Service) bindAnswer(ctx context.Context, req *tenurev1.BindLeaseRequest
 		cur, err := parseEpoch(s.keys.epoch(id), kv.Value)
 		if err != nil {
 			return nil, err
+		}
+		if opKV(rs, 1) == nil {
+			return nil, rangeNotFound(id)
 		}
 		if cur != epoch {
 			return nil, notCurrent(id, epoch, cur)
@@ -386,7 +395,10 @@ func (s *Service) getLease(ctx context.Context, req *tenurev1.GetLeaseRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if snap.epoch == nil {
+	// A deleted range keeps its epoch key: without its members it is not
+	// found, as GetRange says. It answered a lease at the tombstone's
+	// epoch.
+	if snap.epoch == nil || snap.members == nil {
 		return nil, rangeNotFound(id)
 	}
 	cur, err := parseEpoch(s.keys.epoch(id), snap.epoch.Value)
