@@ -2,6 +2,7 @@ package promoter
 
 import (
 	"context"
+	"fmt"
 	"sort"
 
 	"connectrpc.com/connect"
@@ -29,6 +30,13 @@ type handler struct{ p *Promoter }
 // (promoteWith): the transition is not an unsafe one.
 const unsafeReason = "operator: unsafe promotion (--unsafe-accept-data-loss)"
 
+// maxReasonBytes bounds an operator's reason for a promotion. It is kept
+// in the transition record, one etcd value: a 2 MB reason promoted, then
+// its record was refused by etcd ("request is too large") and retried
+// forever, holding the range's promotion slot and every later record of
+// every range behind it (recordLater now refuses such a record too).
+const maxReasonBytes = 1024
+
 func (h handler) Promote(ctx context.Context, req *connect.Request[tenurev1.PromoteRequest]) (*connect.Response[tenurev1.PromoteResponse], error) {
 	if c, to, ok := h.p.forwardTarget(req.Header()); ok {
 		return h.p.forwardPromote(ctx, c, to, req.Msg)
@@ -42,6 +50,9 @@ func (h handler) Promote(ctx context.Context, req *connect.Request[tenurev1.Prom
 		}
 	}
 	reason := req.Msg.GetReason()
+	if len(reason) > maxReasonBytes {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("reason is %d bytes, at most %d", len(reason), maxReasonBytes))
+	}
 	unsafe := req.Msg.GetUnsafeAcceptDataLoss()
 	if id := req.Msg.GetPreferredReplicaId(); id != "" && !req.Msg.GetForce() && !unsafe && h.p.Elected() {
 		if epoch, ok := h.p.alreadyLeads(ctx, req.Msg.GetRangeId(), id); ok {

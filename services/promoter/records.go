@@ -71,11 +71,17 @@ func (p *Promoter) recordTransition(ctx context.Context, tr *tenurev1.Transition
 }
 
 // recordLater queues tr to be written; done, if not nil, runs once it is
-// written or can no longer be. tr must not change afterwards.
+// written or can no longer be. tr must not change afterwards. A record
+// larger than a transaction may be is refused here: etcd would refuse it
+// on every attempt, and records are written in order, so it held every
+// later one, of every range, behind it for good.
 func (p *Promoter) recordLater(tr *tenurev1.Transition, done func(error)) error {
 	b, err := proto.Marshal(tr)
 	if err != nil {
 		return err
+	}
+	if n := len(b); n > maxRecordBytesPerTxn {
+		return fmt.Errorf("transition record of %s at epoch %d is %d bytes, more than the %d a record may take", tr.GetRangeId(), tr.GetEpoch(), n, maxRecordBytesPerTxn)
 	}
 	if done == nil {
 		done = func(error) {}
