@@ -67,6 +67,9 @@ type cluster struct {
 	logs  *testlog.Buffer
 	// fetchWait is the followers' long poll.
 	fetchWait time.Duration
+	// retentionInterval is the next starts' Config.RetentionInterval (0:
+	// the default).
+	retentionInterval time.Duration
 	// base holds every node's data directories.
 	base string
 	dirs int
@@ -130,7 +133,9 @@ func (c *cluster) tryStart(n *node) error {
 		Lease:         n.lease,
 		FetchWait:     c.fetchWait,
 		AppendTimeout: 30 * time.Second,
-		Metrics:       n.metrics,
+		// Set before a restart; newCluster's first starts take the default.
+		RetentionInterval: c.retentionInterval,
+		Metrics:           n.metrics,
 	}
 	var err error
 	// A restart rebinds the same port; the old listener is closed, but give

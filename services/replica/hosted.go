@@ -65,6 +65,11 @@ type hosted struct {
 	// retentionLeft is the indexed bytes the last retention pass left
 	// (applyRetention), for checkRetentionSize.
 	retentionLeft atomic.Uint64
+	// retentionHeld is the log start the last pass wanted when the HWM
+	// held it back (it would have removed batches not yet committed), 0
+	// when nothing held it: once the HWM passes it, checkRetentionSize
+	// counts from the limit again instead of from retentionLeft.
+	retentionHeld atomic.Uint64
 }
 
 func (s *Replica) newHosted(g *storeGen, r *logstore.Range) *hosted {

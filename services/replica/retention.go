@@ -153,6 +153,14 @@ func (h *hosted) checkRetentionSize() {
 	}
 	p := h.retention.Load()
 	from := max(p.GetMaxBytes(), h.retentionLeft.Load())
+	if held := h.retentionHeld.Load(); held > 0 && h.r.HWM() >= held {
+		// What the last pass left was uncommitted then and is committed
+		// now (one batch larger than the limit, whose index commit made
+		// the pass due before the HWM passed it): count from the limit,
+		// or the range stays over it until another slack's worth is
+		// indexed or the interval passes.
+		from = p.GetMaxBytes()
+	}
 	if h.r.IndexedBytes() > from+retentionSlack(p.GetMaxBytes()) {
 		h.s.retentionDue.add(h)
 	}
@@ -254,6 +262,12 @@ type retainer interface {
 // outside either), never below the current start and never above the HWM.
 // Pure but for r's reads, so a table can test it.
 func retentionTarget(r retainer, p *tenurev1.RetentionPolicy, now time.Time) uint64 {
+	return min(retentionWanted(r, p, now), r.HWM())
+}
+
+// retentionWanted is the log start the policy asks for, before the HWM
+// bounds it (retentionTarget).
+func retentionWanted(r retainer, p *tenurev1.RetentionPolicy, now time.Time) uint64 {
 	target := r.LogStart()
 	if b := p.GetMaxBytes(); b > 0 {
 		target = max(target, r.RetainBytes(b))
@@ -261,12 +275,7 @@ func retentionTarget(r retainer, p *tenurev1.RetentionPolicy, now time.Time) uin
 	if p.GetMaxAgeMs() > 0 {
 		target = max(target, r.RetainSince(now.Add(-wire.RetentionAge(p))))
 	}
-	// Only committed records are ever removed: everything at or above the
-	// HWM may still be needed by a promotion or cut by a truncation, and a
-	// deleted uncommitted record could be an acknowledged one's only copy
-	// once the leader fails. AdvanceLogStart clamps to it as well; the
-	// bound is stated here too, where the target is chosen.
-	return min(target, r.HWM())
+	return target
 }
 
 // applyRetention advances the range's log start as its policy asks, while
@@ -290,7 +299,18 @@ func (h *hosted) applyRetention(now time.Time) {
 	// What this pass leaves, for checkRetentionSize, however it ends.
 	defer func() { h.retentionLeft.Store(h.r.IndexedBytes()) }()
 	from := h.r.LogStart()
-	target := retentionTarget(h.r, p, now)
+	// Only committed records are ever removed: everything at or above the
+	// HWM may still be needed by a promotion or cut by a truncation, and a
+	// deleted uncommitted record could be an acknowledged one's only copy
+	// once the leader fails. AdvanceLogStart clamps to it as well; the
+	// bound is stated here too, where the target is chosen.
+	wanted := retentionWanted(h.r, p, now)
+	target := min(wanted, h.r.HWM())
+	if wanted > target {
+		h.retentionHeld.Store(wanted)
+	} else {
+		h.retentionHeld.Store(0)
+	}
 	if target <= from {
 		return
 	}
