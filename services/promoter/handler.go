@@ -94,6 +94,15 @@ func (h handler) ListTransitions(ctx context.Context, req *connect.Request[tenur
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
+	if len(trs) == 0 {
+		// No record: a range never promoted, or none at all. A caller
+		// with a mistyped id read an empty history as "never promoted";
+		// the lease service knows which. When it cannot be asked, the
+		// empty list stands: it is what the records say.
+		if _, err := h.p.getRange(ctx, req.Msg.GetRangeId()); connect.CodeOf(err) == connect.CodeNotFound {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("range %q does not exist", req.Msg.GetRangeId()))
+		}
+	}
 	return connect.NewResponse(&tenurev1.ListTransitionsResponse{Transitions: trs}), nil
 }
 
