@@ -84,18 +84,15 @@ func readIncarnation(dataDir, id string) (string, error) {
 // disk, would pass, and a promotion could count the empty copy toward a
 // quorum and lose acknowledged records only it and the dead leader held.
 func checkStoreKept(dataDir, inc string) error {
-	manifest := filepath.Join(dataDir, "badger", "MANIFEST")
+	manifest := logstore.ManifestPath(dataDir)
 	_, err := os.Stat(manifest)
 	if !errors.Is(err, fs.ErrNotExist) {
 		// There, or an I/O error the store's own Open reports.
 		return nil
 	}
 	return fmt.Errorf("replica: %s names this directory incarnation %s, but its store is gone (%s is missing): "+
-		"starting would serve empty logs as that incarnation's, so it does not start. Nothing was changed. "+
-		"If the files are only misplaced (a volume not mounted, a path changed), put them back and start again; never restore an older copy (a replica whose log went back in time still counts as the member, without the records it acknowledged since). Otherwise treat it as a replaced disk: "+
-		"move %s aside (keep it for diagnosis), start the replica on an empty directory, "+
-		"and run 'tenurectl range rebuild RANGE --replica ID' for each range it was a member of",
-		filepath.Join(dataDir, incarnationFile), inc, manifest, dataDir)
+		"starting would serve empty logs as that incarnation's, so it does not start. Nothing was changed. %s",
+		filepath.Join(dataDir, incarnationFile), inc, manifest, logstore.LostStoreAdvice(dataDir))
 }
 
 // newIncarnation makes and durably writes dataDir's incarnation. It runs

@@ -259,23 +259,24 @@ type retainer interface {
 
 // retentionTarget is the log start policy p asks for at now: the larger of
 // the size limit's and the age limit's starts (a record goes when it is
-// outside either), never below the current start and never above the HWM.
-// Pure but for r's reads, so a table can test it.
-func retentionTarget(r retainer, p *tenurev1.RetentionPolicy, now time.Time) uint64 {
-	return min(retentionWanted(r, p, now), r.HWM())
-}
-
-// retentionWanted is the log start the policy asks for, before the HWM
-// bounds it (retentionTarget).
-func retentionWanted(r retainer, p *tenurev1.RetentionPolicy, now time.Time) uint64 {
-	target := r.LogStart()
+// outside either), never below the current start and never above the HWM;
+// and wanted, the same before the HWM bounds it (applyRetention keeps it
+// when the HWM held the pass back). Pure but for r's reads, so a table can
+// test it.
+func retentionTarget(r retainer, p *tenurev1.RetentionPolicy, now time.Time) (target, wanted uint64) {
+	wanted = r.LogStart()
 	if b := p.GetMaxBytes(); b > 0 {
-		target = max(target, r.RetainBytes(b))
+		wanted = max(wanted, r.RetainBytes(b))
 	}
 	if p.GetMaxAgeMs() > 0 {
-		target = max(target, r.RetainSince(now.Add(-wire.RetentionAge(p))))
+		wanted = max(wanted, r.RetainSince(now.Add(-wire.RetentionAge(p))))
 	}
-	return target
+	// Only committed records are ever removed: everything at or above the
+	// HWM may still be needed by a promotion or cut by a truncation, and a
+	// deleted uncommitted record could be an acknowledged one's only copy
+	// once the leader fails. AdvanceLogStart clamps to it as well; the
+	// bound is stated here too, where the target is chosen.
+	return min(wanted, r.HWM()), wanted
 }
 
 // applyRetention advances the range's log start as its policy asks, while
@@ -299,13 +300,7 @@ func (h *hosted) applyRetention(now time.Time) {
 	// What this pass leaves, for checkRetentionSize, however it ends.
 	defer func() { h.retentionLeft.Store(h.r.IndexedBytes()) }()
 	from := h.r.LogStart()
-	// Only committed records are ever removed: everything at or above the
-	// HWM may still be needed by a promotion or cut by a truncation, and a
-	// deleted uncommitted record could be an acknowledged one's only copy
-	// once the leader fails. AdvanceLogStart clamps to it as well; the
-	// bound is stated here too, where the target is chosen.
-	wanted := retentionWanted(h.r, p, now)
-	target := min(wanted, h.r.HWM())
+	target, wanted := retentionTarget(h.r, p, now)
 	if wanted > target {
 		h.retentionHeld.Store(wanted)
 	} else {

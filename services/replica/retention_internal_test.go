@@ -47,7 +47,7 @@ func TestRetentionTarget(t *testing.T) {
 		{"never below the start", &tenurev1.RetentionPolicy{MaxBytes: 1, MaxAgeMs: 1}, logView{start: 60, hwm: 100, byBytes: 10, bySince: 20}, 60, true, true},
 	} {
 		v := tt.v
-		if got := retentionTarget(&v, tt.p, now); got != tt.want {
+		if got, _ := retentionTarget(&v, tt.p, now); got != tt.want {
 			t.Errorf("%s: retentionTarget = %d, want %d", tt.name, got, tt.want)
 		}
 		if v.bytes != tt.bytes || v.since != tt.age {

@@ -29,7 +29,7 @@ const manifestName = "MANIFEST"
 // before Badger did, has neither. It must run before badger.Open, which
 // would write a new MANIFEST and delete the evidence.
 func checkNotLost(dir, badgerDir string) error {
-	manifest := filepath.Join(badgerDir, manifestName)
+	manifest := ManifestPath(dir)
 	_, err := os.Stat(manifest)
 	if err == nil {
 		return nil
@@ -64,10 +64,27 @@ func checkNotLost(dir, badgerDir string) error {
 	}
 	return fmt.Errorf("%w: %s is missing, but %s holds a store's files (%s): Badger would open it empty and delete its tables, "+
 		"so every range's log and state on this replica is gone or unreachable. Nothing was changed. "+
-		"If the files are only misplaced (a volume not mounted, a path changed), put them back and start again; never restore an older copy (a replica whose log went back in time still counts as the member, without the records it acknowledged since). Otherwise treat it as a replaced disk: "+
-		"move %s aside (keep it for diagnosis), start the replica on an empty directory, "+
-		"and run 'tenurectl range rebuild RANGE --replica ID' for each range it was a member of",
-		ErrStoreLost, manifest, dir, strings.Join(found, ", "), dir)
+		"%s", ErrStoreLost, manifest, dir, strings.Join(found, ", "), LostStoreAdvice(dir))
+}
+
+// ManifestPath is Badger's MANIFEST in the store directory dir: a store
+// that ever opened has one (checkNotLost).
+func ManifestPath(dir string) string { return filepath.Join(dir, "badger", manifestName) }
+
+// LostStoreAdvice is what to do with the store directory dir once its
+// store is lost (missing, or in files only misplaced): the one answer every
+// refusal of such a directory gives.
+func LostStoreAdvice(dir string) string {
+	return "If the files are only misplaced (a volume not mounted, a path changed), put them back and start again; " +
+		"never restore an older copy (a replica whose log went back in time still counts as the member, without the records it acknowledged since). " +
+		"Otherwise treat it as a replaced disk: " + replacedDiskSteps(dir)
+}
+
+// replacedDiskSteps are the steps for a data directory whose store cannot
+// be used again.
+func replacedDiskSteps(dir string) string {
+	return "move " + dir + " aside (keep it for diagnosis), start the replica on an empty directory, " +
+		"and run 'tenurectl range rebuild RANGE --replica ID' for each range it was a member of"
 }
 
 // badgerOpenHint is what to do when Badger fails to open the store in dir:
@@ -81,8 +98,6 @@ func badgerOpenHint(dir string, err error) string {
 	}
 	return fmt.Sprintf(". Badger's files in %s are damaged or unreadable, so no range on this replica can be opened; nothing was changed. "+
 		"If the disk reports errors (dmesg) or the files' owner or permissions changed, fix that and start again. "+
-		"If the files are damaged, treat it as a replaced disk (never restore an older copy: a replica whose log went back in time still counts as the member, without the records it acknowledged since): "+
-		"move %s aside (keep it for diagnosis), start the replica on an empty directory, "+
-		"and run 'tenurectl range rebuild RANGE --replica ID' for each range it was a member of",
-		filepath.Join(dir, "badger"), dir)
+		"If the files are damaged, treat it as a replaced disk (never restore an older copy: a replica whose log went back in time still counts as the member, without the records it acknowledged since): %s",
+		filepath.Join(dir, "badger"), replacedDiskSteps(dir))
 }
