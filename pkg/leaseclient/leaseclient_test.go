@@ -3,6 +3,7 @@ package leaseclient
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tenurelog/tenure/internal/testnet"
+	"github.com/tenurelog/tenure/internal/tlshint"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -149,5 +151,37 @@ func TestFailover(t *testing.T) {
 				t.Errorf("Current() = %s after the call, want %s", got, want)
 			}
 		})
+	}
+}
+
+// TestEveryInstancesFailureIsReported: when no instance answers, the error
+// says why each one failed, not only the last: an operator with a TLS
+// mismatch on one instance and another instance down was shown only
+// "connection refused".
+func TestEveryInstancesFailureIsReported(t *testing.T) {
+	cleartext, cleartextURL := serve(t, ok) // a cleartext server, called over https below
+	dead := testnet.ClosedAddr(t)
+	httpsURL := "https://" + strings.TrimPrefix(cleartextURL, "http://")
+	c, err := New(transport.NewHTTPClient(), []string{httpsURL, "http://" + dead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = c.GetRange(ctx, connect.NewRequest(&tenurev1.GetRangeRequest{RangeId: "r"}))
+	if err == nil {
+		t.Fatal("GetRange() = nil error, want both instances' failures")
+	}
+	msg := err.Error()
+	for _, want := range []string{"server gave HTTP response to HTTPS client", dead, "connection refused"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("GetRange() = %v\nwant it to name %q", err, want)
+		}
+	}
+	if !tlshint.CleartextServer(err) {
+		t.Errorf("tlshint.CleartextServer(%v) = false, want the hint for the first instance", err)
+	}
+	if cleartext.calls.Load() != 0 {
+		t.Errorf("cleartext instance served %d calls over https", cleartext.calls.Load())
 	}
 }

@@ -92,6 +92,10 @@ func (f *Failover) Do(req *http.Request) (*http.Response, error) {
 	safe := f.safe(procedure)
 	start := int(f.current.Load())
 	var lastErr error
+	// tried holds every instance's failure, for the error that reports
+	// them all: the last one alone hid why the others failed (a TLS
+	// mismatch on the first behind "connection refused" on the second).
+	tried := make([]error, 0, n)
 	for i := range n {
 		idx := (start + i) % n
 		last := i == n-1
@@ -157,15 +161,38 @@ func (f *Failover) Do(req *http.Request) (*http.Response, error) {
 			err = fmt.Errorf("transport: %s did not answer within its share of the deadline: %w", f.bases[idx].Host, err)
 		}
 		lastErr = err
+		tried = append(tried, instanceErr(f.bases[idx], err))
 		// Later calls start at the next instance: this one failed. Only if
 		// no other call moved on (or back) meanwhile.
 		f.current.CompareAndSwap(int32(idx), int32((idx+1)%n))
 		if !safe && !unsent(err) {
-			return nil, err // the outcome is unknown: the caller decides
+			// The outcome is unknown: the caller decides, from this error
+			// alone (the earlier instances' were never sent, so they say
+			// nothing of what this call did).
+			return nil, err
 		}
 	}
-	return nil, lastErr
+	// Every instance failed: never sent, or a call safe to repeat. A
+	// *url.Error, as http.Client.Do returns, since Connect clients unwrap
+	// the first one they find (errors.As): one of the instances' own
+	// would be taken for the whole.
+	return nil, &url.Error{Op: req.Method, URL: req.URL.Redacted(), Err: &allFailed{tried}}
 }
+
+// allFailed is what no instance answering is: each one's failure, in the
+// order tried, each naming its instance. errors.Is and errors.As see every
+// one.
+type allFailed struct{ errs []error }
+
+func (e *allFailed) Error() string {
+	msgs := make([]string, len(e.errs))
+	for i, err := range e.errs {
+		msgs[i] = err.Error()
+	}
+	return fmt.Sprintf("none of %d instances answered: %s", len(e.errs), strings.Join(msgs, "; "))
+}
+
+func (e *allFailed) Unwrap() []error { return e.errs }
 
 // retarget is a copy of req sent to instance idx: its base URL in place of
 // the first instance's, the procedure path kept. A copy, since a client
@@ -243,4 +270,16 @@ func unsent(err error) bool {
 	}
 	var dns *net.DNSError
 	return errors.As(err, &dns)
+}
+
+// instanceErr is err, one instance's failure, as allFailed lists it: the
+// instance's base URL, then what failed, without the *url.Error that
+// http.Client.Do wraps it in (it names the whole request URL, and Connect
+// clients would unwrap it, see Do).
+func instanceErr(base *url.URL, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return fmt.Errorf("%s: %w", base.Redacted(), err)
 }
