@@ -251,12 +251,40 @@ func testStatus(t *testing.T, c *testCluster) {
 		}
 	}
 
+	// Every range healthy: the last line says so, and --problems shows
+	// nothing else.
+	waitFor(t, "every range healthy", 10*time.Second, func() bool {
+		_, out, _ = c.ctl("", "status", "--problems")
+		return strings.HasPrefix(out, "all ") && strings.HasSuffix(out, " ranges healthy\n")
+	})
+	if out := c.mustCtl("", "status", "--problems", "--json"); strings.TrimSpace(out) != "[]" {
+		t.Errorf("status --problems --json with every range healthy = %s, want []", out)
+	}
+
 	// A replica that is down is shown as such, not as an error of the command.
 	down := c.others(leader)[0]
 	c.stop(c.byID[down])
 	defer c.start(c.byID[down])
 	out = c.mustCtl("", "status", "status-range")
 	wantLines(t, "status with "+down+" down", out, down+" unreachable - - - - - - unreachable")
+
+	// Every range has the replica down as a member: each is a range with
+	// a problem, named in --json.
+	var all []statusJSON
+	if err := json.Unmarshal([]byte(c.mustCtl("", "status", "--json")), &all); err != nil || len(all) < 4 {
+		t.Fatalf("status --json: %v, %d ranges", err, len(all))
+	}
+	out = c.mustCtl("", "status", "--problems")
+	wantLines(t, "status --problems with "+down+" down", out, fmt.Sprintf("%d of %d ranges with a problem", len(all), len(all)))
+	var problems []statusJSON
+	if err := json.Unmarshal([]byte(c.mustCtl("", "status", "--problems", "--json")), &problems); err != nil || len(problems) != len(all) {
+		t.Fatalf("status --problems --json: %v, %d ranges, want %d", err, len(problems), len(all))
+	}
+	for _, r := range problems {
+		if !slices.Contains(r.Problems, down+" unreachable") {
+			t.Errorf("status --problems --json: range %s's problems %q lack %q", r.Range, r.Problems, down+" unreachable")
+		}
+	}
 }
 
 func testPromoteTransitions(t *testing.T, c *testCluster) {

@@ -16,7 +16,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/tenurelog/tenure/internal/fanout"
 	"github.com/tenurelog/tenure/internal/table"
 	"github.com/tenurelog/tenure/pkg/journal"
 	"github.com/tenurelog/tenure/pkg/wire"
@@ -79,6 +78,13 @@ and refuses appends and reads, and the promoter binds the lease to it
 again and, if that does not help, promotes. Nothing is printed there
 when every range is healthy; a
 promoter that cannot be reached, or is not the elected one, is said so.
+
+The last line says how many ranges have a problem: no serving leader,
+commits stalled, a member unreachable, lost, halted, quarantined, not
+fetching or with its disk full, a promotion not healthy, or a membership
+change in flight. With --problems only those ranges are shown (or "all N
+ranges healthy"). --json names each range's problems in "problems" ([]
+when healthy), and --problems filters it too.
 `
 
 // rangeStatus is one range as status reports it.
@@ -89,6 +95,8 @@ type rangeStatus struct {
 	// the promoter was not asked, not reachable, not elected, or does not
 	// track the range.
 	promotion *tenurev1.RangePromotionState
+	// problems is problemsOf the range.
+	problems []string
 }
 
 // promoterView is what the promoter at --promoter said about itself.
@@ -133,8 +141,9 @@ func (c *clients) promotions(ctx context.Context) (promoterView, map[string]*ten
 }
 
 func runStatus(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "status", "[RANGE]", statusHelp)
+	fs := newFlags(e, "status", "[RANGE] [--problems]", statusHelp)
 	o := addClusterFlags(e, fs)
+	onlyProblems := fs.Bool("problems", false, "show only the ranges with a problem (see below); with none, say that all are healthy")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -154,26 +163,108 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	} else if ranges, err = c.listRanges(ctx); err != nil {
 		return err
 	}
-	// Ranges are asked in parallel, a bounded number at a time.
 	out := make([]rangeStatus, len(ranges))
-	fanout.Run(len(ranges), 16, func(i int) {
-		out[i] = rangeStatus{info: ranges[i], members: c.memberStatuses(ctx, ranges[i])}
-	})
+	if len(positional) == 1 {
+		out[0] = rangeStatus{info: ranges[0], members: c.memberStatuses(ctx, ranges[0])}
+	} else {
+		// Every range: each replica is asked once for all it hosts.
+		all := c.allReplicaStatuses(ctx, ranges)
+		for i, r := range ranges {
+			out[i] = rangeStatus{info: r, members: all.members(r)}
+		}
+	}
 	view, states := c.promotions(ctx)
 	for i := range out {
 		out[i].promotion = states[out[i].info.GetRangeId()]
+		out[i].problems = problemsOf(out[i])
+	}
+	all := len(out)
+	if *onlyProblems {
+		out = slices.DeleteFunc(out, func(r rangeStatus) bool { return len(r.problems) == 0 })
 	}
 	if *o.json {
 		return writeStatusJSON(e.stdout, out, view)
 	}
-	if len(out) == 0 {
+	switch {
+	case all == 0:
 		fmt.Fprintln(e.stdout, "no ranges; 'tenurectl range create' makes one")
 		return nil
+	case len(out) == 0:
+		// Only with --problems. The promoter's own trouble (unreachable,
+		// not elected) is still said: it is no range's.
+		fmt.Fprintf(e.stdout, "%s\n", describeProblems(all, 0))
+		return writePromotions(e.stdout, view, out)
 	}
 	if err := writeStatusTable(e.stdout, out); err != nil {
 		return err
 	}
-	return writePromotions(e.stdout, view, out)
+	if err := writePromotions(e.stdout, view, out); err != nil {
+		return err
+	}
+	if all > 1 {
+		unhealthy := 0
+		for _, r := range out {
+			if len(r.problems) > 0 {
+				unhealthy++
+			}
+		}
+		fmt.Fprintf(e.stdout, "\n%s\n", describeProblems(all, unhealthy))
+	}
+	return nil
+}
+
+// describeProblems is status's last line: how many of the ranges have a
+// problem. With hundreds of ranges the table is thousands of lines, and
+// this line (or --problems) is what tells whether to read it.
+func describeProblems(all, unhealthy int) string {
+	if unhealthy == 0 {
+		return fmt.Sprintf("all %d ranges healthy", all)
+	}
+	return fmt.Sprintf("%d of %d ranges with a problem ('tenurectl status --problems' shows only those, each problem named in --json's problems)", unhealthy, all)
+}
+
+// problemsOf names what is wrong with range r, one short phrase each, or
+// nil when nothing is: what an operator of many ranges filters on
+// (--problems) and alerts on (--json's problems). Each is also said, at
+// more length, in the table or below it.
+func problemsOf(r rangeStatus) []string {
+	var ps []string
+	l, ok := leaderOf(r.members)
+	var leader *memberStatus
+	leaderID := ""
+	if ok {
+		leader, leaderID = &l, l.replica.GetId()
+	} else {
+		ps = append(ps, "no serving leader")
+	}
+	if commitsStalled(r.members, leader, leaderID) != "" {
+		ps = append(ps, "commits stalled")
+	}
+	for _, m := range r.members {
+		id := m.replica.GetId()
+		switch st := m.status; {
+		case m.mismatch():
+			ps = append(ps, id+" lost (incarnation mismatch): rebuild it")
+		case st == nil:
+			ps = append(ps, id+" unreachable")
+		case strings.Contains(st.GetHalted(), "quarantined"):
+			ps = append(ps, id+" quarantined: rebuild it")
+		case st.GetHalted() != "":
+			ps = append(ps, id+" halted")
+		case notFetching(m, leader, leaderID) != "":
+			ps = append(ps, id+" not fetching")
+		}
+		if m.disk.GetFull() {
+			ps = append(ps, id+" disk full")
+		}
+	}
+	if st := r.promotion.GetState(); st != "" && st != "healthy" {
+		ps = append(ps, "promoter: "+st)
+	}
+	if r.info.GetChange() != nil {
+		ps = append(ps, "membership change in flight")
+	}
+	return ps
 }
 
 // writePromotions prints, below the status table, the promoter's view of
@@ -562,6 +653,9 @@ type statusJSON struct {
 	CommitsStalled string `json:"commits_stalled,omitempty"`
 	// Retention is the range's policy as the lease service stores it.
 	Retention *retentionJSON `json:"retention,omitempty"`
+	// Problems names what is wrong with the range (problemsOf); empty
+	// when it is healthy.
+	Problems []string `json:"problems"`
 }
 
 // promotionJSON is the elected promoter's state of a range. When there is
@@ -701,6 +795,7 @@ func writeStatusJSON(w io.Writer, rs []rangeStatus, view promoterView) error {
 			sj.Change = fmt.Sprintf("%s %s since epoch %d", membershipStepName(ch.GetStep()), ch.GetReplicaId(), ch.GetEpoch())
 		}
 		sj.Retention = toRetentionJSON(r.info.GetRetention())
+		sj.Problems = append([]string{}, r.problems...) // [] rather than null when healthy
 		if p := r.promotion; p != nil {
 			sj.Promotion = &promotionJSON{State: p.GetState(), Attempts: p.GetAttempts(), LastError: p.GetLastError(), NextRetryUnixMs: p.GetNextRetryUnixMs()}
 		} else {
