@@ -51,6 +51,13 @@ cluster keeps running for tenurectl until Ctrl-C. Ctrl-C stops everything
 at any point: replica processes are stopped and reaped, etcd is stopped, and
 the data directory is removed unless --data-dir named it.
 
+Run again on a kept --data-dir (also one an older tenure wrote: an upgrade
+in place), it brings that cluster back as it was, every range and record,
+and skips the story, whose range already exists (--range NAME tells it on a
+new one). Use the same --base-port and --insecure as the first run: the
+ranges record their replicas' addresses, and a replica that moved is named
+with the command that records its new address.
+
 With --json, stdout carries only machine-readable lines and the story goes
 to stderr: one JSON object per process as it comes up, the same ready line
 the servers print (see 'tenure replica --help'), e.g.
@@ -175,13 +182,25 @@ func runDev(ctx context.Context, args []string) error {
 
 	began := time.Now()
 	st := &story{c: c, w: out, rangeID: *rangeID, records: *records}
-	if err := interrupted(ctx, out, st.run(ctx)); err != nil {
+	err = st.run(ctx)
+	reused := errors.Is(err, errStoryRangeExists)
+	if reused {
+		// Running again on a kept --data-dir (the same version's, or an
+		// older tenure's being upgraded in place) must bring its ranges
+		// back, not fail on the story's CreateRange and stop them all.
+		err = nil
+		fmt.Fprintf(out, "\nrange %q already exists: %s holds the cluster of an earlier run, which serves again as it was; no story (--range NAME tells it on a new range).\n", *rangeID, c.dir)
+		warnMovedReplicas(ctx, out, c)
+	}
+	if err := interrupted(ctx, out, err); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
 		return nil
 	}
-	fmt.Fprintf(out, "\nthe story took %v.\n", since(began))
+	if !reused {
+		fmt.Fprintf(out, "\nthe story took %v.\n", since(began))
+	}
 	if !*keep {
 		fmt.Fprintf(out, "Run 'make demo ARGS=--keep' (or 'bin/tenure dev --keep') to keep the cluster running for tenurectl.\n")
 		return nil

@@ -32,6 +32,11 @@ const devStepTimeout = 20 * time.Second
 // devRPCTimeout bounds one call of the story.
 const devRPCTimeout = 5 * time.Second
 
+// errStoryRangeExists: the story's range is already in etcd, so the data
+// directory is one an earlier tenure dev kept. The story is skipped and the
+// cluster serves what the directory holds.
+var errStoryRangeExists = errors.New("the story's range already exists")
+
 // story is the scripted walk through a failover that tenure dev prints.
 type story struct {
 	c       *devCluster
@@ -165,6 +170,12 @@ func (s *story) run(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, devRPCTimeout)
 	_, err := s.c.leaseClient.CreateRange(cctx, connect.NewRequest(&tenurev1.CreateRangeRequest{RangeId: s.rangeID, Replicas: members, PreferredReplicaId: preferred}))
 	cancel()
+	if connect.CodeOf(err) == connect.CodeAlreadyExists {
+		// A kept --data-dir from an earlier run (or an older tenure's):
+		// its range holds records the story would not account for, and
+		// the story's kill and cut would be staged on someone's data.
+		return errStoryRangeExists
+	}
 	if err != nil {
 		return fmt.Errorf("create range %s: %w", s.rangeID, err)
 	}
@@ -694,4 +705,47 @@ func firstLine(s string) string {
 		s = s[:87] + "..."
 	}
 	return s
+}
+
+// warnMovedReplicas says which replicas the ranges of a reused data
+// directory record at another address than the one they now listen on: the
+// ports moved (--base-port, a port taken) or the scheme did (--insecure or
+// not). Such a range cannot reach that member until its address is
+// recorded again, so the operator is told how, rather than left with
+// ranges that never get a leader.
+func warnMovedReplicas(ctx context.Context, out io.Writer, c *devCluster) {
+	type moved struct{ id, recorded string }
+	var order []moved
+	ranges := map[moved][]string{}
+	after := ""
+	for {
+		lctx, cancel := context.WithTimeout(ctx, devRPCTimeout)
+		resp, err := c.leaseClient.ListRanges(lctx, connect.NewRequest(&tenurev1.ListRangesRequest{AfterRangeId: after}))
+		cancel()
+		if err != nil {
+			fmt.Fprintf(out, "  could not list the ranges to check their replicas' addresses: %v\n", err)
+			return
+		}
+		for _, rg := range resp.Msg.GetRanges() {
+			after = rg.GetRangeId()
+			for _, m := range rg.GetReplicas() {
+				r := c.replica(m.GetId())
+				if r == nil || m.GetAddress() == r.url() {
+					continue
+				}
+				k := moved{m.GetId(), m.GetAddress()}
+				if ranges[k] == nil {
+					order = append(order, k)
+				}
+				ranges[k] = append(ranges[k], rg.GetRangeId())
+			}
+		}
+		if !resp.Msg.GetMore() {
+			break
+		}
+	}
+	for _, k := range order {
+		fmt.Fprintf(out, "  %s now listens at %s, but ranges %s record it at %s: run tenure dev with the earlier run's --base-port and --insecure, or 'tenurectl range set-address RANGE %s=%s' for each\n",
+			k.id, c.replica(k.id).url(), strings.Join(ranges[k], ", "), k.recorded, k.id, c.replica(k.id).url())
+	}
 }

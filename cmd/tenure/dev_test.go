@@ -411,3 +411,41 @@ func checkStrayClientLogged(t *testing.T, d *devRun) {
 		t.Errorf("net/http's complaint went to dev's stderr, not dev.log:\n%s", d.output())
 	}
 }
+
+// A kept --data-dir is run again, as an operator does after upgrading the
+// binary in place: the second run must bring the cluster back, not fail on
+// the story's CreateRange ("range demo already exists") and stop it all.
+// Both runs pick free ports, so the second also names the replicas whose
+// recorded addresses moved.
+func TestDevReusedDataDir(t *testing.T) {
+	bin := buildTenure(t)
+	dir := t.TempDir()
+	first := startDev(t, bin, "--insecure", "--records", "1", "--data-dir", dir)
+	if err := first.wait(t, 90*time.Second); err != nil {
+		t.Fatalf("first tenure dev: %v\n%s", err, first.output())
+	}
+	if !strings.Contains(first.output(), "the story took") {
+		t.Fatalf("first run did not tell the story:\n%s", first.output())
+	}
+	second := startDev(t, bin, "--insecure", "--records", "1", "--data-dir", dir)
+	if err := second.wait(t, 60*time.Second); err != nil {
+		t.Fatalf("tenure dev again on its kept --data-dir: %v\n%s", err, second.output())
+	}
+	out := second.output()
+	for _, want := range []string{
+		`range "demo" already exists: ` + dir + ` holds the cluster of an earlier run`,
+		"r1 now listens at http://127.0.0.1:",
+		"but ranges demo record it at http://127.0.0.1:",
+		"stopped.",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("second run's output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "kill the leader") {
+		t.Errorf("second run told the story on the kept range")
+	}
+	if t.Failed() {
+		t.Logf("second run's output:\n%s", out)
+	}
+}
