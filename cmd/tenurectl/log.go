@@ -55,6 +55,9 @@ try was refused before anything was written (a full disk, a certificate
 without the producer role): the error then says "Nothing of them was
 written". A full leader's refusal is retried for --retry-for too, since
 space may come back, and produce says so on stderr once.
+A leader whose dedupe window no longer holds produce's earlier records
+(retention removed them while stdin was quiet) refuses the next batch
+before writing it: produce then goes on under a new producer id.
 --no-idempotence sends plain appends (for a server older than idempotent
 producers, which would ignore the producer fields). A plain append that may
 have been written is never sent again; one refused by a replica that does
@@ -105,8 +108,7 @@ func runProduce(ctx context.Context, e *env, args []string) error {
 	}
 	p := &producer{c: c, e: e, rangeID: rangeID, leader: leader, json: *o.json, echo: *echo, retryFor: *retryFor}
 	if !*plain {
-		p.id = make([]byte, 16)
-		_, _ = rand.Read(p.id) // never fails (Go 1.24)
+		p.id = newProducerID()
 	}
 	if len(values) > 0 {
 		batch := make([][]byte, len(values))
@@ -209,6 +211,14 @@ func splitAt(delim []byte) bufio.SplitFunc {
 	}
 }
 
+// newProducerID is a random producer id: 128 random bits never collide in
+// practice (docs/idempotence.md).
+func newProducerID() []byte {
+	id := make([]byte, 16)
+	_, _ = rand.Read(id) // never fails (Go 1.24)
+	return id
+}
+
 type producer struct {
 	c       *clients
 	e       *env
@@ -246,7 +256,7 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 	// it waited for the quorum). Until one does, every failure was a
 	// refusal before any offset was assigned, and the final error says
 	// so rather than "outcome unknown".
-	mayBeWritten, toldFull := false, false
+	mayBeWritten, toldFull, renewed := false, false, false
 	for pause := 100 * time.Millisecond; ; {
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		resp, err = p.c.log(p.leader.GetAddress()).Append(cctx, connect.NewRequest(req))
@@ -259,6 +269,20 @@ func (p *producer) append(ctx context.Context, values [][]byte) error {
 		}
 		if ctx.Err() != nil {
 			break
+		}
+		// The leader's dedupe window no longer holds this producer's
+		// records (retention removed them while stdin was quiet, or 2^20
+		// offsets were appended since): it cannot check the sequence, and
+		// wrote nothing. No try of this batch may have been written, and
+		// every earlier batch was acknowledged, so it goes again from a
+		// new producer at sequence 0 (as pkg/appender does). A produce
+		// reading a quiet stdin used to stop here.
+		if connect.CodeOf(err) == connect.CodeOutOfRange && p.id != nil && !mayBeWritten && !renewed {
+			renewed = true
+			p.id = newProducerID()
+			p.seq = 0
+			req.ProducerId, req.FirstSequence = p.id, 0
+			continue
 		}
 		// Leadership moved since the leader was found: the refusal names
 		// the new one (and wrote nothing, so even a plain append may go
@@ -359,7 +383,10 @@ func refusedUnwritten(err error) bool {
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeInvalidArgument, connect.CodePermissionDenied, connect.CodeUnauthenticated,
-		connect.CodeNotFound, connect.CodeResourceExhausted:
+		connect.CodeNotFound, connect.CodeResourceExhausted,
+		// An append's OutOfRange is the dedupe window's refusal, made
+		// before any offset is assigned.
+		connect.CodeOutOfRange:
 		return true
 	}
 	return false

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -111,4 +112,80 @@ func TestProduceRetryAfterHandoverIsWrittenOnce(t *testing.T) {
 	if n := strings.Count(got, "\tstuck\n"); n != 1 {
 		t.Fatalf("the range holds \"stuck\" %d times, want once:\n%s", n, got)
 	}
+}
+
+// TestProduceGoesOnAfterRetentionForgotItsProducer: produce reads a quiet
+// stdin while the range's retention removes its records and leadership
+// moves; the new leader, whose dedupe state comes from the records it
+// keeps, does not know produce's producer and refuses its next sequence,
+// writing nothing. produce used to stop there; it goes on under a new
+// producer id, and every line is in the range once.
+func TestProduceGoesOnAfterRetentionForgotItsProducer(t *testing.T) {
+	c := newTestCluster(t)
+	c.mustCtl("", "range", "create", "quiet", "--replicas", c.members(), "--preferred", "r1", "--retention-age", "1ms")
+	leader := c.waitLeader("quiet", 1)
+
+	stdin, w := io.Pipe()
+	var out, errOut lockedBuilder // read while produce writes
+	e := &env{stdout: &out, stderr: &errOut, stdin: stdin, getenv: func(string) string { return "" }}
+	done := make(chan int, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	go func() {
+		done <- run(ctx, e, []string{"--lease", c.lease.Server.URL(), "--promoter", c.promoterURL, "produce", "quiet", "--batch", "1"})
+	}()
+	if _, err := fmt.Fprintln(w, "before"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "produce to acknowledge its first line", 20*time.Second, func() bool { return strings.Count(out.String(), "\n") >= 1 })
+	// Another producer's records, until every member's log starts past
+	// produce's record.
+	waitFor(t, "retention to remove produce's record on every member", 30*time.Second, func() bool {
+		c.mustCtl("", "produce", "quiet", "other")
+		var st []statusJSON
+		if err := json.Unmarshal([]byte(c.mustCtl("", "status", "quiet", "--json")), &st); err != nil || len(st) != 1 {
+			return false
+		}
+		for _, r := range st[0].Replicas {
+			if r.LogStart <= 1 {
+				return false
+			}
+		}
+		return true
+	})
+	next := c.others(leader)[0]
+	c.mustCtl("", "promote", "quiet", "--preferred", next)
+	if _, err := fmt.Fprintln(w, "after"); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("produce after retention forgot its producer: status %d\nstderr:\n%s", code, errOut.String())
+		}
+	case <-ctx.Done():
+		t.Fatal("produce did not finish")
+	}
+	if n := strings.Count(out.String(), "\n"); n != 2 {
+		t.Errorf("produce acknowledged %d lines, want 2:\n%s", n, out.String())
+	}
+}
+
+// lockedBuilder is a strings.Builder a test reads while a command writes it.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

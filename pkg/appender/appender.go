@@ -187,6 +187,12 @@ var errClosed = errors.New("appender: closed")
 // unknown is retired (its next sequence would be a gap if nothing was
 // written, or a false duplicate of that try if it was).
 //
+// A leader whose dedupe window no longer holds the producer's records
+// (retention removed them, or 2^20 offsets were appended since) refuses
+// its next sequence with OutOfRange, writing nothing: unless some try of
+// the append had an unknown outcome, Append sends it once more from a new
+// producer, at sequence 0.
+//
 // Without idempotence, on an error the outcome is what Append's is for the
 // same error: a refusal (InvalidArgument, NotFound, a FailedPrecondition
 // naming another leader) wrote nothing, and so did an error for which
@@ -214,6 +220,7 @@ func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte)
 	// last error is returned, but an earlier try's unknown outcome stays
 	// unknown whatever a later try answered.
 	unknown := false
+	renewed := false
 	for try := 0; ; try++ {
 		ack, err := a.appendOnce(ctx, st, req)
 		if err != nil && transport.NotHandled(err) && ctx.Err() == nil {
@@ -233,6 +240,23 @@ func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte)
 		// not count against the retries, and is bounded on its own.
 		if follows < maxFollows && ctx.Err() == nil && a.followNotLeader(err) {
 			follows++
+			try--
+			continue
+		}
+		// The leader's dedupe window no longer holds this producer's
+		// records (retention removed them, or 2^20 offsets were appended
+		// since): it cannot check the sequence, and wrote nothing. With no
+		// try of this append unknown, nothing of it exists anywhere, and
+		// every earlier append of the producer was acknowledged (one that
+		// was not retired it), so a new producer, at sequence 0, sends it
+		// once more (Kafka's KIP-360 answer to a producer retention
+		// forgot). A long-lived producer on a range with retention used to
+		// get this refusal as Append's answer, after a quiet spell longer
+		// than the range keeps records.
+		if connect.CodeOf(err) == connect.CodeOutOfRange && st.prod != nil && !unknown && !renewed && ctx.Err() == nil {
+			renewed = true
+			st.prod = newProducer()
+			req.ProducerId, req.FirstSequence = st.prod.id, 0
 			try--
 			continue
 		}

@@ -34,7 +34,10 @@ func startMembers(t *testing.T, hc *http.Client, ids ...string) []*member {
 	t.Helper()
 	var out []*member
 	for _, id := range ids {
-		r, srv, err := replica.Start(replica.Config{ID: id, DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), FetchWait: 100 * time.Millisecond}, "127.0.0.1:0")
+		r, srv, err := replica.Start(replica.Config{ID: id, DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), FetchWait: 100 * time.Millisecond,
+			// Often, so a test of retention sees it at once; the other
+			// tests keep the default policy, which removes nothing of theirs.
+			RetentionInterval: 50 * time.Millisecond}, "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,6 +55,13 @@ func startMembers(t *testing.T, hc *http.Client, ids ...string) []*member {
 // promoter would: fence all, adopt the leader, then the followers.
 func elect(ctx context.Context, t *testing.T, ms []*member, epoch uint64, leader *member) {
 	t.Helper()
+	electWith(ctx, t, ms, epoch, leader, nil)
+}
+
+// electWith is elect with the range's retention policy in the adoptions
+// (nil: the default).
+func electWith(ctx context.Context, t *testing.T, ms []*member, epoch uint64, leader *member, retention *tenurev1.RetentionPolicy) {
+	t.Helper()
 	var set []*tenurev1.Replica
 	for _, m := range ms {
 		set = append(set, &tenurev1.Replica{Id: m.id, Address: m.url})
@@ -66,7 +76,7 @@ func elect(ctx context.Context, t *testing.T, ms []*member, epoch uint64, leader
 	}
 	adopt := func(m *member, role tenurev1.Role) {
 		if _, err := m.rc.Adopt(ctx, connect.NewRequest(&tenurev1.AdoptRequest{RangeId: "r", Epoch: epoch, Role: role,
-			LeaderId: leader.id, LeaderAddress: leader.url, Replicas: set, CommittedBound: bound})); err != nil {
+			LeaderId: leader.id, LeaderAddress: leader.url, Replicas: set, CommittedBound: bound, Retention: retention})); err != nil {
 			t.Fatalf("Adopt(%s, %d, %v): %v", m.id, epoch, role, err)
 		}
 	}
@@ -318,5 +328,66 @@ func TestLeaseLeader(t *testing.T) {
 	want("r2's session closed", "")
 	if _, err := locate(ctx, "nosuch"); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("LeaseLeader of an unknown range = %v, want NotFound", err)
+	}
+}
+
+// A producer whose records retention removed is unknown to a leader that
+// builds its dedupe state from the log (here a follower promoted after
+// the removal): its next sequence is refused with OutOfRange, writing
+// nothing. The Appender then goes on as a new producer, as Kafka's
+// producer does after KIP-360, instead of failing a long-lived producer
+// after a quiet spell longer than its range keeps records.
+func TestAppenderRenewsAProducerRetentionForgot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hc := transport.NewHTTPClient()
+	ms := startMembers(t, hc, "a", "b", "c")
+	electWith(ctx, t, ms, 1, ms[0], &tenurev1.RetentionPolicy{MaxAgeMs: 1})
+
+	forgotten := appender.New(ms[0].lc, appender.FollowLeader(func(url string) tenurev1connect.LogServiceClient {
+		return tenurev1connect.NewLogServiceClient(hc, url, transport.ClientOptions()...)
+	}))
+	defer forgotten.Close()
+	if _, err := forgotten.Append(ctx, "r", [][]byte{[]byte("first")}); err != nil {
+		t.Fatal(err)
+	}
+	// Another producer's appends, until retention has removed the first
+	// producer's record on every member (the log start passes it).
+	other := appender.New(ms[0].lc)
+	defer other.Close()
+	var passed uint64
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ack, err := other.Append(ctx, "r", [][]byte{[]byte("other")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		passed = ack.GetBaseOffset()
+		starts := 0
+		for _, m := range ms {
+			st, err := m.rc.GetStatus(ctx, connect.NewRequest(&tenurev1.ReplicaServiceGetStatusRequest{RangeId: "r"}))
+			if err == nil && st.Msg.GetRanges()[0].GetLogStart() >= 2 {
+				starts++
+			}
+		}
+		if starts == len(ms) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retention did not remove offset 1 on every member within 30s (appended up to %d)", passed)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// b leads at epoch 2 and builds its dedupe state from what it keeps.
+	electWith(ctx, t, ms, 2, ms[1], &tenurev1.RetentionPolicy{MaxAgeMs: 1})
+	ack, err := forgotten.Append(ctx, "r", [][]byte{[]byte("second")})
+	if err != nil {
+		t.Fatalf("Append() by the producer retention forgot = %v, want it sent again by a new producer", err)
+	}
+	if ack.GetDuplicate() || ack.GetBaseOffset() <= passed {
+		t.Errorf("Append() = %v, want a new record past offset %d", ack, passed)
+	}
+	// The renewed producer goes on with its next sequence.
+	if _, err := forgotten.Append(ctx, "r", [][]byte{[]byte("third")}); err != nil {
+		t.Errorf("the renewed producer's next Append() = %v", err)
 	}
 }
