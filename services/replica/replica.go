@@ -161,6 +161,9 @@ type Replica struct {
 	// retentionDue are the ranges whose leaders asked the retention loop
 	// for a pass before its next tick (retention.go).
 	retentionDue retentionQueue
+	// retained counts what retention removed since the loop last logged
+	// it: one line per interval, not one per range and pass.
+	retained retentionTally
 
 	// incarnation is the data directory's id (incarnation.go), fixed for
 	// the process's life.
