@@ -141,6 +141,11 @@ func (r *Range) AdvanceLogStart(to uint64) (start uint64, err error) {
 	}
 	r.mu.Lock()
 	r.logStart = target
+	if r.producers != nil {
+		// The producers whose records went are unknown from now on, as
+		// to a table rebuilt from the log.
+		r.producers.advanceFloor(target)
+	}
 	r.notifyLocked()
 	r.mu.Unlock()
 	// target > cur >= 0. The entry in force at target-1 is the epoch of the

@@ -24,9 +24,10 @@ import (
 // The table is built lazily (producersReady) by scanning the window's record
 // headers (values are not copied), then
 // kept up to date by every record queued (leader and follower paths alike),
-// and dropped by a truncation. Entries for producers that have left the
-// window are ignored, and pruned now and then: they cannot change a
-// decision.
+// and dropped by a truncation. The window reaches no lower than the log
+// start: the records retention removed are not in it. Entries for producers
+// that have left the window are ignored, and pruned now and then: they
+// cannot change a decision.
 
 // These bound the dedupe state per range. ProducerWindow also bounds the
 // rebuild: at most that many records are read to derive the table.
@@ -107,6 +108,16 @@ type producerTable struct {
 	m map[ProducerID]*producerState
 	// pruneAt is the offset at which stale entries are next dropped.
 	pruneAt uint64
+	// floor is the range's log start as last advanced: records below it
+	// were removed by retention, so the window holds nothing below it,
+	// as a table built from the log (scanProducers starts at the log
+	// start) finds. Without it the table kept every producer of the last
+	// ProducerWindow offsets however little retention kept (a soak's
+	// ranges keeping a few MiB held the producers of a million offsets),
+	// and decided their retries unlike the table a restart rebuilds.
+	floor uint64
+	// floorPruned is the floor at the last prune by the floor.
+	floorPruned uint64
 }
 
 func newProducerTable() *producerTable {
@@ -115,6 +126,31 @@ func newProducerTable() *producerTable {
 
 // windowStart is the lowest offset the window holds at log end end.
 func windowStart(end uint64) uint64 { return end - min(end, ProducerWindow) }
+
+// lo is the lowest offset the window holds at log end end, the log start
+// included.
+func (t *producerTable) lo(end uint64) uint64 { return max(windowStart(end), t.floor) }
+
+// advanceFloor records that the log now starts at start, and drops the
+// producers whose newest record lies below it. Each producer's newest
+// record has its own offset, so at most start-floorPruned entries can go:
+// the pass runs once that is a quarter of the table, which keeps its cost
+// per offset removed constant.
+func (t *producerTable) advanceFloor(start uint64) {
+	if start <= t.floor {
+		return
+	}
+	t.floor = start
+	if start-t.floorPruned < uint64(len(t.m)/4) {
+		return
+	}
+	for id, st := range t.m {
+		if st.last < start {
+			delete(t.m, id)
+		}
+	}
+	t.floorPruned = start
+}
 
 // observe takes the record at off, appended by p, into the table. Records
 // are observed in offset order.
@@ -130,7 +166,7 @@ func (t *producerTable) observeRun(off uint64, p Producer, n uint64) {
 		st = &producerState{}
 		t.m[p.ID] = st
 		fallthrough
-	case st.last < windowStart(off+1), st.epoch != p.Epoch:
+	case st.last < t.lo(off+1), st.epoch != p.Epoch:
 		// Unknown (out of the window) or another epoch: the runs before
 		// say nothing about this one. (A leader never writes an epoch
 		// below the one its window holds; after the window forgot it,
@@ -157,7 +193,7 @@ func (t *producerTable) observeRun(off uint64, p Producer, n uint64) {
 // prune drops the producers that have left the window at log end end. It
 // changes no decision (check ignores them); it bounds memory.
 func (t *producerTable) prune(end uint64) {
-	lo := windowStart(end)
+	lo := t.lo(end)
 	for id, st := range t.m {
 		if st.last < lo {
 			delete(t.m, id)
@@ -173,13 +209,13 @@ func (t *producerTable) check(a ProducerAppend, n int, end uint64) (base uint64,
 	if a.FirstSeq > math.MaxUint64-uint64(n) {
 		return 0, false, fmt.Errorf("%w: producer %x: sequences from %d for %d records overflow", ErrSequence, a.ID, a.FirstSeq, n)
 	}
-	lo := windowStart(end)
+	lo := t.lo(end)
 	st := t.m[a.ID]
 	if st == nil || st.last < lo {
 		if a.FirstSeq == 0 {
 			return 0, false, nil
 		}
-		return 0, false, fmt.Errorf("%w: producer %x has no record in the last %d offsets (from %d): sequence %d cannot be checked; start a new producer epoch at sequence 0", ErrProducerWindow, a.ID, ProducerWindow, lo, a.FirstSeq)
+		return 0, false, fmt.Errorf("%w: producer %x has no record in the last %d offsets above the log start (from %d): sequence %d cannot be checked; start a new producer epoch at sequence 0", ErrProducerWindow, a.ID, ProducerWindow, lo, a.FirstSeq)
 	}
 	switch {
 	case a.Epoch < st.epoch:
@@ -343,6 +379,8 @@ func (r *Range) installProducers(t *producerTable, gen, end uint64) (bool, error
 			}
 		}
 	}
+	// The log start may have advanced during the build.
+	t.advanceFloor(r.logStart)
 	r.producers = t
 	return true, nil
 }
