@@ -157,6 +157,15 @@ func (s *Store) clearIntent(id string, to uint64) error {
 	if s.intentClears == nil {
 		s.intentClears = map[string]intentClear{}
 	}
+	// A clear that a finished sync covers can no longer come back
+	// (PowerLoss reads only those with syncDone <= ticket): drop them, or
+	// the map kept one entry per range id ever truncated, dropped ranges
+	// included, for the life of the store.
+	for k, c := range s.intentClears {
+		if s.syncDone > c.ticket {
+			delete(s.intentClears, k)
+		}
+	}
 	s.intentClears[id] = intentClear{to: to, ticket: s.syncWanted}
 	s.syncGate.Unlock()
 	return s.syncDB()
