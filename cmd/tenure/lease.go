@@ -33,6 +33,7 @@ func runLease(ctx context.Context, args []string) error {
 	defaultTTL := fs.Duration("default-ttl", lease.DefaultSessionTTL, "TTL of sessions opened with ttl_ms 0; whole seconds, at least etcd's minimum lease TTL (1.5 election timeouts rounded up: 2s for etcd's defaults)")
 	prefix := fs.String("prefix", lease.DefaultPrefix, "etcd key prefix for ranges, epochs, leases and sessions; lease services and promoters of one cluster must agree on it")
 	requestTimeout := fs.Duration("request-timeout", lease.DefaultRequestTimeout, "bound on the etcd work of one request; an etcd slower than this answers Unavailable")
+	compaction := fs.Duration("etcd-compaction-interval", lease.DefaultCompactionInterval, "how often to compact etcd's revision history, keeping one interval of it (kube-apiserver's --etcd-compaction-interval); without compaction etcd keeps every revision until its 2 GiB quota is full and then refuses every write. Compaction is keyspace-wide: 0 turns it off, for an etcd shared with applications that need a longer history (compact it there, e.g. etcd's --auto-compaction-retention)")
 	etcdWait := fs.Duration("etcd-wait", leaseStartTimeout, fmt.Sprintf("how long to wait at start for etcd to answer; meanwhile a warning says it cannot be reached (after the first one-second try, then every %v), and past it the process exits 1. It serves (and prints its ready line) only once etcd answers", etcdWarnEvery))
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	readyFile := readyFileFlag(fs)
@@ -52,6 +53,9 @@ func runLease(ctx context.Context, args []string) error {
 	}
 	if *requestTimeout <= 0 {
 		return usagef("--request-timeout %v: want a positive duration", *requestTimeout)
+	}
+	if *compaction < 0 {
+		return usagef("--etcd-compaction-interval %v: want a duration, 0 for none", *compaction)
 	}
 	if *etcdWait <= 0 {
 		return usagef("--etcd-wait %v: want a positive duration", *etcdWait)
@@ -87,7 +91,8 @@ func runLease(ctx context.Context, args []string) error {
 	if err == nil {
 		svc, err = lease.New(sctx, cli,
 			lease.WithPrefix(*prefix), lease.WithDefaultTTL(*defaultTTL),
-			lease.WithRequestTimeout(*requestTimeout), lease.WithLogger(log), lease.WithMetrics(reg))
+			lease.WithRequestTimeout(*requestTimeout), lease.WithLogger(log), lease.WithMetrics(reg),
+			lease.WithCompaction(*compaction))
 	}
 	cancel()
 	if err != nil && ctx.Err() != nil {

@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenurelog/tenure/internal/metrics"
@@ -52,6 +53,10 @@ const (
 	DefaultListLimit = 100
 	MaxListLimit     = 1000
 
+	// DefaultCompactionInterval is how often the service compacts etcd's
+	// history (WithCompaction), kube-apiserver's default.
+	DefaultCompactionInterval = 5 * time.Minute
+
 	// DefaultRequestTimeout bounds the etcd work of one request, so a
 	// leaderless etcd answers Unavailable instead of holding callers forever.
 	DefaultRequestTimeout = 5 * time.Second
@@ -72,6 +77,8 @@ type Service struct {
 	defaultTTL     time.Duration
 	requestTimeout time.Duration
 	log            *slog.Logger
+	// compactEvery is the compaction interval (WithCompaction); 0: none.
+	compactEvery time.Duration
 
 	// minTTLSeconds is etcd's minimum lease TTL as last observed: etcd
 	// silently raises a shorter TTL to it, so OpenSession refuses TTLs below
@@ -115,6 +122,19 @@ func WithDefaultTTL(d time.Duration) Option { return func(s *Service) { s.defaul
 // DefaultRequestTimeout).
 func WithRequestTimeout(d time.Duration) Option { return func(s *Service) { s.requestTimeout = d } }
 
+// WithCompaction sets how often the service compacts etcd's revision
+// history, keeping one interval of it (default DefaultCompactionInterval; 0
+// turns it off). etcd keeps every revision of every key until compacted:
+// epoch grants, lease binds, membership changes and transition records for
+// months fill its backend to its quota (2 GiB by default), after which it
+// refuses every write. Only etcd's own --auto-compaction-* flags compacted
+// it, and an etcd run without them grew for ever. Compaction is
+// keyspace-wide: turn it off when the etcd is shared with applications
+// that need a longer history, and compact there.
+func WithCompaction(every time.Duration) Option {
+	return func(s *Service) { s.compactEvery = every }
+}
+
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.log = l } }
 
@@ -134,6 +154,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Service, e
 		defaultTTL:     DefaultSessionTTL,
 		requestTimeout: DefaultRequestTimeout,
 		log:            slog.Default(),
+		compactEvery:   DefaultCompactionInterval,
 		closing:        make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -144,6 +165,9 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Service, e
 	}
 	if s.requestTimeout <= 0 {
 		return nil, fmt.Errorf("lease: request timeout %v must be positive", s.requestTimeout)
+	}
+	if s.compactEvery < 0 {
+		return nil, fmt.Errorf("lease: compaction interval %v must not be negative", s.compactEvery)
 	}
 	if s.metrics != nil {
 		var err error
@@ -161,7 +185,46 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Service, e
 	if s.defaultTTL < time.Duration(minTTL)*time.Second {
 		return nil, fmt.Errorf("lease: default TTL %v is below etcd's minimum lease TTL of %ds", s.defaultTTL, minTTL)
 	}
+	if s.compactEvery > 0 {
+		go s.compactLoop()
+	}
 	return s, nil
+}
+
+// compactLoop compacts etcd's history every compactEvery, to the revision
+// it read one interval before: a watcher (the promoter's, WatchLeases) up
+// to an interval behind resumes where it was, and one further behind is
+// told the history is compacted and re-reads the current state, as both
+// already do after etcd's own compaction. Several instances on one etcd
+// each compact; a revision already compacted answers ErrCompacted, which
+// is fine. Until Close.
+func (s *Service) compactLoop() {
+	t := time.NewTicker(s.compactEvery)
+	defer t.Stop()
+	var prev int64
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout)
+		// Any read answers the store's current revision in its header.
+		resp, err := s.kv.Get(ctx, s.keys.epochs(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && prev > 0 {
+			if _, cerr := s.kv.Compact(ctx, prev); cerr != nil && !errors.Is(cerr, rpctypes.ErrCompacted) {
+				err = cerr
+			}
+		}
+		cancel()
+		if err != nil {
+			// The next tick tries again; a revision not compacted now is
+			// compacted with the next one.
+			s.log.Warn("lease: compacting etcd's history failed; retried next interval", "interval", s.compactEvery, "err", err)
+			continue
+		}
+		prev = resp.Header.Revision
+	}
 }
 
 // probeMinTTL learns etcd's minimum lease TTL: it grants a 1 s lease, which
