@@ -56,7 +56,13 @@ stays bounded.
 
 Each appender keeps one LogService.AppendStream open and sends its
 appends on it, one at a time (--unary: one Append call per append instead,
-to compare the two client paths).
+to compare the two client paths). Streamed appends follow a range's leader
+when it moves (a promotion, a leader's crash) as pkg/appender does: the
+append is sent again to the new leader with the same producer sequence, so
+it is written once, and the run goes on; the report says how many leader
+changes it followed. An append still failing after about 15 s of retries
+ends the run. Unary appends go to the leader the run started with, and the
+first one a leader change fails ends the run.
 
 The records are really appended: bench a range made for it.
 `
@@ -180,33 +186,49 @@ func runBench(ctx context.Context, e *env, args []string) error {
 
 	value := make([]byte, *size)
 	_, _ = rand.Read(value)
-	// One client, and one Appender (its pool of streams), per leader: the
-	// ranges a replica leads share its connection, as producers of many
-	// ranges would.
-	type leaderClient struct {
-		lc      tenurev1connect.LogServiceClient
-		streams *appender.Appender
-	}
-	byAddress := map[string]*leaderClient{}
-	for i := range targets {
-		addr := targets[i].leader.GetAddress()
-		if byAddress[addr] == nil {
-			lc := c.log(addr)
-			byAddress[addr] = &leaderClient{lc: lc, streams: appender.New(lc)}
+	// One client per leader, which the ranges it leads share (one
+	// connection, as producers of many ranges would share it), and one
+	// Appender (a pool of streams and an idempotent producer) per range,
+	// which follows the range's leader when it moves: a not-leader answer
+	// names the new one, and after a leader's crash the lease service
+	// does (LeaseLeader); the append is sent again with the same producer
+	// sequence, so it is written once. Unary appends go to the leader the
+	// run started with.
+	clientOf := map[string]tenurev1connect.LogServiceClient{}
+	logClient := func(addr string) tenurev1connect.LogServiceClient {
+		if lc := clientOf[addr]; lc != nil {
+			return lc
 		}
+		lc := c.log(addr)
+		clientOf[addr] = lc
+		return lc
+	}
+	var clientMu sync.Mutex // the Appenders dial followed leaders concurrently
+	dial := func(addr string) tenurev1connect.LogServiceClient {
+		clientMu.Lock()
+		defer clientMu.Unlock()
+		return logClient(addr)
+	}
+	for i := range targets {
+		t := &targets[i]
+		t.lc = logClient(t.leader.GetAddress())
+		t.streams = appender.New(t.lc, appender.FollowLeader(dial),
+			appender.LocateLeader(appender.LeaseLeader(c.lease)), appender.WithRetries(benchRetries))
 	}
 	defer func() {
-		for _, l := range byAddress {
-			l.streams.Close()
+		for i := range targets {
+			targets[i].streams.Close()
 		}
 	}()
 	appendOnce := func(ctx context.Context, t *benchTarget, values [][]byte) error {
-		l := byAddress[t.leader.GetAddress()]
 		if *unary {
-			_, err := l.lc.Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: t.rangeID, Records: values}))
+			_, err := t.lc.Append(ctx, connect.NewRequest(&tenurev1.AppendRequest{RangeId: t.rangeID, Records: values}))
 			return err
 		}
-		_, err := l.streams.Append(ctx, t.rangeID, values)
+		ack, err := t.streams.Append(ctx, t.rangeID, values)
+		if err == nil {
+			t.sawEpoch(ack.GetEpoch())
+		}
 		return err
 	}
 	var (
@@ -320,8 +342,9 @@ progress:
 		t := &targets[i]
 		res.Ranges = append(res.Ranges, benchRangeJSON{
 			Range: t.rangeID, Leader: t.leader.GetId(), Epoch: t.epoch,
-			Records: t.acked.Load(), Appends: t.appends.Load(),
+			Records: t.acked.Load(), Appends: t.appends.Load(), LeaderChanges: t.leaderChanges.Load(),
 		})
+		res.LeaderChanges += t.leaderChanges.Load()
 	}
 	if len(targets) == 1 {
 		res.Range, res.Leader, res.Epoch = targets[0].rangeID, targets[0].leader.GetId(), targets[0].epoch
@@ -337,6 +360,9 @@ progress:
 	fmt.Fprintf(e.stdout, "append latency: p50 %v  p99 %v  p99.9 %v  max %v\n",
 		roundLatency(percentile(latencies, 0.50)), roundLatency(percentile(latencies, 0.99)),
 		roundLatency(percentile(latencies, 0.999)), roundLatency(percentile(latencies, 1)))
+	if res.LeaderChanges > 0 {
+		fmt.Fprintf(e.stdout, "followed %d leader changes (--json: each range's leader_changes)\n", res.LeaderChanges)
+	}
 	if len(targets) > 1 {
 		// How evenly the load fell: a range far below the median waited on
 		// something the others did not (its leader, its followers).
@@ -362,7 +388,37 @@ type benchTarget struct {
 	epoch   uint64
 	acked   atomic.Int64 // records
 	appends atomic.Int64
+	// lc is the start leader's client (unary appends); streams appends on
+	// AppendStreams, following the leader.
+	lc      tenurev1connect.LogServiceClient
+	streams *appender.Appender
+	// lastEpoch is the highest epoch an acknowledgement named, and
+	// leaderChanges how many times it rose: the leader changes the run
+	// followed.
+	lastEpoch     atomic.Uint64
+	leaderChanges atomic.Int64
 }
+
+// sawEpoch takes the epoch of an acknowledgement: a higher one than any
+// before is a leader change the run followed. A duplicate's epoch (the
+// one that first wrote it, perhaps older) moves nothing.
+func (t *benchTarget) sawEpoch(e uint64) {
+	for {
+		cur := t.lastEpoch.Load()
+		if e <= max(cur, t.epoch) {
+			return
+		}
+		if t.lastEpoch.CompareAndSwap(cur, e) {
+			t.leaderChanges.Add(1)
+			return
+		}
+	}
+}
+
+// benchRetries is how many times an append whose outcome is unknown is
+// sent again (pkg/appender's backoff: about 15 s in all), enough to follow
+// a leader's crash: its lease runs out, then a promotion.
+const benchRetries = 18
 
 // benchTargets finds every range's serving leader, benchLookups at a
 // time, each waiting up to leaderWait for one. Any range without one fails
@@ -461,23 +517,26 @@ func firstDuplicate(ids []string) string {
 type benchJSON struct {
 	// Range, Leader and Epoch are set when one range was benched; Ranges
 	// lists every range, that one too.
-	Range         string           `json:"range_id,omitempty"`
-	Leader        string           `json:"leader_id,omitempty"`
-	Epoch         uint64           `json:"epoch,omitempty"`
-	Ranges        []benchRangeJSON `json:"ranges"`
-	Records       int64            `json:"records"`
-	RecordBytes   int              `json:"record_bytes"`
-	Batch         int              `json:"batch"`
-	Concurrency   int              `json:"concurrency"`
-	Random        bool             `json:"random"`
-	Appends       int              `json:"appends"`
-	ElapsedMs     float64          `json:"elapsed_ms"`
-	RecordsPerSec float64          `json:"records_per_sec"`
-	MBPerSec      float64          `json:"mb_per_sec"`
-	P50Ms         float64          `json:"p50_ms"`
-	P99Ms         float64          `json:"p99_ms"`
-	P999Ms        float64          `json:"p999_ms"`
-	MaxMs         float64          `json:"max_ms"`
+	Range       string           `json:"range_id,omitempty"`
+	Leader      string           `json:"leader_id,omitempty"`
+	Epoch       uint64           `json:"epoch,omitempty"`
+	Ranges      []benchRangeJSON `json:"ranges"`
+	Records     int64            `json:"records"`
+	RecordBytes int              `json:"record_bytes"`
+	Batch       int              `json:"batch"`
+	Concurrency int              `json:"concurrency"`
+	Random      bool             `json:"random"`
+	Appends     int              `json:"appends"`
+	// LeaderChanges is how many leader changes the run followed, over
+	// every range.
+	LeaderChanges int64   `json:"leader_changes"`
+	ElapsedMs     float64 `json:"elapsed_ms"`
+	RecordsPerSec float64 `json:"records_per_sec"`
+	MBPerSec      float64 `json:"mb_per_sec"`
+	P50Ms         float64 `json:"p50_ms"`
+	P99Ms         float64 `json:"p99_ms"`
+	P999Ms        float64 `json:"p999_ms"`
+	MaxMs         float64 `json:"max_ms"`
 	// Disk is set with --disk.
 	Disk *benchDiskJSON `json:"disk,omitempty"`
 }
@@ -490,6 +549,9 @@ type benchRangeJSON struct {
 	Epoch   uint64 `json:"epoch"`
 	Records int64  `json:"records"`
 	Appends int64  `json:"appends"`
+	// LeaderChanges is how many times an acknowledgement named a higher
+	// epoch than any before: the leader changes the run followed.
+	LeaderChanges int64 `json:"leader_changes"`
 }
 
 // percentile is the nearest-rank percentile q (0 < q <= 1) of sorted

@@ -39,6 +39,7 @@ func TestCommandsAgainstACluster(t *testing.T) {
 		{"bench", testBench},
 		{"bench --duration --disk", testBenchDuration},
 		{"bench several ranges", testBenchRanges},
+		{"bench follows a leader change", testBenchFollowsLeader},
 		{"epochs with a diverged replica", testEpochsDivergence},
 		{"membership", testMembership},
 		{"rebuild a quarantined copy", testRebuild},
@@ -400,6 +401,56 @@ func testBench(t *testing.T, c *testCluster) {
 		_, out, _ := c.ctl("", "status", "bench", "--json")
 		return strings.Contains(out, `"high_water_mark": 79`)
 	})
+}
+
+// A promotion mid-run: bench's appends follow the range to its new
+// leader, each written once, and the run ends as it would have, saying it
+// followed the change. It used to fail at the first append the old leader
+// refused.
+func testBenchFollowsLeader(t *testing.T, c *testCluster) {
+	leader := c.createRange("bench-move", "r1")
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, stdout, stderr := c.ctl("", "bench", "bench-move", "--duration", "4s", "--size", "16", "--concurrency", "3", "--json")
+		done <- result{code, stdout, stderr}
+	}()
+	waitFor(t, "bench to be appending", 10*time.Second, func() bool { return hwmOf(t, c, "bench-move") > 20 })
+	next := c.others(leader)[0]
+	c.mustCtl("", "promote", "bench-move", "--preferred", next)
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("bench did not end")
+	}
+	if r.code != exitOK {
+		t.Fatalf("bench across a promotion: status %d\nstderr:\n%s", r.code, r.stderr)
+	}
+	var res benchJSON
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res.Ranges) != 1 {
+		t.Fatalf("bench --json = %s (%v)", r.stdout, err)
+	}
+	if res.LeaderChanges != 1 || res.Ranges[0].LeaderChanges != 1 {
+		t.Errorf("bench --json leader_changes = %d (range: %d), want 1: %s", res.LeaderChanges, res.Ranges[0].LeaderChanges, r.stdout)
+	}
+	// Every acknowledged record is committed once: the two epoch-start
+	// records and the benched ones, nothing written twice.
+	waitFor(t, "the benched records to be committed", 10*time.Second, func() bool {
+		return hwmOf(t, c, "bench-move") >= res.Records+2
+	})
+	var recs int64
+	for l := range strings.SplitSeq(strings.TrimSpace(c.mustCtl("", "consume", "bench-move")), "\n") {
+		if l != "" {
+			recs++
+		}
+	}
+	if recs != res.Records {
+		t.Errorf("consume bench-move: %d records, want the %d bench acknowledged, each once", recs, res.Records)
+	}
 }
 
 // Several ranges, led by different replicas, benched together: each gets
