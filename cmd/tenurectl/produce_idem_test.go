@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/tenurelog/tenure/internal/testlog"
 )
 
 // TestProduceExactlyOnceAcrossLeaderKill: the leader is killed while
@@ -126,7 +127,7 @@ func TestProduceGoesOnAfterRetentionForgotItsProducer(t *testing.T) {
 	leader := c.waitLeader("quiet", 1)
 
 	stdin, w := io.Pipe()
-	var out, errOut lockedBuilder // read while produce writes
+	var out, errOut testlog.Buffer // read while produce writes
 	e := &env{stdout: &out, stderr: &errOut, stdin: stdin, getenv: func(string) string { return "" }}
 	done := make(chan int, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -170,22 +171,4 @@ func TestProduceGoesOnAfterRetentionForgotItsProducer(t *testing.T) {
 	if n := strings.Count(out.String(), "\n"); n != 2 {
 		t.Errorf("produce acknowledged %d lines, want 2:\n%s", n, out.String())
 	}
-}
-
-// lockedBuilder is a strings.Builder a test reads while a command writes it.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
