@@ -3,10 +3,11 @@
 // (go.etcd.io/etcd/server/v3/embed), not a fake: leases, watches, compaction
 // and restarts behave exactly as they do in a deployment.
 //
-// The member listens on 127.0.0.1 only, on ports picked at run time. embed
-// cannot listen on ":0" and report the port back, so Start binds a free port,
-// closes it and hands it to etcd; another process may grab the port in
-// between, so a start that fails with "address in use" is retried on new ports.
+// The member listens on 127.0.0.1 only, on ports picked at run time, below
+// the kernel's ephemeral range (freeURLs). embed cannot listen on ":0" and
+// report the port back, so Start binds a free port, closes it and hands it
+// to etcd; another process may grab the port in between, so a start that
+// fails with "address in use" is retried on new ports.
 //
 // Stop and Restart keep the data directory and the ports, so clients that
 // dialled Endpoints reconnect by themselves once the member is back: that is
@@ -16,9 +17,12 @@ package embedetcd
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -190,6 +194,14 @@ func addrInUse(err error) bool {
 
 // freeURLs picks two free loopback ports, one for clients and one for peers.
 // Both listeners are held until both ports are known, so the two differ.
+//
+// The ports come from below the kernel's ephemeral range where it can be
+// read (freePorts): a port Stop released is then taken by nobody but a
+// listener on that very port. One from the ephemeral range (what ":0"
+// hands out) could become any outgoing connection's local port, or
+// another listener's, while the member was stopped: Restart then failed
+// with "address already in use" (TestKeeperInvalidWhileEtcdIsDown in CI,
+// with other packages' tests running beside it).
 func freeURLs() (client, peer url.URL, err error) {
 	var ports [2]int
 	var lns []net.Listener
@@ -198,8 +210,9 @@ func freeURLs() (client, peer url.URL, err error) {
 			ln.Close()
 		}
 	}()
+	pick := freePorts()
 	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := pick()
 		if err != nil {
 			return url.URL{}, url.URL{}, fmt.Errorf("embedetcd: pick a free port: %w", err)
 		}
@@ -209,4 +222,45 @@ func freeURLs() (client, peer url.URL, err error) {
 	client = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 	peer = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 	return client, peer, nil
+}
+
+// portTries bounds the random ports freePorts tries below the ephemeral
+// range before it settles for one from the kernel (":0").
+const portTries = 64
+
+// freePorts returns a function that binds a free loopback port, drawn at
+// random from the upper half of the ports below the ephemeral range
+// (16384-32767 for Linux's default range, 32768-60999), falling back to
+// ":0" when the range cannot be read (not Linux) or every try is taken.
+func freePorts() func() (net.Listener, error) {
+	low := ephemeralLow()
+	return func() (net.Listener, error) {
+		if low >= 2048 {
+			for range portTries {
+				port := low/2 + rand.IntN(low-low/2)
+				if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+					return ln, nil
+				}
+			}
+		}
+		return net.Listen("tcp", "127.0.0.1:0")
+	}
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range), or 0 when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 2 {
+		return 0
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return 0
+	}
+	return low
 }
