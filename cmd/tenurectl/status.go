@@ -168,15 +168,19 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		out[0] = rangeStatus{info: ranges[0], members: c.memberStatuses(ctx, ranges[0])}
 	} else {
 		// Every range: each replica is asked once for all it hosts.
-		all := c.allReplicaStatuses(ctx, ranges)
+		replicas := c.allReplicaStatuses(ctx, ranges)
 		for i, r := range ranges {
-			out[i] = rangeStatus{info: r, members: all.members(r)}
+			out[i] = rangeStatus{info: r, members: replicas.members(r)}
 		}
 	}
 	view, states := c.promotions(ctx)
+	unhealthy := 0
 	for i := range out {
 		out[i].promotion = states[out[i].info.GetRangeId()]
 		out[i].problems = problemsOf(out[i])
+		if len(out[i].problems) > 0 {
+			unhealthy++
+		}
 	}
 	all := len(out)
 	if *onlyProblems {
@@ -202,15 +206,19 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if all > 1 {
-		unhealthy := 0
-		for _, r := range out {
-			if len(r.problems) > 0 {
-				unhealthy++
-			}
-		}
 		fmt.Fprintf(e.stdout, "\n%s\n", describeProblems(all, unhealthy))
 	}
 	return nil
+}
+
+// servingLeader is the member serving as the range's leader (leaderOf) and
+// its id, or nil and "".
+func servingLeader(members []memberStatus) (*memberStatus, string) {
+	l, ok := leaderOf(members)
+	if !ok {
+		return nil, ""
+	}
+	return &l, l.replica.GetId()
 }
 
 // describeProblems is status's last line: how many of the ranges have a
@@ -229,12 +237,8 @@ func describeProblems(all, unhealthy int) string {
 // more length, in the table or below it.
 func problemsOf(r rangeStatus) []string {
 	var ps []string
-	l, ok := leaderOf(r.members)
-	var leader *memberStatus
-	leaderID := ""
-	if ok {
-		leader, leaderID = &l, l.replica.GetId()
-	} else {
+	leader, leaderID := servingLeader(r.members)
+	if leader == nil {
 		ps = append(ps, "no serving leader")
 	}
 	if commitsStalled(r.members, leader, leaderID) != "" {
@@ -245,6 +249,10 @@ func problemsOf(r rangeStatus) []string {
 		switch st := m.status; {
 		case m.mismatch():
 			ps = append(ps, id+" lost (incarnation mismatch): rebuild it")
+		case st == nil && m.answeredAs != "" && m.answeredAs != id:
+			ps = append(ps, id+" misdirected: another replica answers at its address")
+		case st == nil && m.answeredAs != "":
+			ps = append(ps, id+" does not host the range")
 		case st == nil:
 			ps = append(ps, id+" unreachable")
 		case strings.Contains(st.GetHalted(), "quarantined"):
@@ -404,11 +412,9 @@ func writeStatusTable(w io.Writer, rs []rangeStatus) error {
 	now := time.Now()
 	namesResolve := someNameResolves(rs)
 	for _, r := range rs {
-		l, ok := leaderOf(r.members)
-		var leader *memberStatus
-		leaderID := "none"
-		if ok {
-			leader, leaderID = &l, l.replica.GetId()
+		leader, leaderID := servingLeader(r.members)
+		if leader == nil {
+			leaderID = "none"
 		}
 		for i, m := range r.members {
 			first := [3]string{"", "", ""}
@@ -752,12 +758,11 @@ type fetchTruncationJSON struct {
 func writeStatusJSON(w io.Writer, rs []rangeStatus, view promoterView) error {
 	out := []statusJSON{}
 	for _, r := range rs {
-		l, ok := leaderOf(r.members)
-		var leader *memberStatus
+		leader, leaderID := servingLeader(r.members)
 		sj := statusJSON{Range: r.info.GetRangeId(), Epoch: r.info.GetEpoch(), Replicas: []replicaStatusJSON{},
 			Lease: leaseJSON{Holder: r.info.GetLease().GetHolderId(), Epoch: r.info.GetLease().GetEpoch(), Live: r.info.GetLease().GetLive(), TTLRemainingMs: r.info.GetLease().GetTtlRemainingMs()}}
-		if ok {
-			leader, sj.Leader = &l, l.replica.GetId()
+		if leader != nil {
+			sj.Leader = leaderID
 			sj.CommitsStalled = commitsStalled(r.members, leader, sj.Leader)
 		}
 		for _, m := range r.members {

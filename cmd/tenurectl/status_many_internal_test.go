@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -79,5 +81,19 @@ func TestStatusOfManyRangesAsksEachReplicaOnce(t *testing.T) {
 	}
 	if want := fmt.Sprintf("%d of %d ranges with a problem", ranges, ranges); !strings.Contains(got, want) {
 		t.Errorf("status =\n%s\nwant the last line to say %q", out.String(), want)
+	}
+	// Each problem named for what it is: r1 answered (one call) without
+	// the range, r2 refused the connection.
+	out.Reset()
+	if code := run(ctx, e, []string{"--lease", ls.Server.URL(), "--promoter", "http://127.0.0.1:" + closedPort(t), "status", "--json", "--problems"}); code != exitOK {
+		t.Fatalf("status --json --problems: exit %d\n%s", code, errOut.String())
+	}
+	var st []statusJSON
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil || len(st) != ranges {
+		t.Fatalf("status --json --problems: %v, %d ranges, want %d", err, len(st), ranges)
+	}
+	want := []string{"no serving leader", "r1 does not host the range", "r2 unreachable"}
+	if !slices.Equal(st[0].Problems, want) {
+		t.Errorf("range %s's problems = %q, want %q", st[0].Range, st[0].Problems, want)
 	}
 }

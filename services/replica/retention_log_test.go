@@ -2,9 +2,7 @@ package replica_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,13 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/tenurelog/tenure/internal/testlog"
-	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
-	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
-	"github.com/tenurelog/tenure/services/lease"
-	"github.com/tenurelog/tenure/services/lease/leasetest"
-	"github.com/tenurelog/tenure/services/replica"
 )
 
 // Retention under steady load advances the log start of every range with a
@@ -33,41 +25,15 @@ func TestRetentionLogsOneLinePerPassNotPerRange(t *testing.T) {
 	// Long enough that the policies, set all at once, are learned in one
 	// refresh: the test counts lines per pass, not how fast passes run.
 	const interval = 500 * time.Millisecond
-	env := leasetest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	logs := &testlog.Buffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("replica logs:\n%s", logs.String())
-		}
-	})
-	cfg := replica.Config{ID: "r1", DataDir: t.TempDir(), RetentionInterval: interval,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
-	keeper, err := lease.NewKeeper(env.Client, "r1", "http://r1", lease.WithKeeperLogger(cfg.Logger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { keeper.Close(context.Background()) })
-	cfg.Policies = keeper
-	r, srv, err := replica.Start(cfg, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		srv.Close()
-		r.Close()
-	})
-	hc := transport.NewHTTPClient()
-	rc := tenurev1connect.NewReplicaServiceClient(hc, srv.URL(), transport.ClientOptions()...)
-	lc := tenurev1connect.NewLogServiceClient(hc, srv.URL(), transport.ClientOptions()...)
+	g := newRetentionReplica(t, true, interval)
+	env, ctx, rc, lc, logs := g.lease, g.ctx, g.rc, g.lc, g.logs
 
 	ids := make([]string, ranges)
 	unlimited := &tenurev1.RetentionPolicy{}
 	for i := range ids {
 		ids[i] = fmt.Sprintf("ret%02d", i)
 		if _, err := env.Client.CreateRange(ctx, connect.NewRequest(&tenurev1.CreateRangeRequest{
-			RangeId: ids[i], Replicas: []*tenurev1.Replica{{Id: "r1", Address: srv.URL()}}, Retention: unlimited,
+			RangeId: ids[i], Replicas: []*tenurev1.Replica{{Id: "r1", Address: g.url}}, Retention: unlimited,
 		})); err != nil {
 			t.Fatal(err)
 		}

@@ -27,14 +27,31 @@ type retentionRig struct {
 	lease *leasetest.Env
 	rc    tenurev1connect.ReplicaServiceClient
 	lc    tenurev1connect.LogServiceClient
+	// url is the replica's; logs what it logged at Info.
+	url  string
+	logs *testlog.Buffer
 }
 
 const retentionInterval = 50 * time.Millisecond
 
-// newRetentionRig starts the lease service and the replica; with
-// refresh, the replica re-reads policies from the lease service (its
-// Keeper is Config.Policies), else it knows only what Adopt tells it.
+// newRetentionRig starts the lease service and the replica, and creates
+// range "ret" on it with the policy created; with refresh, the replica
+// re-reads policies from the lease service (its Keeper is
+// Config.Policies), else it knows only what Adopt tells it.
 func newRetentionRig(t *testing.T, refresh bool, created *tenurev1.RetentionPolicy) *retentionRig {
+	t.Helper()
+	g := newRetentionReplica(t, refresh, retentionInterval)
+	if _, err := g.lease.Client.CreateRange(g.ctx, connect.NewRequest(&tenurev1.CreateRangeRequest{
+		RangeId: "ret", Replicas: []*tenurev1.Replica{{Id: "r1", Address: g.url}}, Retention: created,
+	})); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// newRetentionReplica is newRetentionRig without a range, its retention
+// passes every interval.
+func newRetentionReplica(t *testing.T, refresh bool, interval time.Duration) *retentionRig {
 	t.Helper()
 	env := leasetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -45,7 +62,7 @@ func newRetentionRig(t *testing.T, refresh bool, created *tenurev1.RetentionPoli
 			t.Logf("replica logs:\n%s", logs.String())
 		}
 	})
-	cfg := replica.Config{ID: "r1", DataDir: t.TempDir(), RetentionInterval: retentionInterval,
+	cfg := replica.Config{ID: "r1", DataDir: t.TempDir(), RetentionInterval: interval,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	if refresh {
 		keeper, err := lease.NewKeeper(env.Client, "r1", "http://r1", lease.WithKeeperLogger(cfg.Logger))
@@ -63,13 +80,8 @@ func newRetentionRig(t *testing.T, refresh bool, created *tenurev1.RetentionPoli
 		srv.Close()
 		r.Close()
 	})
-	if _, err := env.Client.CreateRange(ctx, connect.NewRequest(&tenurev1.CreateRangeRequest{
-		RangeId: "ret", Replicas: []*tenurev1.Replica{{Id: "r1", Address: srv.URL()}}, Retention: created,
-	})); err != nil {
-		t.Fatal(err)
-	}
 	hc := transport.NewHTTPClient()
-	return &retentionRig{t: t, ctx: ctx, lease: env,
+	return &retentionRig{t: t, ctx: ctx, lease: env, url: srv.URL(), logs: logs,
 		rc: tenurev1connect.NewReplicaServiceClient(hc, srv.URL(), transport.ClientOptions()...),
 		lc: tenurev1connect.NewLogServiceClient(hc, srv.URL(), transport.ClientOptions()...)}
 }
