@@ -54,6 +54,8 @@
 //	x/<id>                            drop intent           (u64 value 0, present only mid-drop)
 //	b/<id>                            log start             (u64 value; absent: 0)
 //	w/gen                             oldest WAL generation Open replays (u64 value)
+//	w/synced                          only inside WAL entries, never in Badger: how far the
+//	                                  WAL file was synced when the entry was written (wal.go)
 //	m/<id>/<offset u64 BE>            time mark: every record below offset was written on this
 //	                                  replica at or before this time (u64 value: unix ms;
 //	                                  marks.go); at most 128 per range, none above the log end

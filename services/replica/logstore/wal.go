@@ -61,12 +61,33 @@ import (
 //
 // Entry: gen u64 | payload length u32 | crc u32 | payload; payload: (key
 // length u32 | value length u32 | key | value) per key, in the batch's write
-// order. crc is crc32c over the previous entry's crc (0 for a pass's first
+// order, the first key being w/synced (walSyncedKey, since 2026-12-08) whose
+// value is where this file's pass was synced when the entry was written. crc is crc32c over the previous entry's crc (0 for a pass's first
 // entry), the entry's offset in the file, then the first 12 bytes and the
 // payload (walCRC). Chained and placed: what lies beyond a pass's end is an
 // older pass, whose bytes at an arbitrary offset may be record values a
 // client chose; an entry there checks out only by matching a chain value
 // that depends on everything this pass wrote before it.
+//
+// Damage is not a torn tail. A crash tears only what no completed
+// fdatasync covered, and nothing of that was ever acknowledged, so the
+// replay may end there. A byte that changed on the disk after its entry
+// was synced (the disk's own damage) ends the replay the same way, and
+// every acknowledged batch from there on would be lost without a word:
+// fewer records than this replica acknowledged, on a copy that still
+// counts as the member. So when the replay stops at an entry, Open looks
+// at the entry right after it, where the stopped entry's length says: if
+// that one checks out, chained to the stopped entry's stored checksum (its
+// payload or generation changed) or to its recomputed one (its checksum
+// changed), and it or an entry chained after it records a synced offset
+// past the stopped entry (walSyncedKey), the stopped entry had been
+// synced: Open fails with ErrWALDamaged (walPass.damage). A torn entry is
+// never refused so: no completed sync covered it, so no entry records a
+// synced offset past it. What this cannot see: damage in the last synced
+// entries of a pass (no later entry witnesses their sync), a changed
+// length field (it hides where the next entry starts), and damage in the
+// older of two replayed generations that its own later entries do not
+// witness.
 
 // walSwitchBytes is the size at which the writer switches files: each file
 // is overwritten in place from then on, and Open replays at most about two
@@ -137,6 +158,22 @@ const walKeepBufBytes = 16 << 20
 
 // walGenKey holds the oldest WAL generation Open must replay.
 var walGenKey = []byte("w/gen")
+
+// walSyncedKey is the first key of every entry's payload: its value (u64)
+// is the offset in the file up to which a completed fdatasync had covered
+// the pass when the entry was written. Open reads it to tell a damaged
+// synced entry from a torn unsynced one (walPass.damage); the replay never
+// writes it to Badger. Entries written before it existed lack it, and
+// witness nothing. (A version before it replays such an entry as one more
+// key, w/synced, which nothing reads.)
+var walSyncedKey = []byte("w/synced")
+
+// ErrWALDamaged: an entry of a WAL generation Open must replay is
+// unreadable although a later entry records that a completed fdatasync
+// covered it. The batches from there on were durable, and may have been
+// acknowledged, and cannot be replayed: opening would serve a copy with
+// fewer records than it acknowledged. It wraps ErrCorrupt.
+var ErrWALDamaged = fmt.Errorf("%w: WAL damaged", ErrCorrupt)
 
 type walFile struct {
 	f   *os.File
@@ -264,36 +301,124 @@ func (w *wal) fdatasync(f *os.File) error {
 	return unix.Fdatasync(int(f.Fd()))
 }
 
-// walEntries reads the entries of one file's current pass: from its start,
-// while they are whole, check out and carry the first entry's generation.
-// gen is 0 when the file holds no valid entry. ends[i] is where entry i
-// ends in the file.
-func walEntries(f *os.File) (gen uint64, payloads [][]byte, ends []int64, err error) {
+// walPass is one WAL file's current pass as Open reads it: the entries
+// from the file's start while they are whole, check out and carry the
+// first entry's generation.
+type walPass struct {
+	// gen is 0 when the file holds no valid entry (and no damaged first
+	// entry with a valid one after it: then it is that entry's generation).
+	gen      uint64
+	payloads [][]byte
+	ends     []int64 // ends[i] is where entry i ends in the file
+	// damage is why the pass is known to go on past its readable entries
+	// (ErrWALDamaged), nil when nothing says so.
+	damage error
+}
+
+// walEntries reads one file's current pass, and looks past where its
+// readable entries stop for a sign that they stop at damage rather than a
+// torn tail (see "Damage is not a torn tail" above).
+func walEntries(f *os.File) (walPass, error) {
 	data, err := readAllFile(f)
 	if err != nil {
-		return 0, nil, nil, err
+		return walPass{}, err
 	}
+	var p walPass
 	var prev uint32
-	for pos := 0; len(data)-pos >= walHeaderBytes; {
-		h := data[pos : pos+walHeaderBytes]
-		g := binary.BigEndian.Uint64(h[0:8])
-		n := int(binary.BigEndian.Uint32(h[8:12]))
-		if g == 0 || (gen != 0 && g != gen) || n > len(data)-pos-walHeaderBytes {
-			break // zeros, another pass, or torn
+	pos := 0
+	for {
+		g, payload, crc, ok := walEntryAt(data, pos, p.gen, prev)
+		if !ok {
+			break
 		}
-		payload := data[pos+walHeaderBytes : pos+walHeaderBytes+n]
-		crc := walCRC(prev, int64(pos), h[0:12], payload)
-		if crc != binary.BigEndian.Uint32(h[12:16]) {
-			break // torn, never written, or not this pass's
-		}
-		prev = crc
-		gen = g
-		payloads = append(payloads, payload)
-		pos += walHeaderBytes + n
-		ends = append(ends, int64(pos))
+		prev, p.gen = crc, g
+		p.payloads = append(p.payloads, payload)
+		pos += walHeaderBytes + len(payload)
+		p.ends = append(p.ends, int64(pos))
 	}
-	return gen, payloads, ends, nil
+	if g, synced := walSyncedPast(data, pos, p.gen, prev); synced > int64(pos) {
+		p.gen = g
+		p.damage = fmt.Errorf("%w: %s (generation %d) is unreadable at offset %d, after %d readable entries, "+
+			"yet an entry after it records that a completed fdatasync covered the file up to offset %d: "+
+			"the batches from offset %d on were durable, and may have been acknowledged, and cannot be replayed",
+			ErrWALDamaged, f.Name(), g, pos, len(p.payloads), synced, pos)
+	}
+	return p, nil
 }
+
+// walEntryAt checks the entry at pos in data: whole, of generation gen
+// (any but 0 when gen is 0), and chained to the entry whose checksum was
+// prev. It returns the entry's generation, payload and checksum.
+func walEntryAt(data []byte, pos int, gen uint64, prev uint32) (uint64, []byte, uint32, bool) {
+	if len(data)-pos < walHeaderBytes {
+		return 0, nil, 0, false
+	}
+	h := data[pos : pos+walHeaderBytes]
+	g := binary.BigEndian.Uint64(h[0:8])
+	n := int(binary.BigEndian.Uint32(h[8:12]))
+	if g == 0 || (gen != 0 && g != gen) || n > len(data)-pos-walHeaderBytes {
+		return 0, nil, 0, false // zeros, another pass, or torn
+	}
+	payload := data[pos+walHeaderBytes : pos+walHeaderBytes+n]
+	crc := walCRC(prev, int64(pos), h[0:12], payload)
+	if crc != binary.BigEndian.Uint32(h[12:16]) {
+		return 0, nil, 0, false // torn, never written, not this pass's, or damaged
+	}
+	return g, payload, crc, true
+}
+
+// walSyncedPast looks past the entry at pos where a pass's readable
+// entries stop (gen is the pass's generation, 0 if it has no readable
+// entry; prev the checksum of the entry before pos). If the entry after it
+// (where its length says) checks out, of the pass's generation and chained
+// to the stopped entry's stored or recomputed checksum, it returns that
+// generation and the greatest synced offset that entry, or one chained
+// after it, records (walSyncedKey); otherwise 0, 0. The chain is what
+// makes those entries this pass's, not an older pass's bytes or a record
+// value shaped like an entry: generations are never reused.
+func walSyncedPast(data []byte, pos int, gen uint64, prev uint32) (uint64, int64) {
+	if len(data)-pos < walHeaderBytes {
+		return 0, 0
+	}
+	h := data[pos : pos+walHeaderBytes]
+	n := int(binary.BigEndian.Uint32(h[8:12]))
+	if n > len(data)-pos-2*walHeaderBytes {
+		return 0, 0 // no room for an entry after it
+	}
+	next := pos + walHeaderBytes + n
+	stored := binary.BigEndian.Uint32(h[12:16])
+	recomputed := walCRC(prev, int64(pos), h[0:12], data[pos+walHeaderBytes:next])
+	for _, anchor := range []uint32{stored, recomputed} {
+		g, payload, crc, ok := walEntryAt(data, next, gen, anchor)
+		if !ok {
+			continue
+		}
+		var synced int64
+		for at := next; ok; {
+			synced = max(synced, walEntrySynced(payload))
+			at += walHeaderBytes + len(payload)
+			_, payload, crc, ok = walEntryAt(data, at, g, crc)
+		}
+		return g, synced
+	}
+	return 0, 0
+}
+
+// walEntrySynced is the synced offset an entry's payload records
+// (walSyncedKey), 0 for an entry written before entries recorded it.
+func walEntrySynced(payload []byte) int64 {
+	var synced int64
+	_ = walKVs(payload, func(k, v []byte) error {
+		if string(k) == string(walSyncedKey) && len(v) == 8 {
+			synced = int64(binary.BigEndian.Uint64(v))
+		}
+		return errStopKVs // the key is first, if it is there at all
+	})
+	return synced
+}
+
+// errStopKVs ends a walKVs walk early.
+var errStopKVs = errors.New("stop")
 
 func readAllFile(f *os.File) ([]byte, error) {
 	fi, err := f.Stat()
@@ -329,9 +454,17 @@ func (s *Store) recoverWAL(dir string) error {
 	var gens [2]uint64
 	var entries [2][][]byte
 	for i, f := range w.files {
-		if gens[i], entries[i], _, err = walEntries(f.f); err != nil {
+		p, err := walEntries(f.f)
+		if err != nil {
 			return err
 		}
+		if p.damage != nil && (p.gen == from || p.gen == from+1) {
+			// A generation the replay needs stops early at an entry that
+			// was synced: what it held was durable and is gone. Nothing
+			// was replayed or changed yet.
+			return fmt.Errorf("%w. Nothing was changed. Treat it as a replaced disk: %s", p.damage, replacedDiskSteps(dir))
+		}
+		gens[i], entries[i] = p.gen, p.payloads
 	}
 	// Generation from first, then from+1: the checkpoint of from had not
 	// ended (or from+1 was being written). Anything older was checkpointed.
@@ -383,6 +516,9 @@ func (s *Store) recoverWAL(dir string) error {
 func (s *Store) applyWALEntry(p []byte) error {
 	var keys, vals [][]byte
 	err := walKVs(p, func(k, v []byte) error {
+		if string(k) == string(walSyncedKey) {
+			return nil // the WAL's own bookkeeping, not a key of the batch
+		}
 		// Copies: Badger keeps references until the commit.
 		keys, vals = append(keys, append([]byte(nil), k...)), append(vals, append([]byte(nil), v...))
 		return nil
@@ -435,7 +571,11 @@ func (s *Store) appendWAL(ib *indexBatch) error {
 	if w.failed != nil {
 		return w.failed
 	}
-	n := 0
+	if w.files[w.cur].pos >= walSwitchBytes && !w.checkpointing {
+		s.switchLocked()
+	}
+	f := w.files[w.cur]
+	n := 8 + len(walSyncedKey) + 8
 	for i := range keys {
 		n += 8 + len(keys[i]) + len(vals[i])
 	}
@@ -443,16 +583,18 @@ func (s *Store) appendWAL(ib *indexBatch) error {
 		w.buf = make([]byte, 0, walHeaderBytes+n)
 	}
 	buf := w.buf[:walHeaderBytes]
+	// First, how far a completed sync has covered this pass: what tells a
+	// damaged synced entry before this one from a torn one at Open.
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(walSyncedKey)))
+	buf = binary.BigEndian.AppendUint32(buf, 8)
+	buf = append(buf, walSyncedKey...)
+	buf = binary.BigEndian.AppendUint64(buf, uint64(f.synced))
 	for i := range keys {
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(keys[i])))
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(vals[i])))
 		buf = append(buf, keys[i]...)
 		buf = append(buf, vals[i]...)
 	}
-	if w.files[w.cur].pos >= walSwitchBytes && !w.checkpointing {
-		s.switchLocked()
-	}
-	f := w.files[w.cur]
 	binary.BigEndian.PutUint64(buf[0:8], f.gen)
 	binary.BigEndian.PutUint32(buf[8:12], uint32(n))
 	crc := walCRC(f.prevCRC, f.pos, buf[0:12], buf[walHeaderBytes:])
@@ -781,10 +923,10 @@ func (s *Store) losePower(db *badger.DB, kept func(i int) (gen uint64, synced in
 		if err != nil {
 			return fmt.Errorf("logstore: power loss: %w", err)
 		}
-		g, entries, ends, err := walEntries(f)
-		if err == nil && g == gen {
-			for j, p := range entries {
-				if ends[j] > synced {
+		pass, err := walEntries(f)
+		if err == nil && pass.gen == gen {
+			for j, p := range pass.payloads {
+				if pass.ends[j] > synced {
 					// Lost from the WAL. Badger may have kept what was
 					// indexed of it (a memtable flush), and so keeps it
 					// here: pointers to segment bytes that were never

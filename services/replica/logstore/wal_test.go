@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -436,4 +437,83 @@ func TestCheckpointAfterAFailureKeepsTheGeneration(t *testing.T) {
 	if gen := h.walGen(); gen != 1 {
 		t.Fatalf("w/gen after a checkpoint of a failed store = %d, want 1", gen)
 	}
+}
+
+// flipInWAL flips one bit of the first occurrence of needle in the closed
+// store's WAL files, as a disk that damaged synced bytes would, and returns
+// the file it changed and that file's bytes after the change.
+func (o *opener) flipInWAL(needle []byte) (string, []byte) {
+	o.t.Helper()
+	for i := range 2 {
+		path := filepath.Join(o.dir, fmt.Sprintf("wal.%d", i))
+		b, err := os.ReadFile(path)
+		if err != nil {
+			o.t.Fatal(err)
+		}
+		if at := bytes.Index(b, needle); at >= 0 {
+			b[at] ^= 0x01
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				o.t.Fatal(err)
+			}
+			return path, b
+		}
+	}
+	o.t.Fatalf("%q is in neither WAL file", needle)
+	return "", nil
+}
+
+// A bit that flips on the disk inside a WAL entry that was synced is
+// damage, not a torn tail: the batches from there on were durable (and
+// acknowledged), and replaying only up to it would serve a copy with fewer
+// records than it acknowledged, one that still counts as the member. Open
+// refuses, names the file and the offset, and changes nothing. (It used to
+// stop the replay there and open with the log cut short.)
+func TestReplayRefusesADamagedSyncedEntry(t *testing.T) {
+	c := newCrashable(t)
+	s := c.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	// One batch at a time, each durable before the next is written: every
+	// entry after a batch's records its sync.
+	for range 10 {
+		appendN(t, r, 1, 1)
+		waitDurable(t, r, r.LogEnd())
+	}
+	c.crash(s, r, 1)
+	// Badger lost what it was never made to sync: only the WAL has it.
+	c.loseRecords("r1", 3, 11)
+	path, damaged := c.flipInWAL(value("r1", 4))
+
+	_, err := logstore.Open(c.dir, c.opts)
+	if !errors.Is(err, logstore.ErrWALDamaged) || !errors.Is(err, logstore.ErrCorrupt) {
+		t.Fatalf("Open with a damaged synced WAL entry = %v, want ErrWALDamaged (an ErrCorrupt)", err)
+	}
+	for _, want := range []string{path, "completed fdatasync", "replaced disk", "tenurectl range rebuild"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Open's error does not say %q: %v", want, err)
+		}
+	}
+	if b, err := os.ReadFile(path); err != nil || !bytes.Equal(b, damaged) {
+		t.Errorf("Open changed %s (%v): a refusal must leave the evidence", path, err)
+	}
+}
+
+// The same flip in the last entry, or in an entry no later entry records
+// as synced, is indistinguishable from a torn tail and ends the replay, as
+// a crash's torn tail does: nothing after it was ever acknowledged by this
+// store (a later sync would have been recorded). The last batch here was
+// never waited for.
+func TestReplayStopsAtAnUnwitnessedDamagedEntry(t *testing.T) {
+	c := newCrashable(t)
+	s := c.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	appendN(t, r, 1, 5)
+	waitDurable(t, r, 6)
+	want := readAll(t, r)
+	appendN(t, r, 1, 1) // record 6, the last entry
+	c.crash(s, r, 1)
+	c.loseRecords("r1", 1, 7)
+	c.flipInWAL(value("r1", 6))
+	sameRecords(t, "after replay", readAll(t, c.reopen(6)), want)
 }
