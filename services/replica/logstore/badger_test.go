@@ -78,6 +78,10 @@ func SetMaxQueueBytes(n int) (restore func()) {
 // IndexNow commits every group commit waiting to Badger.
 func (s *Store) IndexNow() error { return s.indexPending() }
 
+// CheckpointNow runs a WAL checkpoint and waits for it: nothing written
+// before is replayed by Open any more.
+func (s *Store) CheckpointNow() error { return s.forceCheckpoint() }
+
 // WaitWALCheckpoint waits until no WAL checkpoint is running.
 func (s *Store) WaitWALCheckpoint() {
 	w := s.wal

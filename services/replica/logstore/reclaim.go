@@ -47,8 +47,10 @@ import (
 //
 // Segments are shared by every range of the store, in write order: a file
 // is freed once every range with batches in it has released them. A range
-// that keeps everything (no retention) keeps every file it has batches
-// in, and with them the other ranges' bytes there.
+// that keeps everything (no retention) would keep every file it has
+// batches in, and with them the other ranges' bytes there: the relocator
+// (relocate.go) moves the live batches of files mostly free into the file
+// being written, so that the old one can go.
 //
 // Badger. Keys deleted are Badger deletes. Its LSM tree drops a deleted
 // key, and every older version of an overwritten one (NumVersionsToKeep
@@ -254,8 +256,9 @@ func (s *Store) kickReclaim() {
 }
 
 // startReclaimer starts the background reclaimer: a segment pass whenever
-// kicked (and once at start, for the segments Open found free), value-log
-// GC every vlogGCInterval. stopReclaimer ends it.
+// kicked (and once at start, for the segments Open found free), and every
+// vlogGCInterval a relocation pass (relocate.go) then value-log GC.
+// stopReclaimer ends it.
 func (s *Store) startReclaimer() {
 	s.reclaimKick = make(chan struct{}, 1)
 	s.reclaimStop = make(chan struct{})
@@ -274,6 +277,9 @@ func (s *Store) startReclaimer() {
 					s.log.Warn("reclaiming segments failed; they stay until the next pass", "err", err)
 				}
 			case <-gc.C:
+				if _, err := s.relocateSegments(); err != nil {
+					s.log.Warn("relocating live batches out of mostly-free segment files failed; they stay until the next pass", "err", err)
+				}
 				s.runValueLogGC()
 			}
 		}

@@ -10,6 +10,25 @@ import (
 // already.
 func (s *Store) ReclaimNow() (int, error) { return s.reclaimSegments() }
 
+// RelocateNow runs a relocation pass at once (relocate.go), then a reclaim
+// pass if it emptied a file, and returns how many files it emptied.
+func (s *Store) RelocateNow() (int, error) { return s.relocateSegments() }
+
+// SetRelocateMaxBytes bounds the live bytes a relocation pass copies; the
+// returned function restores the bound.
+func SetRelocateMaxBytes(n int64) (restore func()) {
+	old := relocateMaxBytes
+	relocateMaxBytes = n
+	return func() { relocateMaxBytes = old }
+}
+
+// SetRelocateSwapHook sets a function a relocation pass calls between its
+// copies' sync and its pointer swaps; the returned function removes it.
+func SetRelocateSwapHook(h func()) (restore func()) {
+	relocateSwapHook = h
+	return func() { relocateSwapHook = nil }
+}
+
 // MarkCount is how many time marks range r holds.
 func (r *Range) MarkCount() int { return r.markCount() }
 
