@@ -182,6 +182,8 @@ func writeTransition(w io.Writer, tr *tenurev1.Transition) {
 			note = "new leader"
 		case r.GetLearner():
 			note = "learner (not counted)"
+		case r.GetHalted() != "":
+			note = "HALTED, not counted, not adopted: " + oneLine(r.GetHalted())
 		case !r.GetCounted() && r.GetError() != "":
 			note = "not counted: " + oneLine(r.GetError())
 		}

@@ -65,6 +65,11 @@ type Answer struct {
 	// previous_role still says LEADER. Only a planned handover reads it
 	// (handoverCandidate).
 	ActingLeader bool
+	// Halted says why the replica's copy stopped serving
+	// (FenceResponse.halted: a safety violation or a store failure), empty
+	// while it serves. A halted copy is fenced and its log is a fact, but
+	// it refuses Truncate and Adopt until its replica restarts.
+	Halted string
 }
 
 // Input is everything a promotion decides on.
@@ -149,8 +154,9 @@ type Plan struct {
 	Learners []string
 	// Excluded are fenced replicas that are never adopted: an answer from
 	// an incarnation that is not the member's, a learner that cannot be
-	// reconciled without cutting below its HWM, or (unsafe) a replica whose
-	// committed records the candidate lacks. Each says why in Fenced.
+	// reconciled without cutting below its HWM, a halted copy (it refuses
+	// Truncate and Adopt until its replica restarts), or (unsafe) a replica
+	// whose committed records the candidate lacks. Each says why in Fenced.
 	Excluded []string
 	// HighestHWMSeen is the highest HWM known for the range: the input's and
 	// the fenced answers'.
@@ -215,9 +221,16 @@ type replicaState struct {
 	kind memberKind
 	// inOld: a member of OldVoters (with a change in flight).
 	inOld bool
-	// counted: fenced, from the member's own incarnation, and a voter of
-	// the old or the new set: its numbers count toward quorum and bound.
+	// vouches: fenced, from the member's own incarnation, and a voter of
+	// the old or the new set: its HWM counts toward the committed bound.
+	vouches bool
+	// counted: vouches and not halted: it counts toward the quorum and can
+	// be the candidate.
+	// Invariant: counted implies vouches.
 	counted bool
+	// halted: why the copy stopped serving (Answer.Halted), "" while it
+	// serves.
+	halted string
 	// mismatch: the answer came from another incarnation than the member's.
 	mismatch    bool
 	incarnation string
@@ -249,6 +262,7 @@ func (s replicaState) proto() *tenurev1.FencedReplica {
 		Incarnation:   s.incarnation,
 		Learner:       s.kind == learner,
 		Counted:       s.counted,
+		Halted:        s.halted,
 	}
 }
 
@@ -290,6 +304,19 @@ func Decide(in Input) (Plan, error) {
 	// replica from every quorum that committed a record. With a change in
 	// flight a record may have been committed under either set, so a quorum
 	// of each must be fenced.
+	//
+	// A halted copy (stopped serving after a safety violation or a store
+	// failure) does not count either, although its log is known: it refuses
+	// Adopt and Truncate until its replica restarts, so it can neither lead
+	// nor be reconciled. Chosen as the candidate (the most complete log,
+	// or the preferred one on a tie), its refused Adopt failed every
+	// promotion at every epoch with a quorum of serving replicas beside it;
+	// counted toward a quorum that needed it, it made a leader that could
+	// never commit. Leaving it out costs no safety: the quorum is counted
+	// without it, so the intersection argument holds for the replicas that
+	// do count, and they hold every committed record by themselves. It
+	// still vouches for its HWM (committedBound) and is checked for a
+	// committed-record conflict with the candidate (step 5).
 	q := wire.Quorum(len(in.Replicas))
 	switch {
 	case in.Unsafe:
@@ -362,6 +389,29 @@ func Decide(in Input) (Plan, error) {
 		if s.kind == oldVoter {
 			// Being removed: fenced so it stops serving, counted above,
 			// never adopted under the new set.
+			continue
+		}
+		if s.halted != "" {
+			// It refuses Truncate and Adopt until its replica restarts: a
+			// plan that commands either fails after the fence, and the
+			// retry at the next epoch makes the same plan. So it is neither
+			// truncated nor adopted; it stays fenced at E, and once its
+			// replica restarts the reconcile loop adopts it as a follower
+			// and the fetch check cuts whatever diverged, never below its
+			// HWM. What it holds below its HWM is committed by its word:
+			// if the candidate holds other records there, the two
+			// disagree about a committed record and, as for any replica,
+			// that is DataLoss, not ours to settle (invariant 3). The halt
+			// may be exactly that disagreement, and this copy the right one.
+			if s.known && !in.Unsafe && s.kind != learner {
+				if target := reconcileTarget(cand, s); target < s.hwm {
+					losses = append(losses, fmt.Sprintf(
+						"%s (stopped serving; last epoch %d, log end %d, HWM %d) diverges from candidate %s (last epoch %d, log end %d) at %d, below its HWM",
+						s.id, s.lastEpoch, s.logEnd, s.hwm, cand.id, cand.lastEpoch, cand.logEnd, target))
+					continue
+				}
+			}
+			exclude(i, fmt.Sprintf("not truncated, not adopted: %s", s.reason))
 			continue
 		}
 		if !s.known {
@@ -496,6 +546,12 @@ func handoverCandidate(states []replicaState, best replicaState, target string, 
 
 // committedBound is the largest HWM among fenced replicas.
 //
+// Halted copies count here (vouches, not counted): an HWM is what a leader
+// told the replica was committed, and a copy halted for a safety violation
+// may be the one that is right. Its HWM can only raise the bound, so a
+// candidate lacking records it vouches for aborts with DataLoss rather
+// than leads without them.
+//
 // Replicas with an unknown history count here too. An HWM is a fact about
 // what was acknowledged, independent of the journal: the replica raised it
 // only on a leader's word, and the journal only attributes offsets to epochs.
@@ -505,12 +561,12 @@ func handoverCandidate(states []replicaState, best replicaState, target string, 
 // already been served from (a step back). Unfenced replicas do not count: an
 // answer that is not a fence is not a fact about a stopped log.
 //
-// Only counted answers: a learner's HWM came from a leader that never counted
-// it, and an answer from another incarnation is not the member's.
+// Only vouching answers: a learner's HWM came from a leader that never
+// counted it, and an answer from another incarnation is not the member's.
 func committedBound(states []replicaState) uint64 {
 	var bound uint64
 	for _, s := range states {
-		if s.counted {
+		if s.vouches {
 			bound = max(bound, s.hwm)
 		}
 	}
@@ -696,7 +752,21 @@ func readAnswers(in Input) ([]replicaState, error) {
 			s.known = false
 			s.reason = fmt.Sprintf("incarnation %q is not the member's %q: its disk was replaced or wiped; not counted, not adopted (rebuild it: tenurectl range rebuild RANGE --replica %s)", a.Incarnation, want, a.ReplicaID)
 		}
-		s.counted = s.fenced && !s.mismatch && s.kind != learner
+		s.vouches = s.fenced && !s.mismatch && s.kind != learner
+		if s.fenced && a.Halted != "" {
+			// Fenced, and its log a fact (its HWM vouches), but it takes
+			// no Truncate or Adopt until its replica restarts: it cannot
+			// lead or follow, so it does not count toward the quorum.
+			s.halted = a.Halted
+			if !s.mismatch {
+				why := fmt.Sprintf("stopped serving (%s): it refuses Truncate and Adopt until its replica restarts; not counted", a.Halted)
+				if s.reason != "" {
+					why += "; " + s.reason
+				}
+				s.reason = why
+			}
+		}
+		s.counted = s.vouches && s.halted == ""
 		states[i] = s
 	}
 	return states, nil
@@ -761,6 +831,8 @@ func describe(states []replicaState) string {
 		switch {
 		case s.fenced && s.kind == learner:
 			parts[i] = fmt.Sprintf("%s fenced, a learner (never counts)", s.id)
+		case s.fenced && s.halted != "":
+			parts[i] = fmt.Sprintf("%s fenced, %s", s.id, s.reason)
 		case s.fenced && s.known:
 			parts[i] = fmt.Sprintf("%s fenced, history known (log end %d, HWM %d, last epoch %d)", s.id, s.logEnd, s.hwm, s.lastEpoch)
 		case s.fenced:
@@ -776,7 +848,7 @@ func describe(states []replicaState) string {
 func hwmOwners(states []replicaState, bound uint64) string {
 	var ids []string
 	for _, s := range states {
-		if s.counted && s.hwm == bound {
+		if s.vouches && s.hwm == bound {
 			ids = append(ids, s.id)
 		}
 	}

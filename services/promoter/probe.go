@@ -398,6 +398,12 @@ func (p *Promoter) reconcile(ctx context.Context, rangeID string, epoch, generat
 		defer cancel()
 		fenced, err := p.batchers(r).fence.call(cctx, &tenurev1.FenceRequest{RangeId: rangeID, Epoch: epoch, FencerId: p.cfg.ID,
 			Incarnation: r.GetIncarnation(), RangeGeneration: generation})
+		if err == nil && fenced.GetHalted() != "" {
+			// It refuses Adopt until its replica restarts; asking at every
+			// probe only repeats the refusal.
+			p.log.Debug("reconcile: copy halted; not adopting it until its replica restarts", "range", rangeID, "epoch", epoch, "replica", r.GetId(), "halted", fenced.GetHalted())
+			return
+		}
 		if err == nil {
 			err = p.adoptFollower(cctx, rangeID, epoch, r, leader, members)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -283,6 +284,15 @@ func (p *Promoter) promoteWith(ctx context.Context, rangeID string, observedEpoc
 		p.log.Info("promoted", "range", rangeID, "epoch", epoch, "leader", plan.Candidate,
 			"committed_bound", plan.CommittedBound, "truncations", len(plan.Truncations),
 			"duration", time.Since(start), "trace_id", m.tr.TraceId, "reason", reason)
+		// A copy that stopped serving was left fenced, as it stands: the
+		// range has one serving replica fewer until its replica restarts
+		// (and a safety violation is for an operator to look at).
+		for _, f := range m.tr.GetReplicas() {
+			if f.GetHalted() != "" {
+				p.log.Warn("promoted without a halted copy: not counted, not truncated, not adopted; restart its replica once the cause is understood, and the reconcile loop brings it back",
+					"range", rangeID, "epoch", epoch, "replica", f.GetReplicaId(), "log_end", f.GetLogEnd(), "hwm", f.GetHighWaterMark(), "halted", f.GetHalted())
+			}
+		}
 	}
 	if opts.unsafe {
 		// Loud on purpose: records [possibly_lost_from, highest_hwm_seen)
@@ -439,7 +449,10 @@ func (m *promotion) fenceAll(ctx context.Context, epoch uint64, waitFor string) 
 				waited = true
 			}
 			inc := m.incarnations[a.ReplicaID]
-			if a.Err == nil && wire.HistoryKnownFrom(journal.ToWire(a.History), a.LogStart, a.LogEnd) && (inc == "" || inc == a.Incarnation) {
+			// A halted copy never counts (Decide): it must not end the
+			// wait either, or the grace could close the round before a
+			// serving replica that the quorum needs has answered.
+			if a.Err == nil && a.Halted == "" && wire.HistoryKnownFrom(journal.ToWire(a.History), a.LogStart, a.LogEnd) && (inc == "" || inc == a.Incarnation) {
 				if isVoter(m.voters, a.ReplicaID) {
 					counted++
 				}
@@ -504,6 +517,7 @@ func (m *promotion) fence1(ctx context.Context, r *tenurev1.Replica, epoch uint6
 	}
 	a.LogStart, a.LogEnd, a.HWM, a.Incarnation = msg.GetLogStart(), msg.GetLogEnd(), msg.GetHighWaterMark(), msg.GetIncarnation()
 	a.ActingLeader = msg.GetActingLeader()
+	a.Halted = clipHalted(msg.GetHalted())
 	a.History = journal.FromWire(msg.GetHistory())
 	var last uint64
 	if n := len(a.History); n > 0 {
@@ -512,6 +526,21 @@ func (m *promotion) fence1(ctx context.Context, r *tenurev1.Replica, epoch uint6
 	span.SetAttributes(attribute.Int64("tenure.log_end", int64(a.LogEnd)), attribute.Int64("tenure.hwm", int64(a.HWM)),
 		attribute.Int64("tenure.last_epoch", int64(last)), attribute.Int("tenure.history_len", len(a.History)))
 	return a
+}
+
+// maxHaltedBytes bounds the halt reason taken from a fence answer: it is a
+// peer's text, and it lands in the transition record (etcd), the span and
+// the promoter's status, once per replica. A replica's reasons are a few
+// hundred bytes.
+const maxHaltedBytes = 1 << 10
+
+// clipHalted bounds a fence answer's halt reason to maxHaltedBytes, keeping
+// it non-empty (a halted copy must still read as halted) and valid UTF-8.
+func clipHalted(s string) string {
+	if len(s) <= maxHaltedBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxHaltedBytes-3], "") + "..."
 }
 
 func (m *promotion) decide(ctx context.Context, in Input) (Plan, error) {
@@ -528,6 +557,9 @@ func (m *promotion) decide(ctx context.Context, in Input) (Plan, error) {
 			attribute.Int64("tenure."+f.GetReplicaId()+".hwm", int64(f.GetHighWaterMark())),
 			attribute.Int64("tenure."+f.GetReplicaId()+".last_epoch", int64(f.GetLastEpoch())),
 			attribute.Bool("tenure."+f.GetReplicaId()+".fenced", f.GetFenced()))
+		if h := f.GetHalted(); h != "" {
+			span.SetAttributes(attribute.String("tenure."+f.GetReplicaId()+".halted", h))
+		}
 	}
 	if err != nil {
 		span.RecordError(err)
@@ -551,7 +583,7 @@ func (m *promotion) decide(ctx context.Context, in Input) (Plan, error) {
 func summarize(answers []Answer) []*tenurev1.FencedReplica {
 	out := make([]*tenurev1.FencedReplica, 0, len(answers))
 	for _, a := range answers {
-		f := &tenurev1.FencedReplica{ReplicaId: a.ReplicaID, Fenced: a.Err == nil, LogEnd: a.LogEnd, HighWaterMark: a.HWM}
+		f := &tenurev1.FencedReplica{ReplicaId: a.ReplicaID, Fenced: a.Err == nil, LogEnd: a.LogEnd, HighWaterMark: a.HWM, Halted: a.Halted}
 		if a.Err != nil {
 			f.Error = a.Err.Error()
 		} else {

@@ -83,4 +83,21 @@ func TestDivergenceWithNothingToCutStopsTheRange(t *testing.T) {
 	if got := liar.fetches.Load(); got > n+1 {
 		t.Fatalf("the stopped follower fetched %d more times", got-n)
 	}
+
+	// Fenced, the stopped copy answers its log as it stands and says it is
+	// halted, at a new epoch and on a repeat: a promotion must neither make
+	// it the candidate nor count it, since it refuses Adopt and Truncate.
+	// A serving copy's answer says nothing of the kind.
+	for _, f := range []*tenurev1.FenceResponse{c.mustFence(r2, 3), c.mustFence(r2, 3)} {
+		if !strings.Contains(f.GetHalted(), "nothing to cut") || strings.Contains(f.GetHalted(), "logstore: ") || f.GetLogEnd() != end || f.GetHighWaterMark() != end {
+			t.Fatalf("Fence(r2, 3) = %v; want log end and HWM %d and halted naming the violation", f, end)
+		}
+	}
+	_, err = r2.rc.Adopt(ctxT(t), connect.NewRequest(&tenurev1.AdoptRequest{
+		RangeId: rangeID, Epoch: 3, Role: tenurev1.Role_ROLE_LEADER, LeaderId: r2.id, Replicas: replicas(r1, r2, r3),
+	}))
+	wantCode(t, "Adopt of the stopped copy", err, connect.CodeDataLoss)
+	if h := c.mustFence(r3, 3).GetHalted(); h != "" {
+		t.Fatalf("Fence(r3, 3) of a serving copy: halted = %q, want empty", h)
+	}
 }

@@ -114,7 +114,23 @@ func (s *Replica) fence(ctx context.Context, m *tenurev1.FenceRequest) (*tenurev
 }
 
 // fenceAnswerLocked reports the range as of its durable fence.
+//
+// A halted range (a safety violation or a store failure: haltLocked) is
+// fenced like any other and answers its log as it stands, and says it is
+// halted. Its facts are not hidden: it may hold the only copy of committed
+// records (the leader that drove it to a violation may be the wrong one),
+// and its HWM and history let the promotion detect a candidate that lacks
+// them or disagrees with them (DataLoss). But it refuses Truncate and Adopt
+// until the replica restarts, so the promotion must not make it the
+// candidate, count it toward the quorum or plan a truncation of it: chosen
+// again at every epoch, its refused Adopt (or Truncate) left the range
+// leaderless with an intact quorum beside it. A quarantined range never
+// gets here (quarantineRefusalLocked): its log is not known at all.
 func (h *hosted) fenceAnswerLocked(prev tenurev1.Role, acting bool) *tenurev1.FenceResponse {
+	var halted string
+	if h.halted != nil {
+		halted = forClient(h.halted).Error()
+	}
 	return &tenurev1.FenceResponse{
 		ReplicaId:     h.s.cfg.ID,
 		FencedEpoch:   h.st.FencedEpoch,
@@ -125,6 +141,7 @@ func (h *hosted) fenceAnswerLocked(prev tenurev1.Role, acting bool) *tenurev1.Fe
 		PreviousRole:  prev,
 		Incarnation:   h.s.incarnation,
 		ActingLeader:  acting,
+		Halted:        halted,
 	}
 }
 

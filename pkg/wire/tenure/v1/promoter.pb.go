@@ -201,8 +201,13 @@ type FencedReplica struct {
 	Incarnation string `protobuf:"bytes,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	// Whether it is a learner (never counts).
 	Learner bool `protobuf:"varint,9,opt,name=learner,proto3" json:"learner,omitempty"`
-	// Whether its answer counted (fenced, the member's incarnation, a voter).
-	Counted       bool `protobuf:"varint,10,opt,name=counted,proto3" json:"counted,omitempty"`
+	// Whether its answer counted toward the quorum (fenced, the member's
+	// incarnation, a voter, and not halted).
+	Counted bool `protobuf:"varint,10,opt,name=counted,proto3" json:"counted,omitempty"`
+	// Why its copy stopped serving (FenceResponse.halted), empty while it
+	// serves: it was not counted, not truncated and not adopted (error says
+	// so); its HWM counted toward the committed bound.
+	Halted        string `protobuf:"bytes,11,opt,name=halted,proto3" json:"halted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -305,6 +310,13 @@ func (x *FencedReplica) GetCounted() bool {
 		return x.Counted
 	}
 	return false
+}
+
+func (x *FencedReplica) GetHalted() string {
+	if x != nil {
+		return x.Halted
+	}
+	return ""
 }
 
 // Truncation is one truncation a promotion commanded.
@@ -1380,7 +1392,7 @@ const file_tenure_v1_promoter_proto_rawDesc = "" +
 	"transition\x18\x01 \x01(\v2\x15.tenure.v1.TransitionR\n" +
 	"transition\x12*\n" +
 	"\x11already_leader_id\x18\x02 \x01(\tR\x0falreadyLeaderId\x120\n" +
-	"\x14already_leader_epoch\x18\x03 \x01(\x04R\x12alreadyLeaderEpoch\"\xb7\x02\n" +
+	"\x14already_leader_epoch\x18\x03 \x01(\x04R\x12alreadyLeaderEpoch\"\xcf\x02\n" +
 	"\rFencedReplica\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x16\n" +
@@ -1394,7 +1406,8 @@ const file_tenure_v1_promoter_proto_rawDesc = "" +
 	"\vincarnation\x18\b \x01(\tR\vincarnation\x12\x18\n" +
 	"\alearner\x18\t \x01(\bR\alearner\x12\x18\n" +
 	"\acounted\x18\n" +
-	" \x01(\bR\acounted\"i\n" +
+	" \x01(\bR\acounted\x12\x16\n" +
+	"\x06halted\x18\v \x01(\tR\x06halted\"i\n" +
 	"\n" +
 	"Truncation\x12\x1d\n" +
 	"\n" +

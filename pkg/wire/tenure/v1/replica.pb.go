@@ -762,7 +762,16 @@ type FenceResponse struct {
 	// record only once its HWM passed it, and the fence froze the HWM). A
 	// leader that restarted reports its HWM as last persisted, which may lag
 	// what it acknowledged before the restart. False on a repeated fence.
-	ActingLeader  bool `protobuf:"varint,9,opt,name=acting_leader,json=actingLeader,proto3" json:"acting_leader,omitempty"`
+	ActingLeader bool `protobuf:"varint,9,opt,name=acting_leader,json=actingLeader,proto3" json:"acting_leader,omitempty"`
+	// Why the replica's copy of the range stopped serving (a safety violation
+	// or a failure of its local store; RangeStatus.halted), empty while it
+	// serves. A halted copy is fenced and answers its log as it stands, but
+	// refuses Truncate and Adopt until the replica restarts: a promotion never
+	// makes it the candidate, never counts it toward the quorum, and never
+	// truncates or adopts it. Its HWM still bounds the committed records, and
+	// a conflict with the candidate below it is still DataLoss: it may hold
+	// the only copy of a committed record.
+	Halted        string `protobuf:"bytes,10,opt,name=halted,proto3" json:"halted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -858,6 +867,13 @@ func (x *FenceResponse) GetActingLeader() bool {
 		return x.ActingLeader
 	}
 	return false
+}
+
+func (x *FenceResponse) GetHalted() string {
+	if x != nil {
+		return x.Halted
+	}
+	return ""
 }
 
 // TruncateRequest cuts a fenced replica's log.
@@ -2547,7 +2563,7 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tfencer_id\x18\x03 \x01(\tR\bfencerId\x12 \n" +
 	"\vincarnation\x18\x04 \x01(\tR\vincarnation\x12)\n" +
-	"\x10range_generation\x18\x05 \x01(\x04R\x0frangeGeneration\"\xdd\x02\n" +
+	"\x10range_generation\x18\x05 \x01(\x04R\x0frangeGeneration\"\xf5\x02\n" +
 	"\rFenceResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12!\n" +
@@ -2558,7 +2574,9 @@ const file_tenure_v1_replica_proto_rawDesc = "" +
 	"\ahistory\x18\x06 \x03(\v2\x15.tenure.v1.EpochStartR\ahistory\x124\n" +
 	"\rprevious_role\x18\a \x01(\x0e2\x0f.tenure.v1.RoleR\fpreviousRole\x12 \n" +
 	"\vincarnation\x18\b \x01(\tR\vincarnation\x12#\n" +
-	"\racting_leader\x18\t \x01(\bR\factingLeader\"g\n" +
+	"\racting_leader\x18\t \x01(\bR\factingLeader\x12\x16\n" +
+	"\x06halted\x18\n" +
+	" \x01(\tR\x06halted\"g\n" +
 	"\x0fTruncateRequest\x12\x19\n" +
 	"\brange_id\x18\x01 \x01(\tR\arangeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
