@@ -6,19 +6,24 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurelog/tenure/internal/freeport"
 )
 
-// ClosedAddr is a loopback HOST:PORT where nothing listens: a port bound
-// and closed again, so connections to it are refused (until the kernel
-// hands the port out again, which a test's lifetime does not reach).
-func ClosedAddr(t testing.TB) string {
+// FreeAddr is a loopback HOST:PORT where nothing listens, below the
+// kernel's ephemeral range (internal/freeport), for the first start of a
+// server the test stops and starts again on the same address. A port from
+// ":0" could be taken, while the server was down, by any connection's
+// local port or any ":0" listener of the tests running beside it, and the
+// restart then failed with "address already in use"; a port below the
+// range is taken by nobody but a listener asking for that very port.
+func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := freeport.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +32,16 @@ func ClosedAddr(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// ClosedAddr is a loopback HOST:PORT where nothing listens, so connections
+// to it are refused. Its port is a FreeAddr's: one from ":0" the kernel
+// could hand out again, to another test's ":0" listener or as a dial's own
+// local port (a self-connect), and a connection to it would then not be
+// refused.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	return FreeAddr(t)
 }
 
 // ConnectJSON is the answer to a unary Connect call made the way a client

@@ -17,12 +17,9 @@ package embedetcd
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,6 +27,8 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/tenurelog/tenure/internal/freeport"
 )
 
 const (
@@ -196,8 +195,8 @@ func addrInUse(err error) bool {
 // Both listeners are held until both ports are known, so the two differ.
 //
 // The ports come from below the kernel's ephemeral range where it can be
-// read (freePorts): a port Stop released is then taken by nobody but a
-// listener on that very port. One from the ephemeral range (what ":0"
+// read (internal/freeport): a port Stop released is then taken by nobody
+// but a listener on that very port. One from the ephemeral range (what ":0"
 // hands out) could become any outgoing connection's local port, or
 // another listener's, while the member was stopped: Restart then failed
 // with "address already in use" (TestKeeperInvalidWhileEtcdIsDown in CI,
@@ -210,9 +209,8 @@ func freeURLs() (client, peer url.URL, err error) {
 			ln.Close()
 		}
 	}()
-	pick := freePorts()
 	for i := range ports {
-		ln, err := pick()
+		ln, err := freeport.Listen()
 		if err != nil {
 			return url.URL{}, url.URL{}, fmt.Errorf("embedetcd: pick a free port: %w", err)
 		}
@@ -222,45 +220,4 @@ func freeURLs() (client, peer url.URL, err error) {
 	client = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 	peer = url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 	return client, peer, nil
-}
-
-// portTries bounds the random ports freePorts tries below the ephemeral
-// range before it settles for one from the kernel (":0").
-const portTries = 64
-
-// freePorts returns a function that binds a free loopback port, drawn at
-// random from the upper half of the ports below the ephemeral range
-// (16384-32767 for Linux's default range, 32768-60999), falling back to
-// ":0" when the range cannot be read (not Linux) or every try is taken.
-func freePorts() func() (net.Listener, error) {
-	low := ephemeralLow()
-	return func() (net.Listener, error) {
-		if low >= 2048 {
-			for range portTries {
-				port := low/2 + rand.IntN(low-low/2)
-				if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-					return ln, nil
-				}
-			}
-		}
-		return net.Listen("tcp", "127.0.0.1:0")
-	}
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range
-// (/proc/sys/net/ipv4/ip_local_port_range), or 0 when it cannot be read.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	fields := strings.Fields(string(b))
-	if len(fields) != 2 {
-		return 0
-	}
-	low, err := strconv.Atoi(fields[0])
-	if err != nil {
-		return 0
-	}
-	return low
 }

@@ -19,8 +19,8 @@ func TestPortsAreBelowTheEphemeralRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	// Read here rather than with ephemeralLow, so the test checks the
-	// kernel's range, not the package's reading of it.
+	// Read here rather than through internal/freeport, so the test checks
+	// the kernel's range, not freeport's reading of it.
 	low := 0
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
