@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tenurelog/tenure/internal/testgate"
+	"github.com/tenurelog/tenure/internal/testnet"
 	"github.com/tenurelog/tenure/pkg/transport"
 	"github.com/tenurelog/tenure/services/lease"
 	"github.com/tenurelog/tenure/services/lease/leasetest"
@@ -53,7 +54,7 @@ func newTestCluster(t *testing.T) *testCluster {
 	}
 	c := &testCluster{t: t, lease: leasetest.Start(t), byID: map[string]*testReplica{}, log: quietLogger()}
 	for i := 1; i <= 3; i++ {
-		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", gate: testgate.New()}
+		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: testnet.FreeAddr(t), gate: testgate.New()}
 		c.replicas = append(c.replicas, tr)
 		c.byID[tr.id] = tr
 		c.start(tr)
@@ -71,7 +72,9 @@ func newTestCluster(t *testing.T) *testCluster {
 }
 
 // start (re)starts a replica on its data dir, on the same address after
-// the first start, so the range's membership stays true.
+// the first start, so the range's membership stays true. That address is
+// below the ephemeral range (testnet.FreeAddr), so no other test takes it
+// while the replica is down; the retries wait out only a lingering close.
 func (c *testCluster) start(tr *testReplica) {
 	c.t.Helper()
 	// 5 s, not 2: under -race on a loaded two-core host a keeper's renewal

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tenurelog/tenure/internal/chaos/check"
+	"github.com/tenurelog/tenure/internal/freeport"
 	"github.com/tenurelog/tenure/pkg/journal/journaltest"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
@@ -47,7 +48,8 @@ type Cluster struct {
 	etcd    *etcdCluster
 	etcdCli *clientv3.Client
 	// lease is the running lease service (nil while killed); leaseAddr
-	// stays the same across restarts, since every node was given its URL.
+	// stays the same across restarts, since every node was given its URL
+	// (empty until the first start binds it).
 	lease     *leaseNode
 	leaseAddr string
 	leaseCli  tenurev1connect.LeaseServiceClient
@@ -69,7 +71,10 @@ type Cluster struct {
 }
 
 type replicaNode struct {
-	id, dir, listen string
+	id, dir string
+	// listen is the server's address, kept across restarts (empty until
+	// the first start binds it).
+	listen string
 	// jfs holds the journals: a crash keeps only what was fsynced.
 	jfs         *journaltest.MemFS
 	incarnation int
@@ -118,11 +123,10 @@ func startCluster(t testing.TB, seed uint64, n, m, etcdMembers int, retentionInt
 	}
 	t.Cleanup(func() { cli.Close() })
 	c.etcdCli = cli
-	c.leaseAddr = "127.0.0.1:0"
 	c.startLease()
 	c.leaseCli = tenurev1connect.NewLeaseServiceClient(c.direct, c.leaseURL(), transport.ClientOptions()...)
 	for i := 1; i <= n; i++ {
-		rn := &replicaNode{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", jfs: journaltest.NewMemFS()}
+		rn := &replicaNode{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), jfs: journaltest.NewMemFS()}
 		c.replicas = append(c.replicas, rn)
 		c.startReplica(rn)
 	}
@@ -185,9 +189,20 @@ func (c *Cluster) killLease() {
 }
 
 // listen listens on addr, waiting a little for a port a stopped server
-// of the same node may still hold.
+// of the same node may still hold. An empty addr is the node's first
+// start: it gets a port below the ephemeral range (internal/freeport). One
+// from ":0" could be taken by another test's connection or listener while
+// the node was down, and its restart then failed with "address already in
+// use" however long it waited.
 func (c *Cluster) listen(node, addr string) net.Listener {
 	c.t.Helper()
+	if addr == "" {
+		ln, err := freeport.Listen()
+		if err != nil {
+			c.t.Fatalf("listen for %s: %v", node, err)
+		}
+		return ln
+	}
 	var ln net.Listener
 	var err error
 	for attempt := 0; attempt < 100; attempt++ {

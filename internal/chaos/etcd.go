@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/tenurelog/tenure/internal/freeport"
 	"github.com/tenurelog/tenure/pkg/embedetcd"
 )
 
@@ -77,8 +78,11 @@ func startEtcd(t testing.TB, members int) *etcdCluster {
 func (c *etcdCluster) startMembers(n int) error {
 	c.members = nil
 	var lns []net.Listener
+	// Below the ephemeral range (internal/freeport): between these
+	// listeners' close and the members' bind, a port from ":0" could
+	// become any other test's connection's or listener's.
 	port := func() (url.URL, error) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := freeport.Listen()
 		if err != nil {
 			return url.URL{}, err
 		}

@@ -39,7 +39,7 @@ func (c *Cluster) addSpares(kind Kind, episodes int) {
 	}
 	n := len(c.replicas)
 	for i := 1; i <= episodes; i++ {
-		rn := &replicaNode{id: fmt.Sprintf("r%d", n+i), dir: c.t.TempDir(), listen: "127.0.0.1:0", jfs: journaltest.NewMemFS()}
+		rn := &replicaNode{id: fmt.Sprintf("r%d", n+i), dir: c.t.TempDir(), jfs: journaltest.NewMemFS()}
 		c.replicas = append(c.replicas, rn)
 		c.spares = append(c.spares, rn)
 		c.startReplica(rn)

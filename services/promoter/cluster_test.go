@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenurelog/tenure/internal/metrics"
 	"github.com/tenurelog/tenure/internal/testgate"
+	"github.com/tenurelog/tenure/internal/testnet"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -95,7 +96,7 @@ func startCluster(t testing.TB, c *cluster, n int) *cluster {
 	}
 	c.t, c.byID, c.log, c.http = t, map[string]*testReplica{}, testLogger(), transport.NewHTTPClient()
 	for i := 1; i <= n; i++ {
-		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: "127.0.0.1:0", gate: testgate.New()}
+		tr := &testReplica{id: fmt.Sprintf("r%d", i), dir: t.TempDir(), listen: testnet.FreeAddr(t), gate: testgate.New()}
 		c.replicas = append(c.replicas, tr)
 		c.byID[tr.id] = tr
 		c.start(tr)
@@ -122,7 +123,9 @@ func (c *cluster) start(tr *testReplica) {
 	}
 	var r *replica.Replica
 	var srv *transport.Server
-	// The old listener's port may take a moment to be reusable.
+	// The old listener's port may take a moment to be reusable. Only that
+	// is waited out here: the port is below the ephemeral range
+	// (testnet.FreeAddr), so no other test takes it while tr is down.
 	for attempt := 0; attempt < 50; attempt++ {
 		cfg := replica.Config{ID: tr.id, DataDir: tr.dir, Logger: c.log, Lease: k, HTTPClient: tr.gate, FetchWait: c.fetchWait}
 		var reg *prometheus.Registry

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tenurelog/tenure/internal/testgate"
+	"github.com/tenurelog/tenure/internal/testnet"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 )
 
@@ -22,7 +23,7 @@ import (
 // addSpare starts a replica that is not (yet) a member of any range.
 func (c *cluster) addSpare(id string) *testReplica {
 	c.t.Helper()
-	tr := &testReplica{id: id, dir: c.t.TempDir(), listen: "127.0.0.1:0", gate: testgate.New()}
+	tr := &testReplica{id: id, dir: c.t.TempDir(), listen: testnet.FreeAddr(c.t), gate: testgate.New()}
 	c.replicas = append(c.replicas, tr)
 	c.byID[id] = tr
 	c.start(tr)

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenurelog/tenure/internal/testlog"
+	"github.com/tenurelog/tenure/internal/testnet"
 	"github.com/tenurelog/tenure/pkg/transport"
 	tenurev1 "github.com/tenurelog/tenure/pkg/wire/tenure/v1"
 	"github.com/tenurelog/tenure/pkg/wire/tenure/v1/tenurev1connect"
@@ -41,7 +42,7 @@ const rangeID = "orders-0"
 type node struct {
 	id     string
 	dir    string
-	listen string // "127.0.0.1:0" at first; the bound address after, so a restart keeps the URL
+	listen string // testnet.FreeAddr at first; the bound address after, so a restart keeps the URL
 	gate   *gate
 	// opts are the store options of the next start (crash injection).
 	opts  logstore.Options
@@ -102,7 +103,7 @@ func newCluster(t testing.TB, n int) *cluster {
 		}
 	})
 	for i := 1; i <= n; i++ {
-		nd := &node{id: fmt.Sprintf("r%d", i), listen: "127.0.0.1:0", gate: &gate{}}
+		nd := &node{id: fmt.Sprintf("r%d", i), listen: testnet.FreeAddr(t), gate: &gate{}}
 		nd.dir = c.freshDir(nd.id)
 		c.nodes = append(c.nodes, nd)
 		c.start(nd)
@@ -139,7 +140,8 @@ func (c *cluster) tryStart(n *node) error {
 	}
 	var err error
 	// A restart rebinds the same port; the old listener is closed, but give
-	// the kernel a few tries.
+	// the kernel a few tries. Only a lingering close is waited out here:
+	// the port is below the ephemeral range, so no other test takes it.
 	for try := 0; try < 50; try++ {
 		n.r, n.srv, err = replica.Start(cfg, n.listen)
 		if err == nil || !strings.Contains(err.Error(), "address already in use") {
