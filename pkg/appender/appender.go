@@ -227,6 +227,9 @@ func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte)
 			a.dropIdle()
 			ack, err = a.appendOnce(ctx, st, req)
 		}
+		// The Appender's gen when the connection that answered opened:
+		// appendOnce keeps it after closing the connection on an error.
+		answeredGen := st.gen
 		if err == nil {
 			if st.prod != nil {
 				st.prod.seq[rangeID] += uint64(len(records))
@@ -238,7 +241,7 @@ func (a *Appender) Append(ctx context.Context, rangeID string, records [][]byte)
 		// refusal wrote nothing, so the same request (the same sequence)
 		// goes there at once. Not a retry of an unknown outcome: it does
 		// not count against the retries, and is bounded on its own.
-		if follows < maxFollows && ctx.Err() == nil && a.followNotLeader(err) {
+		if follows < maxFollows && ctx.Err() == nil && a.followNotLeader(err, answeredGen) {
 			follows++
 			try--
 			continue
@@ -294,7 +297,13 @@ func (a *Appender) relocate(ctx context.Context, rangeID string) {
 // followNotLeader makes the leader a not-leader refusal names the replica
 // appended to, under FollowLeader; false if there is nothing to follow (no
 // detail, no FollowLeader, or the refusal came from the leader it names).
-func (a *Appender) followNotLeader(err error) bool {
+// gen is the Appender's gen when the connection that carried the refusal
+// opened. Appends in flight together are refused together by a replica
+// that no longer leads: the first to get here moves the Appender to the
+// named leader, and the others, refused over a connection of an older gen,
+// follow it there too. (Comparing the URL alone took their refusals for
+// the named leader's own, and returned them.)
+func (a *Appender) followNotLeader(err error, gen int) bool {
 	if a.dial == nil {
 		return false
 	}
@@ -302,7 +311,14 @@ func (a *Appender) followNotLeader(err error) bool {
 	if url == "" {
 		return false
 	}
-	return a.follow(url)
+	if a.follow(url) {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// Already there: followed since this connection opened, so the
+	// refusal came from the replica left, not from url.
+	return a.gen != gen
 }
 
 // follow makes url the replica appended to; false if it already is.

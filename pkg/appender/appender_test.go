@@ -391,3 +391,46 @@ func TestAppenderRenewsAProducerRetentionForgot(t *testing.T) {
 		t.Errorf("the renewed producer's next Append() = %v", err)
 	}
 }
+
+// Appends in flight together on one Appender, refused together by a
+// replica that no longer leads, all go on to the leader it names: the
+// first to follow moves the Appender, and the others, refused over the
+// connection it left, follow it there. Each used to take the refusal for
+// the named leader's own (the Appender already pointed there) and return
+// it: `tenurectl bench` stopped on "not the leader" across a promotion
+// (seen under load in TestCommandsAgainstACluster).
+func TestAppenderConcurrentAppendsAllFollow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hc := transport.NewHTTPClient()
+	ms := startMembers(t, hc, "r1", "r2")
+	r2 := ms[1]
+	elect(ctx, t, ms, 1, ms[0])
+	dial := func(url string) tenurev1connect.LogServiceClient {
+		return tenurev1connect.NewLogServiceClient(hc, url, transport.ClientOptions()...)
+	}
+	const rounds, inFlight = 30, 8
+	for round := range rounds {
+		// A fresh Appender at the follower each round: every append's
+		// first try is refused with a detail naming r1.
+		a := appender.New(r2.lc, appender.FollowLeader(dial))
+		var wg sync.WaitGroup
+		errs := make(chan error, inFlight)
+		start := make(chan struct{})
+		for i := range inFlight {
+			wg.Go(func() {
+				<-start
+				if _, err := a.Append(ctx, "r", [][]byte{fmt.Appendf(nil, "%d-%d", round, i)}); err != nil {
+					errs <- fmt.Errorf("round %d, append %d: %w", round, i, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		a.Close()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+}
