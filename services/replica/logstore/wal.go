@@ -62,7 +62,9 @@ import (
 // Entry: gen u64 | payload length u32 | crc u32 | payload; payload: (key
 // length u32 | value length u32 | key | value) per key, in the batch's write
 // order, the first key being w/synced (walSyncedKey, since 2026-12-08) whose
-// value is where this file's pass was synced when the entry was written. crc is crc32c over the previous entry's crc (0 for a pass's first
+// value (synced u64 | previous end u64) is where this file's pass was
+// synced when the entry was written and, in a pass's first entry, where
+// the pass before it (the other file's) ended. crc is crc32c over the previous entry's crc (0 for a pass's first
 // entry), the entry's offset in the file, then the first 12 bytes and the
 // payload (walCRC). Chained and placed: what lies beyond a pass's end is an
 // older pass, whose bytes at an arbitrary offset may be record values a
@@ -83,11 +85,14 @@ import (
 // past the stopped entry (walSyncedKey), the stopped entry had been
 // synced: Open fails with ErrWALDamaged (walPass.damage). A torn entry is
 // never refused so: no completed sync covered it, so no entry records a
-// synced offset past it. What this cannot see: damage in the last synced
-// entries of a pass (no later entry witnesses their sync), a changed
-// length field (it hides where the next entry starts), and damage in the
-// older of two replayed generations that its own later entries do not
-// witness.
+// synced offset past it. When two generations are replayed, the newer
+// one's first entry records where the older one ended: once any entry of
+// the newer one records a completed sync, the whole older pass was synced
+// too (a sync covers every file written before it started), so an older
+// pass that reads shorter is damaged (recoverWAL). What this cannot see:
+// damage in the last synced entries of the newest pass (no later entry
+// witnesses their sync), and a changed length field (it hides where the
+// next entry starts).
 
 // walSwitchBytes is the size at which the writer switches files: each file
 // is overwritten in place from then on, and Open replays at most about two
@@ -159,11 +164,13 @@ const walKeepBufBytes = 16 << 20
 // walGenKey holds the oldest WAL generation Open must replay.
 var walGenKey = []byte("w/gen")
 
-// walSyncedKey is the first key of every entry's payload: its value (u64)
-// is the offset in the file up to which a completed fdatasync had covered
-// the pass when the entry was written. Open reads it to tell a damaged
-// synced entry from a torn unsynced one (walPass.damage); the replay never
-// writes it to Badger. Entries written before it existed lack it, and
+// walSyncedKey is the first key of every entry's payload. Its value is two
+// u64s: the offset in the file up to which a completed fdatasync had
+// covered the pass when the entry was written, and, in a pass's first
+// entry, where the previous pass (in the other file) ended (0 elsewhere,
+// and when unknown). Open reads them to tell a damaged synced entry from a
+// torn unsynced one (walPass.damage, recoverWAL); the replay never writes
+// the key to Badger. Entries written before it existed lack it, and
 // witness nothing. (A version before it replays such an entry as one more
 // key, w/synced, which nothing reads.)
 var walSyncedKey = []byte("w/synced")
@@ -310,6 +317,10 @@ type walPass struct {
 	gen      uint64
 	payloads [][]byte
 	ends     []int64 // ends[i] is where entry i ends in the file
+	// synced is the greatest synced offset the readable entries record;
+	// prevEnd where the first entry says the pass before it ended (0:
+	// unknown, or no readable first entry).
+	synced, prevEnd int64
 	// damage is why the pass is known to go on past its readable entries
 	// (ErrWALDamaged), nil when nothing says so.
 	damage error
@@ -332,6 +343,11 @@ func walEntries(f *os.File) (walPass, error) {
 			break
 		}
 		prev, p.gen = crc, g
+		synced, prevEnd := walEntryWitness(payload)
+		p.synced = max(p.synced, synced)
+		if len(p.payloads) == 0 {
+			p.prevEnd = prevEnd
+		}
 		p.payloads = append(p.payloads, payload)
 		pos += walHeaderBytes + len(payload)
 		p.ends = append(p.ends, int64(pos))
@@ -344,6 +360,29 @@ func walEntries(f *os.File) (walPass, error) {
 			ErrWALDamaged, f.Name(), g, pos, len(p.payloads), synced, pos)
 	}
 	return p, nil
+}
+
+// olderPassDamage is why the pass of generation from, in the file named
+// older, is damaged given newer, the pass of from+1 in the other file
+// (ErrWALDamaged), or nil. Once an entry of newer records a completed sync,
+// every entry of the older pass was synced too: a sync covers every file
+// written before it started, and syncs run one at a time. So the older
+// pass must read up to where newer's first entry says it ended; shorter
+// (or unreadable from its start), it lost synced entries.
+func olderPassDamage(older string, from uint64, old, newer walPass) error {
+	if newer.prevEnd == 0 || newer.synced == 0 {
+		return nil // nothing says how far the older pass went, or that it was synced
+	}
+	var end int64
+	if old.gen == from && len(old.ends) > 0 {
+		end = old.ends[len(old.ends)-1]
+	}
+	if end >= newer.prevEnd {
+		return nil
+	}
+	return fmt.Errorf("%w: %s (generation %d) reads only up to offset %d, yet the next generation records that it ended at %d and that a completed fdatasync covered it: "+
+		"the batches from offset %d on were durable, and may have been acknowledged, and cannot be replayed",
+		ErrWALDamaged, older, from, end, newer.prevEnd, end)
 }
 
 // walEntryAt checks the entry at pos in data: whole, of generation gen
@@ -395,7 +434,8 @@ func walSyncedPast(data []byte, pos int, gen uint64, prev uint32) (uint64, int64
 		}
 		var synced int64
 		for at := next; ok; {
-			synced = max(synced, walEntrySynced(payload))
+			w, _ := walEntryWitness(payload)
+			synced = max(synced, w)
 			at += walHeaderBytes + len(payload)
 			_, payload, crc, ok = walEntryAt(data, at, g, crc)
 		}
@@ -404,17 +444,18 @@ func walSyncedPast(data []byte, pos int, gen uint64, prev uint32) (uint64, int64
 	return 0, 0
 }
 
-// walEntrySynced is the synced offset an entry's payload records
-// (walSyncedKey), 0 for an entry written before entries recorded it.
-func walEntrySynced(payload []byte) int64 {
-	var synced int64
+// walEntryWitness is what an entry's payload records under walSyncedKey:
+// the pass's synced offset, and where the previous pass ended; 0, 0 for an
+// entry written before entries recorded them.
+func walEntryWitness(payload []byte) (synced, prevEnd int64) {
 	_ = walKVs(payload, func(k, v []byte) error {
-		if string(k) == string(walSyncedKey) && len(v) == 8 {
-			synced = int64(binary.BigEndian.Uint64(v))
+		if string(k) == string(walSyncedKey) && len(v) == 16 {
+			synced = int64(binary.BigEndian.Uint64(v[0:8]))
+			prevEnd = int64(binary.BigEndian.Uint64(v[8:16]))
 		}
 		return errStopKVs // the key is first, if it is there at all
 	})
-	return synced
+	return synced, prevEnd
 }
 
 // errStopKVs ends a walKVs walk early.
@@ -453,10 +494,15 @@ func (s *Store) recoverWAL(dir string) error {
 	}
 	var gens [2]uint64
 	var entries [2][][]byte
+	var passes [2]walPass
 	for i, f := range w.files {
-		p, err := walEntries(f.f)
-		if err != nil {
+		if passes[i], err = walEntries(f.f); err != nil {
 			return err
+		}
+	}
+	for i, p := range passes {
+		if p.gen == from+1 && p.damage == nil {
+			p.damage = olderPassDamage(w.files[1-i].f.Name(), from, passes[1-i], p)
 		}
 		if p.damage != nil && (p.gen == from || p.gen == from+1) {
 			// A generation the replay needs stops early at an entry that
@@ -575,7 +621,7 @@ func (s *Store) appendWAL(ib *indexBatch) error {
 		s.switchLocked()
 	}
 	f := w.files[w.cur]
-	n := 8 + len(walSyncedKey) + 8
+	n := 8 + len(walSyncedKey) + 16
 	for i := range keys {
 		n += 8 + len(keys[i]) + len(vals[i])
 	}
@@ -586,9 +632,18 @@ func (s *Store) appendWAL(ib *indexBatch) error {
 	// First, how far a completed sync has covered this pass: what tells a
 	// damaged synced entry before this one from a torn one at Open.
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(walSyncedKey)))
-	buf = binary.BigEndian.AppendUint32(buf, 8)
+	buf = binary.BigEndian.AppendUint32(buf, 16)
 	buf = append(buf, walSyncedKey...)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(f.synced))
+	// And, first in a pass, where the pass before it (the other file's,
+	// untouched since the switch) ended: the older of two generations Open
+	// replays is checked against it (olderPassDamage). 0 after an Open,
+	// where the other file holds no pass of the generation before.
+	var prevEnd int64
+	if f.pos == 0 {
+		prevEnd = w.files[1-w.cur].pos
+	}
+	buf = binary.BigEndian.AppendUint64(buf, uint64(prevEnd))
 	for i := range keys {
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(keys[i])))
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(vals[i])))

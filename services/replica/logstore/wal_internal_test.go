@@ -78,9 +78,10 @@ func walPassBytes(gen uint64, synced []int64) ([]byte, []int) {
 		var payload []byte
 		if s >= 0 {
 			payload = binary.BigEndian.AppendUint32(payload, uint32(len(walSyncedKey)))
-			payload = binary.BigEndian.AppendUint32(payload, 8)
+			payload = binary.BigEndian.AppendUint32(payload, 16)
 			payload = append(payload, walSyncedKey...)
 			payload = binary.BigEndian.AppendUint64(payload, uint64(s))
+			payload = binary.BigEndian.AppendUint64(payload, 0)
 		}
 		v := []byte{byte(i), 'v', 'a', 'l', 'u', 'e'}
 		payload = binary.BigEndian.AppendUint32(payload, 3)
@@ -155,6 +156,31 @@ func TestWALDamageIsWitnessedBySyncedEntries(t *testing.T) {
 			}
 			if tc.damaged && (p.gen != 7 || !errors.Is(p.damage, ErrWALDamaged)) {
 				t.Errorf("walEntries = gen %d, damage %v; want gen 7 and ErrWALDamaged", p.gen, p.damage)
+			}
+		})
+	}
+}
+
+// The older of two replayed generations is damaged only when the newer one
+// says both where it ended and that a sync covered it, and it reads
+// shorter than that.
+func TestOlderPassDamage(t *testing.T) {
+	older := walPass{gen: 7, ends: []int64{100, 200}}
+	for name, tc := range map[string]struct {
+		old, newer walPass
+		damaged    bool
+	}{
+		"whole":                      {older, walPass{gen: 8, prevEnd: 200, synced: 50}, false},
+		"cut short":                  {walPass{gen: 7, ends: []int64{100}}, walPass{gen: 8, prevEnd: 200, synced: 50}, true},
+		"unreadable from its start":  {walPass{}, walPass{gen: 8, prevEnd: 200, synced: 50}, true},
+		"newer never synced":         {walPass{gen: 7, ends: []int64{100}}, walPass{gen: 8, prevEnd: 200}, false},
+		"end unknown (after Open)":   {walPass{gen: 7, ends: []int64{100}}, walPass{gen: 8, synced: 50}, false},
+		"another generation's bytes": {walPass{gen: 5, ends: []int64{300}}, walPass{gen: 8, prevEnd: 200, synced: 50}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := olderPassDamage("wal.0", 7, tc.old, tc.newer)
+			if got := err != nil; got != tc.damaged || (err != nil && !errors.Is(err, ErrWALDamaged)) {
+				t.Fatalf("olderPassDamage = %v, want damaged %v", err, tc.damaged)
 			}
 		})
 	}

@@ -517,3 +517,61 @@ func TestReplayStopsAtAnUnwitnessedDamagedEntry(t *testing.T) {
 	c.flipInWAL(value("r1", 6))
 	sameRecords(t, "after replay", readAll(t, c.reopen(6)), want)
 }
+
+// With two generations to replay (a crash while the older one's checkpoint
+// ran), damage in the older one's last entry has no later entry of its own
+// to witness it, but the newer generation does: its first entry records
+// where the older pass ended, and a sync it records covered all of that.
+// Open refuses. (It used to replay the older pass up to the damage, then
+// the newer one on top, and recovery cut the log at the hole: every
+// record from the damaged one on, the newer generation's included, gone.)
+func TestReplayRefusesAnOlderGenerationCutShort(t *testing.T) {
+	defer logstore.SetWALSizes(16<<10, 2<<10)()
+	h := newHeldCheckpoints(t)
+	s := h.open()
+	r := mustRange(t, s, "r1")
+	lead(t, r, 1)
+	waitDurable(t, r, 1)
+	h.hold.Store(true)
+	// 1 KiB records, each durable before the next: the WAL switches at 16
+	// KiB, and the held checkpoint keeps the first generation replayable.
+	val := func(i int) []byte { return append(fmt.Appendf(nil, "rec-%04d-", i), make([]byte, 1000)...) }
+	const n = 24
+	for i := range n {
+		if _, err := r.Append(1, false, [][]byte{val(i)}); err != nil {
+			t.Fatal(err)
+		}
+		waitDurable(t, r, r.LogEnd())
+	}
+	h.waitEntered()
+	h.fail.Store(true)
+	if _, err := r.Append(1, false, [][]byte{[]byte("fails the store")}); err == nil {
+		t.Fatal("Append at the crash point succeeded")
+	}
+	close(h.release)
+	s.WaitWALCheckpoint()
+	_ = s.Close()
+	if gen := h.walGen(); gen != 1 {
+		t.Fatalf("w/gen = %d, want 1: the test needs two generations to replay", gen)
+	}
+	// The last record the first generation (wal.0) holds.
+	wal0, err := os.ReadFile(filepath.Join(h.dir, "wal.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := -1
+	for i := range n {
+		if bytes.Contains(wal0, fmt.Appendf(nil, "rec-%04d-", i)) {
+			last = i
+		}
+	}
+	if last < 0 || last == n-1 {
+		t.Fatalf("wal.0 holds records up to %d of %d: the test needs both files to hold some", last, n)
+	}
+	h.loseRecords("r1", 1, n+1)
+	path, _ := h.flipInWAL(fmt.Appendf(nil, "rec-%04d-", last))
+	_, err = logstore.Open(h.dir, h.opts)
+	if !errors.Is(err, logstore.ErrWALDamaged) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Open with the older generation's last synced entry damaged = %v, want ErrWALDamaged naming %s", err, path)
+	}
+}
