@@ -203,33 +203,17 @@ func (s *Store) SegmentUses() []SegmentUse {
 func (s *Store) buildAccounting() error {
 	use := map[uint32]*segUse{}
 	stored := map[string]int64{}
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixLog), PrefetchValues: false})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			id, ok := logKeyRange(item.Key())
-			if !ok {
-				continue
+	err := s.eachStored(func(id string, _, b []byte) error {
+		if n, length, ok := pointerSegment(b); ok {
+			u := use[n]
+			if u == nil {
+				u = &segUse{}
+				use[n] = u
 			}
-			// Only a pointer's fields, or an inline batch's length, are
-			// needed; a pointer is small enough to live in the LSM tree.
-			if err := item.Value(func(b []byte) error {
-				if n, length, ok := pointerSegment(b); ok {
-					u := use[n]
-					if u == nil {
-						u = &segUse{}
-						use[n] = u
-					}
-					u.ptrs++
-					u.bytes += int64(length)
-				}
-				stored[id] += int64(storedSize(b))
-				return nil
-			}); err != nil {
-				return err
-			}
+			u.ptrs++
+			u.bytes += int64(length)
 		}
+		stored[id] += int64(storedSize(b))
 		return nil
 	})
 	if err != nil {
@@ -245,6 +229,29 @@ func (s *Store) buildAccounting() error {
 		r.rc.published.Store(stored[id])
 	}
 	return nil
+}
+
+// eachStored calls fn with the range id, key and stored value of every
+// l/ key, in key order; key and value are valid only during the call. Only
+// a pointer's fields, or an inline batch's length, are ever needed from a
+// value, and a pointer is small enough to live in the LSM tree, so no
+// value is prefetched.
+func (s *Store) eachStored(fn func(id string, key, val []byte) error) error {
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixLog), PrefetchValues: false})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			id, ok := logKeyRange(item.Key())
+			if !ok {
+				continue
+			}
+			if err := item.Value(func(b []byte) error { return fn(id, item.Key(), b) }); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // kickReclaim asks the reclaimer for a pass (without waiting).

@@ -253,24 +253,9 @@ func (s *Store) relocateOnce() (int, error) {
 // pointers the LSM tree holds, as buildAccounting does).
 func (s *Store) livePointersIn(files map[uint32]bool) (map[string][]*relocated, error) {
 	out := map[string][]*relocated{}
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefixLog), PrefetchValues: false})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			id, ok := logKeyRange(item.Key())
-			if !ok {
-				continue
-			}
-			err := item.Value(func(b []byte) error {
-				if n, _, ok := pointerSegment(b); ok && files[n] {
-					out[id] = append(out[id], &relocated{key: item.KeyCopy(nil), from: bytes.Clone(b)})
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
+	err := s.eachStored(func(id string, key, b []byte) error {
+		if n, _, ok := pointerSegment(b); ok && files[n] {
+			out[id] = append(out[id], &relocated{key: bytes.Clone(key), from: bytes.Clone(b)})
 		}
 		return nil
 	})
