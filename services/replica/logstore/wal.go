@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -190,6 +191,8 @@ type walFile struct {
 	prevCRC uint32
 	// synced is where the entries a completed fdatasync covered end (in
 	// this pass); PowerLoss keeps no more of the file than that.
+	// Invariant: synced <= pos, and only a sync taken in this pass (of
+	// generation gen) raised it.
 	synced int64
 	// size is the file's length: every byte below it has been written
 	// (entries or zeros), never a hole.
@@ -796,14 +799,17 @@ func (s *Store) syncWAL() error {
 	w.syncMu.Lock()
 	defer w.syncMu.Unlock()
 	w.mu.Lock()
+	// gen is the pass pos belongs to: a file may be switched away from and
+	// back to (a new pass, from offset 0) while the fdatasync runs.
 	type pending struct {
 		f   *walFile
+		gen uint64
 		pos int64
 	}
 	var todo []pending
 	for _, f := range w.files {
 		if f.dirty {
-			todo = append(todo, pending{f, f.pos})
+			todo = append(todo, pending{f, f.gen, f.pos})
 			f.dirty = false
 		}
 	}
@@ -825,6 +831,9 @@ func (s *Store) syncWAL() error {
 	if o := s.walSyncSeconds; o != nil && len(todo) > 0 {
 		o.Observe(time.Since(began).Seconds())
 	}
+	if h := walSyncHook.Load(); h != nil {
+		(*h)()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.lostPower {
@@ -833,9 +842,15 @@ func (s *Store) syncWAL() error {
 		return errPowerLoss
 	}
 	for _, p := range todo {
-		// A pass switched meanwhile starts from 0 again; pos then belongs
-		// to the pass before, which the checkpoint covers.
-		if p.pos <= p.f.pos {
+		// Only for the pass the sync was taken in. A pass begun meanwhile
+		// (two switches bring the writer back to this file, or one to the
+		// other file the sync also took) began after the sync was taken,
+		// so nothing says the fdatasync covered any of it, however long
+		// it has grown: counted for it, pos would go into the next entry's
+		// w/synced and make a torn, never synced entry below it look like
+		// damage to Open (ErrWALDamaged). The pass before is the
+		// checkpoint's.
+		if p.f.gen == p.gen {
 			p.f.synced = max(p.f.synced, p.pos)
 		}
 	}
@@ -844,6 +859,11 @@ func (s *Store) syncWAL() error {
 	}
 	return nil
 }
+
+// walSyncHook, when set (tests only), runs between a WAL sync's fdatasyncs
+// and its bookkeeping: the window in which the writer goes on appending,
+// and switching files.
+var walSyncHook atomic.Pointer[func()]
 
 // putU64Synced writes a u64 value under key and syncs the database.
 func (s *Store) putU64Synced(key []byte, v uint64) error {
