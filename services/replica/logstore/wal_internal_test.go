@@ -8,6 +8,25 @@ import (
 	"testing"
 )
 
+// walPassOf writes file's bytes to a WAL file and reads its pass.
+func walPassOf(t *testing.T, file []byte) walPass {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "wal")
+	if err := os.WriteFile(path, file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := walEntries(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // walEntry encodes one entry at pos following an entry with checksum prev.
 func walEntry(gen uint64, pos int64, prev uint32, payload []byte) ([]byte, uint32) {
 	b := make([]byte, walHeaderBytes, walHeaderBytes+len(payload))
@@ -45,19 +64,7 @@ func TestWALEntriesFollowTheChain(t *testing.T) {
 		"torn header": {append(append([]byte(nil), a...), chained[:10]...), 1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "wal")
-			if err := os.WriteFile(path, tc.file, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			p, err := walEntries(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := walPassOf(t, tc.file)
 			gen, entries := p.gen, p.payloads
 			if len(entries) != tc.want || (tc.want > 0 && gen != 7) {
 				t.Fatalf("walEntries = gen %d, %d entries; want gen 7, %d entries", gen, len(entries), tc.want)
@@ -135,19 +142,7 @@ func TestWALDamageIsWitnessedBySyncedEntries(t *testing.T) {
 		"whole":                         {func() []byte { b, _ := walPassBytes(7, witnessed); return b }(), 4, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "wal")
-			if err := os.WriteFile(path, tc.file, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			p, err := walEntries(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := walPassOf(t, tc.file)
 			if len(p.payloads) != tc.entries {
 				t.Errorf("walEntries read %d entries, want %d", len(p.payloads), tc.entries)
 			}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -89,19 +88,7 @@ func TestWALSyncCountsOnlyItsOwnPass(t *testing.T) {
 	}
 	first := walHeaderBytes + int(binary.BigEndian.Uint32(data[8:12]))
 	data[first+walHeaderBytes+20] ^= 0x10
-	torn := filepath.Join(t.TempDir(), "wal")
-	if err := os.WriteFile(torn, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(torn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p, err := walEntries(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := walPassOf(t, data)
 	if len(p.payloads) != 1 || p.damage != nil {
 		t.Errorf("walEntries of the pass torn at its second entry = %d entries, damage %v; want 1 entry and a torn tail, not damage", len(p.payloads), p.damage)
 	}
