@@ -1,7 +1,6 @@
 package promoter_test
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -167,23 +166,6 @@ func TestDecideHaltedCopyRefuses(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			plan, err := promoter.Decide(tt.in)
-			var pe *promoter.PlanError
-			if !errors.As(err, &pe) {
-				t.Fatalf("Decide() = %+v, %v; want a *PlanError with code %v", plan, err, tt.code)
-			}
-			if pe.Code != tt.code {
-				t.Errorf("Decide() code = %v, want %v (%v)", pe.Code, tt.code, err)
-			}
-			for _, s := range tt.contains {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("Decide() error = %q, want it to contain %q", err, s)
-				}
-			}
-			if plan.Candidate != "" {
-				t.Errorf("Decide() with an error chose candidate %s", plan.Candidate)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkRefused(t, tt.in, tt.code, tt.contains) })
 	}
 }

@@ -444,27 +444,34 @@ func TestDecideRefuses(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			plan, err := promoter.Decide(tt.in)
-			var pe *promoter.PlanError
-			if !errors.As(err, &pe) {
-				t.Fatalf("Decide() = %+v, %v; want a *PlanError with code %v", plan, err, tt.code)
-			}
-			if pe.Code != tt.code {
-				t.Errorf("Decide() code = %v, want %v (%v)", pe.Code, tt.code, err)
-			}
-			for _, s := range tt.contains {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("Decide() error = %q, want it to contain %q", err, s)
-				}
-			}
-			if !strings.HasPrefix(err.Error(), "promoter: plan: ") {
-				t.Errorf("Decide() error = %q, want the package prefix", err)
-			}
-			if plan.Candidate != "" || plan.Truncations != nil || plan.Followers != nil || plan.Unreconciled != nil {
-				t.Errorf("Decide() with an error returned a plan to act on: %+v", plan)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkRefused(t, tt.in, tt.code, tt.contains) })
+	}
+}
+
+// checkRefused checks that Decide refuses in with a *PlanError of code
+// whose message holds every string of contains, and returns no plan to act
+// on: a refusal that still named a candidate or truncations would be
+// carried out by the promoter.
+func checkRefused(t *testing.T, in promoter.Input, code connect.Code, contains []string) {
+	t.Helper()
+	plan, err := promoter.Decide(in)
+	var pe *promoter.PlanError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Decide() = %+v, %v; want a *PlanError with code %v", plan, err, code)
+	}
+	if pe.Code != code {
+		t.Errorf("Decide() code = %v, want %v (%v)", pe.Code, code, err)
+	}
+	for _, s := range contains {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("Decide() error = %q, want it to contain %q", err, s)
+		}
+	}
+	if !strings.HasPrefix(err.Error(), "promoter: plan: ") {
+		t.Errorf("Decide() error = %q, want the package prefix", err)
+	}
+	if plan.Candidate != "" || plan.Truncations != nil || plan.Followers != nil || plan.Unreconciled != nil {
+		t.Errorf("Decide() with an error returned a plan to act on: %+v", plan)
 	}
 }
 

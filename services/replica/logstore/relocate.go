@@ -77,6 +77,8 @@ var relocateSwapHook func()
 type relocated struct {
 	key, from, to []byte
 	batch         []byte
+	// swapped: the key now names the copy (swapPointers).
+	swapped bool
 }
 
 // relocateCandidates returns the files whose live bytes are under
@@ -164,8 +166,12 @@ func (s *Store) relocateOnce() (int, error) {
 	// Read every batch first, with no lock held: a batch released
 	// meanwhile (its file may even be gone) fails its read or, later, the
 	// compare; either way it is not moved.
+	type rangeMoves struct {
+		r     *Range
+		moves []*relocated
+	}
+	var byServed []rangeMoves
 	var moves []*relocated
-	var ranges []*Range
 	for _, id := range ids {
 		r, ok := s.Range(id)
 		if !ok || r.quarantined != nil {
@@ -181,7 +187,7 @@ func (s *Store) relocateOnce() (int, error) {
 			mine = append(mine, m)
 		}
 		if len(mine) > 0 {
-			ranges = append(ranges, r)
+			byServed = append(byServed, rangeMoves{r, mine})
 			moves = append(moves, mine...)
 		}
 	}
@@ -194,48 +200,34 @@ func (s *Store) relocateOnce() (int, error) {
 	if h := relocateSwapHook; h != nil {
 		h()
 	}
-	// Swap range by range, each under its cutMu; moves are grouped by
-	// range in the order of ranges.
-	var release [][]byte
-	moved, bytesMoved := 0, int64(0)
-	rest := moves
-	for _, r := range ranges {
-		id := r.ID()
-		n := 0
-		for n < len(rest) {
-			if rid, _ := logKeyRange(rest[n].key); rid != id {
-				break
-			}
-			n++
-		}
-		mine := rest[:n]
-		rest = rest[n:]
-		swapped, err := s.swapPointers(r, mine)
-		if err != nil {
-			// Nothing of this range or the ones after it was swapped:
-			// those copies are named by no key.
-			for _, m := range mine {
-				release = append(release, m.to)
-			}
-			for _, m := range rest {
-				release = append(release, m.to)
-			}
-			s.segs.release(release)
-			return 0, fmt.Errorf("logstore: relocate batches of %s: %w", id, err)
-		}
-		for i, m := range mine {
-			if swapped[i] {
-				release = append(release, m.from)
-				moved++
-				bytesMoved += int64(len(m.batch))
-			} else {
-				release = append(release, m.to)
-			}
+	// Swap range by range, each under its cutMu. A failed swap leaves
+	// that range's keys, and the later ranges', as they were.
+	var swapErr error
+	for _, rm := range byServed {
+		if err := s.swapPointers(rm.r, rm.moves); err != nil {
+			swapErr = fmt.Errorf("logstore: relocate batches of %s: %w", rm.r.ID(), err)
+			break
 		}
 	}
-	// After the commits (releaseStored's rule): the reclaim pass syncs
-	// Badger before it deletes a file these releases free.
+	// Each batch is named by one pointer now: the copy where the key was
+	// swapped (the old one is released), the old one elsewhere (the copy
+	// is). After the commits (releaseStored's rule): the reclaim pass
+	// syncs Badger before it deletes a file these releases free.
+	var release [][]byte
+	moved, bytesMoved := 0, int64(0)
+	for _, m := range moves {
+		if m.swapped {
+			release = append(release, m.from)
+			moved++
+			bytesMoved += int64(len(m.batch))
+		} else {
+			release = append(release, m.to)
+		}
+	}
 	s.segs.release(release)
+	if swapErr != nil {
+		return 0, swapErr
+	}
 	emptied := 0
 	s.segs.mu.Lock()
 	for n := range cands {
@@ -302,17 +294,17 @@ const relocateTxnKeys = 1024
 
 // swapPointers points each move's key at its copy where the key still
 // holds the pointer the copy was made from, under r's cutMu held
-// exclusively (see above), and reports which it swapped.
-func (s *Store) swapPointers(r *Range, moves []*relocated) ([]bool, error) {
+// exclusively (see above), and marks the moves it swapped. On an error the
+// moves of the transactions that committed stay marked.
+func (s *Store) swapPointers(r *Range, moves []*relocated) error {
 	r.cutMu.Lock()
 	defer r.cutMu.Unlock()
-	swapped := make([]bool, len(moves))
 	for lo := 0; lo < len(moves); lo += relocateTxnKeys {
-		hi := min(lo+relocateTxnKeys, len(moves))
-		done := make([]bool, hi-lo)
+		chunk := moves[lo:min(lo+relocateTxnKeys, len(moves))]
+		var set []*relocated
 		err := s.db.Update(func(txn *badger.Txn) error {
-			clear(done)
-			for i, m := range moves[lo:hi] {
+			set = set[:0]
+			for _, m := range chunk {
 				item, err := txn.Get(m.key)
 				if errors.Is(err, badger.ErrKeyNotFound) {
 					continue // released since: cut, below a log start, dropped
@@ -333,19 +325,16 @@ func (s *Store) swapPointers(r *Range, moves []*relocated) ([]bool, error) {
 				if err := txn.Set(m.key, m.to); err != nil {
 					return err
 				}
-				done[i] = true
+				set = append(set, m)
 			}
 			return nil
 		})
 		if err != nil {
-			if lo == 0 {
-				return nil, err
-			}
-			// The transactions before this one committed: report what
-			// they swapped, and leave the rest to a later pass.
-			return swapped, nil
+			return err
 		}
-		copy(swapped[lo:hi], done)
+		for _, m := range set {
+			m.swapped = true
+		}
 	}
-	return swapped, nil
+	return nil
 }
